@@ -1,0 +1,30 @@
+# Quickstart targets: `make run` (main job) and `make test` (whole suite).
+# Both create .venv on first use: torch 2.13.0 CPU first (pinned, from the local
+# wheel cache on our machines), then the package with its extras.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.interp-installed
+
+.PHONY: setup run test lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PIP) install --disable-pip-version-check -q torch==2.13.0
+	$(PIP) install --disable-pip-version-check -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(VENV)/bin/interp lab bank-sense
+
+test: setup
+	$(VENV)/bin/ruff check interp tests benchmarks labs
+	$(VENV)/bin/pytest
+
+bench: setup
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) reports .pytest_cache

@@ -1,0 +1,367 @@
+"""The article's toy attention heads: a numpy reference and hooked torch versions.
+
+Three objects live here:
+
+* :func:`attention` is the article's reference head in numpy, kept exactly as
+  written there (row-max-subtracted softmax, ``-inf`` causal mask) so every
+  other implementation can be checked against it.
+* :func:`toy_model` builds a hooked :class:`AttnOnlyTransformer` from given
+  matrices, so hand-set heads (identity or swap projections, with or without an
+  output projection and residual) run through TransformerLens hooks.
+* :class:`OneHeadSense` is the article's trainable one-head sense classifier:
+  embedding, one head, a linear classifier reading the mixture at the final
+  position. Its parameters are created in the article's order, so
+  ``torch.manual_seed(0)`` reproduces the article's run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+from transformer_lens.HookedRootModule import HookedRootModule
+
+from interp.errors import InterpError
+from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer, words_to_ids
+
+
+def _as_matrix(name: str, M: Any) -> np.ndarray:
+    arr = np.asarray(M, dtype=float)
+    if arr.ndim != 2:
+        raise InterpError(f"{name} must be a 2-D matrix, got shape {arr.shape}")
+    if arr.size == 0:
+        raise InterpError(f"{name} is empty (shape {arr.shape})")
+    if not np.isfinite(arr).all():
+        raise InterpError(f"{name} contains NaN or infinite entries")
+    return arr
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    """Row-wise softmax, subtracting each row's max first for numerical stability."""
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def attention(
+    X: Any,
+    Wq: Any,
+    Wk: Any,
+    Wv: Any,
+    causal: bool = False,
+    *,
+    mask_value: float = -np.inf,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The article's single attention head: ``A = softmax(Q K^T / sqrt(d_k))``, ``H = A V``.
+
+    Rows are tokens (row-vector convention): ``Q = X @ Wq``. With ``causal``,
+    scores above the diagonal are replaced by ``mask_value`` before the
+    softmax; the default ``-inf`` gives them exactly zero weight (pass 0 to see
+    why zero is the wrong mask value).
+
+    Example:
+        >>> X = np.array([[0., 0.], [0., 1.], [1., 0.]])
+        >>> A, H = attention(X, np.eye(2), np.eye(2), np.eye(2))
+        >>> A[-1].round(4)
+        array([0.2483, 0.2483, 0.5035])
+
+    Returns:
+        ``(A, H)``: weights ``[n, n]`` (one distribution per receiving row) and
+        mixtures ``[n, d_v]``.
+
+    Raises:
+        InterpError: for non-2-D, empty or non-finite inputs, or shapes that do
+            not chain (``X`` width vs ``Wq`` rows, ``Wq`` vs ``Wk`` widths).
+    """
+    X = _as_matrix("X", X)
+    Wq, Wk, Wv = (_as_matrix(n, W) for n, W in (("Wq", Wq), ("Wk", Wk), ("Wv", Wv)))
+    for name, W in (("Wq", Wq), ("Wk", Wk), ("Wv", Wv)):
+        if W.shape[0] != X.shape[1]:
+            raise InterpError(
+                f"shape mismatch: X is {X.shape} but {name} is {W.shape}; "
+                f"{name} needs {X.shape[1]} rows (one per input coordinate)"
+            )
+    if Wq.shape[1] != Wk.shape[1]:
+        raise InterpError(
+            f"shape mismatch: Wq is {Wq.shape} and Wk is {Wk.shape}; queries and keys "
+            "must have the same width for their dot products to exist"
+        )
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    scores = Q @ K.T / np.sqrt(K.shape[-1])  # [query_pos, key_pos]
+    if causal:
+        future = np.triu(np.ones(scores.shape, dtype=bool), k=1)
+        scores = np.where(future, mask_value, scores)
+    A = softmax(scores)
+    return A, A @ V
+
+
+def _per_head(name: str, W: Any, dtype: torch.dtype) -> torch.Tensor:
+    """Return ``W`` as ``[n_layers, n_heads, rows, cols]``."""
+    t = torch.as_tensor(np.asarray(W, dtype=float), dtype=dtype)
+    if t.ndim == 2:
+        t = t[None, None]
+    elif t.ndim == 3:
+        t = t[None]
+    if t.ndim != 4:
+        raise InterpError(
+            f"{name} must be [rows, cols], [n_heads, rows, cols] or "
+            f"[n_layers, n_heads, rows, cols]; got shape {tuple(t.shape)}"
+        )
+    if t.numel() == 0 or not torch.isfinite(t).all():
+        raise InterpError(f"{name} is empty or contains NaN/infinite entries")
+    return t
+
+
+def toy_model(
+    W_E: Any,
+    W_Q: Any,
+    W_K: Any,
+    W_V: Any,
+    W_O: Any | None = None,
+    *,
+    vocab: Sequence[str] | None = None,
+    causal: bool = False,
+    residual: bool = False,
+    dtype: torch.dtype = torch.float64,
+) -> AttnOnlyTransformer:
+    """A hooked attention-only model with hand-set weights (no positions, no LayerNorm).
+
+    ``W_Q, W_K, W_V`` are ``[d_model, d_head]`` for one head (or
+    ``[n_heads, d_model, d_head]``, or ``[n_layers, n_heads, d_model, d_head]``).
+    ``W_O=None`` means no output projection: the head's mixture is the update
+    (requires ``n_heads * d_head == d_model``). ``residual=False`` makes each
+    block output the update alone, as in the article's first experiments; the
+    model output is the final residual stream (there is no unembedding).
+
+    Example:
+        >>> emb = np.eye(3)
+        >>> m = toy_model(emb, np.eye(3), np.eye(3), np.eye(3), vocab=["a", "b", "c"])
+        >>> m(m.to_tokens("a b c")).shape
+        torch.Size([1, 3, 3])
+
+    Raises:
+        InterpError: when the matrices' shapes do not fit together (both shapes
+            are named), are empty, or contain non-finite entries.
+    """
+    E = torch.as_tensor(_as_matrix("W_E", W_E), dtype=dtype)
+    Q, K, V = (_per_head(n, W, dtype) for n, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)))
+    d_vocab, d_model = E.shape
+    if Q.shape != K.shape or Q.shape != V.shape:
+        raise InterpError(
+            f"W_Q {tuple(Q.shape)}, W_K {tuple(K.shape)} and W_V {tuple(V.shape)} must have "
+            "the same shape in this toy (one d_head for queries, keys and values)"
+        )
+    n_layers, n_heads, rows, d_head = Q.shape
+    if rows != d_model:
+        raise InterpError(
+            f"shape mismatch: W_E is {tuple(E.shape)} (d_model={d_model}) but W_Q is "
+            f"{tuple(Q.shape)} with {rows} input rows; they must match"
+        )
+    O = None if W_O is None else _per_head("W_O", W_O, dtype)
+    if O is not None and O.shape != (n_layers, n_heads, d_head, d_model):
+        raise InterpError(
+            f"W_O has shape {tuple(O.shape)}; expected {(n_layers, n_heads, d_head, d_model)} "
+            "([n_layers, n_heads, d_head, d_model])"
+        )
+    cfg = AttnOnlyConfig(
+        n_layers=n_layers,
+        n_heads=n_heads,
+        d_model=d_model,
+        d_head=d_head,
+        d_vocab=d_vocab,
+        n_ctx=None,
+        normalization_type=None,
+        positional_embedding_type="none",
+        attention_dir="causal" if causal else "bidirectional",
+        use_residual=residual,
+        use_W_O=O is not None,
+        use_unembed=False,
+        vocab=tuple(vocab) if vocab is not None else None,
+        model_name="toy",
+        dtype=dtype,
+    )
+    model = AttnOnlyTransformer(cfg).to(dtype)
+    with torch.no_grad():
+        model.embed.W_E.copy_(E)
+        for layer, block in enumerate(model.blocks):
+            block.attn.W_Q.copy_(Q[layer])
+            block.attn.W_K.copy_(K[layer])
+            block.attn.W_V.copy_(V[layer])
+            if O is not None:
+                block.attn.W_O.copy_(O[layer])
+    model.requires_grad_(False)
+    return model.eval()
+
+
+class _SenseAttn(nn.Module):
+    """Hook points of OneHeadSense's head (its weights stay on the parent, article-style)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_q = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_k = HookPoint()
+        self.hook_v = HookPoint()
+        self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos]
+        self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+
+
+class _SenseBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_resid_pre = HookPoint()
+        self.attn = _SenseAttn()
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_post = HookPoint()
+
+
+class OneHeadSense(HookedRootModule):
+    """The article's one-head sense classifier, with TransformerLens hook names.
+
+    Embedding ``[vocab_size, d]``, one head with ``d x d`` query, key and value
+    maps (no output projection, no residual, no positions), and a linear
+    classifier over two senses reading the mixture at the final position. With
+    the four-word vocabulary and ``d=8`` it has ``4*8 + 3*8*8 + (8*2+2) = 242``
+    parameters.
+
+    ``forward(ids)`` accepts ``[pos]`` (returns logits ``[n_classes]``, as in the
+    article) or ``[batch, pos]`` (returns ``[batch, n_classes]``).
+
+    Example:
+        >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+        <torch._C.Generator object at ...>
+        >>> model = OneHeadSense(4)
+        >>> sum(p.numel() for p in model.parameters())
+        242
+
+    Raises:
+        InterpError: on forward, for ids outside the vocabulary or an empty sentence.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d: int = 8,
+        *,
+        n_classes: int = 2,
+        vocab: Sequence[str] | None = None,
+        causal: bool = False,
+    ):
+        super().__init__()
+        if vocab is not None and len(vocab) != vocab_size:
+            raise InterpError(f"vocab has {len(vocab)} words but vocab_size is {vocab_size}")
+        # Creation order matters: it fixes which random numbers each weight draws.
+        self.emb = nn.Embedding(vocab_size, d)
+        self.Wq, self.Wk, self.Wv = (nn.Linear(d, d, bias=False) for _ in range(3))
+        self.cls = nn.Linear(d, n_classes)
+        self.d = d
+        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        self.blocks = nn.ModuleList([_SenseBlock()])
+        self.cfg = AttnOnlyConfig(
+            n_layers=1,
+            n_heads=1,
+            d_model=d,
+            d_head=d,
+            d_vocab=vocab_size,
+            n_ctx=None,
+            normalization_type=None,
+            positional_embedding_type="none",
+            attention_dir="causal" if causal else "bidirectional",
+            use_residual=False,
+            use_W_O=False,
+            use_unembed=True,
+            vocab=tuple(vocab) if vocab is not None else None,
+            model_name="one-head-sense",
+        )
+        self.setup()
+
+    def encode(self, tokens: str | Sequence[str]) -> torch.Tensor:
+        """Word ids ``[pos]`` for a sentence (needs ``vocab``)."""
+        if self.cfg.vocab is None:
+            raise InterpError("this classifier was built without a vocab; pass ids")
+        return words_to_ids(tokens, self.cfg.vocab)
+
+    def to_tokens(self, text: str | Sequence[str]) -> torch.Tensor:
+        return self.encode(text)[None]
+
+    def to_str_tokens(self, tokens: torch.Tensor | Sequence[int]) -> list[str]:
+        ids = torch.as_tensor(tokens).flatten().tolist()
+        return [self.cfg.vocab[i] for i in ids] if self.cfg.vocab else [str(i) for i in ids]
+
+    def forward(self, ids: torch.Tensor, return_attn: bool = False) -> Any:
+        unbatched = ids.ndim == 1
+        ids = ids[None] if unbatched else ids
+        if ids.numel() == 0:
+            raise InterpError("empty sentence: pass at least one token id")
+        if int(ids.min()) < 0 or int(ids.max()) >= self.cfg.d_vocab:
+            raise InterpError(f"token id outside the vocabulary [0, {self.cfg.d_vocab})")
+        X = self.hook_embed(self.emb(ids))  # [batch, pos, d]
+        block = self.blocks[0]
+        X = block.hook_resid_pre(X)
+        attn = block.attn
+        Q = attn.hook_q(self.Wq(X)[:, :, None])[:, :, 0]  # [batch, pos, d]
+        K = attn.hook_k(self.Wk(X)[:, :, None])[:, :, 0]
+        V = attn.hook_v(self.Wv(X)[:, :, None])[:, :, 0]
+        scores = Q @ K.transpose(-1, -2) / self.d**0.5  # [batch, query_pos, key_pos]
+        if self.cfg.causal:
+            n = scores.shape[-1]
+            future = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+            scores = scores.masked_fill(future, float("-inf"))
+        scores = attn.hook_attn_scores(scores[:, None])  # [batch, head, query_pos, key_pos]
+        A = attn.hook_pattern(torch.softmax(scores, dim=-1))
+        H = attn.hook_z((A[:, 0] @ V)[:, :, None])[:, :, 0]  # [batch, pos, d]
+        H = block.hook_resid_post(block.hook_attn_out(H))
+        logits = self.cls(H[:, -1])  # [batch, n_classes]
+        if unbatched:
+            logits, A = logits[0], A[0, 0]
+        else:
+            A = A[:, 0]
+        return (logits, A) if return_attn else logits
+
+    def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        from transformer_lens.ActivationCache import ActivationCache
+
+        out, cache = super().run_with_cache(*args, **kwargs)
+        return out, ActivationCache(cache, self)
+
+    # TransformerLens-shaped weights, [n_layers=1, n_heads=1, ...].
+    @property
+    def W_E(self) -> torch.Tensor:  # [d_vocab, d_model]
+        return self.emb.weight
+
+    @property
+    def W_Q(self) -> torch.Tensor:  # [1, 1, d_model, d_head]
+        return self.Wq.weight.T[None, None]
+
+    @property
+    def W_K(self) -> torch.Tensor:
+        return self.Wk.weight.T[None, None]
+
+    @property
+    def W_V(self) -> torch.Tensor:
+        return self.Wv.weight.T[None, None]
+
+    @property
+    def W_O(self) -> torch.Tensor:  # identity: no output projection
+        return torch.eye(self.d, dtype=self.emb.weight.dtype)[None, None]
+
+    @property
+    def W_U(self) -> torch.Tensor:  # [d_model, n_classes]
+        return self.cls.weight.T
+
+    @property
+    def b_U(self) -> torch.Tensor:
+        return self.cls.bias
+
+    def parameter_groups(self) -> dict[str, int]:
+        """Parameter count per group: embedding, W_Q, W_K, W_V, classifier."""
+        return {
+            "embedding": self.emb.weight.numel(),
+            "W_Q": self.Wq.weight.numel(),
+            "W_K": self.Wk.weight.numel(),
+            "W_V": self.Wv.weight.numel(),
+            "classifier": sum(p.numel() for p in self.cls.parameters()),
+        }

@@ -1,0 +1,154 @@
+"""Self-contained, offline HTML reports with circuitsvis attention widgets.
+
+``circuitsvis``'s own ``local_src`` inlines its 1.3 MB JavaScript bundle into
+*every* widget, and its ``str()`` loads the bundle from a CDN (blank offline).
+A report here carries the bundle exactly once, in the page head, and each
+widget is a ``<div>`` plus a one-line ``CircuitsVis.render`` call, so pages
+with many widgets stay small and render with the network unreachable.
+
+Example:
+    >>> report = Report("Bank sense")                        # doctest: +SKIP
+    >>> report.heading("Attention").attention(["a", "b"], pattern)  # doctest: +SKIP
+    >>> report.write("out/report.html")                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from interp._io import write_text
+from interp.errors import InterpError
+
+
+@cache
+def circuitsvis_bundle() -> str:
+    """The JavaScript bundle shipped inside the circuitsvis package (no network)."""
+    try:
+        import circuitsvis
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise InterpError("circuitsvis is not installed: pip install circuitsvis") from exc
+    path = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
+    if not path.is_file():
+        raise InterpError(f"circuitsvis bundle missing at {path}; reinstall circuitsvis")
+    # A literal closing tag inside the bundle would end the inline script early.
+    return path.read_text(encoding="utf-8").replace("</script>", "<\\/script>")
+
+
+def _to_list(attention: Any) -> list:
+    try:
+        import torch
+
+        if isinstance(attention, torch.Tensor):
+            attention = attention.detach().cpu().float().numpy()
+    except ImportError:  # pragma: no cover
+        pass
+    return np.asarray(attention, dtype=float).tolist()
+
+
+class Report:
+    """An HTML page assembled from headings, text, pandas tables and attention widgets."""
+
+    def __init__(self, title: str):
+        self.title = title
+        self._parts: list[str] = []
+        self._n_widgets = 0
+
+    @property
+    def n_widgets(self) -> int:
+        return self._n_widgets
+
+    def heading(self, text: str, level: int = 2) -> Report:
+        self._parts.append(f"<h{level}>{html.escape(text)}</h{level}>")
+        return self
+
+    def text(self, text: str) -> Report:
+        self._parts.append(f"<p>{html.escape(text)}</p>")
+        return self
+
+    def table(self, df: Any, caption: str | None = None, float_format: str = "{:.4f}") -> Report:
+        """Add a pandas DataFrame as an HTML table (floats rounded for reading)."""
+        styler = df.style.format(float_format, subset=df.select_dtypes("floating").columns)
+        styler = styler.hide(axis="index")
+        if caption:
+            styler = styler.set_caption(html.escape(caption))
+        self._parts.append(styler.to_html())
+        return self
+
+    def attention(
+        self,
+        tokens: list[str],
+        pattern: Any,
+        *,
+        head_names: list[str] | None = None,
+        causal: bool = True,
+    ) -> Report:
+        """Add a circuitsvis ``AttentionHeads`` widget.
+
+        ``pattern`` is ``[head, query_pos, key_pos]`` (or ``[query_pos, key_pos]``).
+        ``causal`` greys out the (masked) upper triangle; pass False for
+        bidirectional heads.
+
+        Raises:
+            InterpError: if the pattern's shape does not match the tokens.
+        """
+        from circuitsvis.utils.convert_props import convert_props
+
+        att = np.asarray(_to_list(pattern), dtype=float)
+        if att.ndim == 2:
+            att = att[None]
+        n = len(tokens)
+        if att.ndim != 3 or att.shape[1:] != (n, n):
+            raise InterpError(
+                f"attention pattern has shape {att.shape}; expected [head, {n}, {n}] for {n} tokens"
+            )
+        if head_names is not None and len(head_names) != att.shape[0]:
+            raise InterpError(f"{len(head_names)} head names for {att.shape[0]} heads")
+        props = convert_props(
+            {
+                "attention": att.tolist(),
+                "tokens": [str(t) for t in tokens],
+                "attentionHeadNames": head_names,
+                "maskUpperTri": causal,
+            }
+        )
+        div = f"cv-widget-{self._n_widgets}"
+        self._n_widgets += 1
+        self._parts.append(
+            f'<div class="cv-widget" id="{div}"></div>\n'
+            f'<script>CircuitsVis.render("{div}", CircuitsVis.AttentionHeads, {props});</script>'
+        )
+        return self
+
+    def raw(self, fragment: str) -> Report:
+        self._parts.append(fragment)
+        return self
+
+    def to_html(self) -> str:
+        bundle = f"<script>{circuitsvis_bundle()}</script>" if self._n_widgets else ""
+        body = "\n".join(self._parts)
+        return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{html.escape(self.title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; }}
+table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}
+th, td {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}
+caption {{ font-weight: bold; text-align: left; padding: 4px 0; }}
+.cv-widget {{ margin: 15px 0; }}
+</style>
+{bundle}
+</head><body>
+<h1>{html.escape(self.title)}</h1>
+{body}
+</body></html>
+"""
+
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        """Write the page atomically."""
+        return write_text(path, self.to_html())

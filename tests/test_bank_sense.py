@@ -1,0 +1,138 @@
+"""Every number the article prints for the hand-set head, computed by interp."""
+
+import numpy as np
+import pytest
+
+from interp import InterpError
+from interp.labs import bank_sense as bs
+
+
+def r2(x):
+    return np.round(np.asarray(x, dtype=float), 2).tolist()
+
+
+def r4(x):
+    return np.round(np.asarray(x, dtype=float), 4).tolist()
+
+
+def test_a_identity_forward_river_and_money():
+    river, money = bs.identity_forward("the river bank"), bs.identity_forward("the money bank")
+    assert r2(river["bank_input"]) == [0.5, 0.5, 0.8, 0.2]
+    for r in (river, money):
+        assert r2(r["weights"]) == [0.26, 0.31, 0.43]
+        assert r2(r["unscaled_scores"]) == [0.20, 0.54, 1.18]
+        assert r2(r["scaled_scores"]) == [0.10, 0.27, 0.59]
+        assert r["scale"] == 2.0
+    assert r2(river["mixture"]) == [0.21, 0.52, 0.34, 0.41]
+    assert r2(money["mixture"]) == [0.52, 0.21, 0.34, 0.41]
+    assert r2(river["residual"]) == [0.71, 1.02, 1.14, 0.61]
+    assert r2(money["residual"]) == [1.02, 0.71, 1.14, 0.61]
+    # The plain average separates the sentences too: water 0.50, finance 0.17.
+    water, finance = bs.AXES.index("water"), bs.AXES.index("finance")
+    assert r2(river["plain_average"])[water] == 0.50
+    assert r2(river["plain_average"])[finance] == 0.17
+
+
+def test_a_tables_are_tidy():
+    t = bs.bank_weights_table()
+    assert list(t.columns) == ["sentence", "source", "unscaled_score", "scaled_score", "weight"]
+    assert len(t) == 6
+    np.testing.assert_allclose(t.groupby("sentence")["weight"].sum(), 1.0)
+    v = bs.identity_forward_table()
+    assert set(v["vector"]) == {"bank_input", "mixture", "residual", "plain_average"}
+
+
+def test_b_score_scale_sweep_sharpens_and_flattens():
+    sweep = bs.score_scale_sweep((5, 1, 0.1)).set_index("multiplier")
+    # x5 favours bank itself (the highest score), not river.
+    assert sweep.loc[5.0, "w[bank]"] > 0.75
+    assert sweep.loc[5.0, "w[bank]"] > sweep.loc[1.0, "w[bank]"]
+    # x0.1 approaches uniform: entropy close to log(3).
+    assert abs(sweep.loc[0.1, "entropy"] - np.log(3)) < 1e-3
+    assert sweep["entropy"].is_monotonic_increasing
+
+
+def test_b_softmax_table():
+    t = bs.softmax_table()
+    assert np.round(t.iloc[0, 1:].astype(float), 1).tolist() == [86.7, 11.7, 1.6]
+    assert np.round(t.iloc[1, 1:].astype(float), 1).tolist() == [66.5, 24.5, 9.0]
+
+
+def test_b_similarity_and_scaled_dot_tables():
+    s = bs.similarity_table()
+    assert s["dot"].tolist() == [1.0, 100.0, 0.0, -1.0]
+    assert s["cosine"].tolist() == [1.0, 1.0, 0.0, -1.0]
+    d = bs.scaled_dot_table()
+    assert d["divisor"].unique().tolist() == [8.0]
+    assert d["scaled_dot"].tolist() == [0.125, 1.0, 5.0, 12.5]
+    spread = bs.dot_product_spread(64, n=100_000, seed=0)
+    assert abs(spread["var_dot"] - 64) < 2 and abs(spread["var_scaled"] - 1) < 0.03
+    with pytest.raises(InterpError, match="zero vector"):
+        bs.similarity_table([((0, 0), (1, 0))])
+
+
+def test_c_eiffel_tower():
+    e = bs.eiffel().set_index("variant")
+    w = ["w[the]", "w[Eiffel]", "w[tower]"]
+    assert r4(e.loc["raw similarity", w]) == [0.2483, 0.2483, 0.5035]
+    assert r4(e.loc["raw similarity", ["mix_structure", "mix_paris"]]) == [0.5035, 0.2483]
+    assert r4(e.loc["swap query", w]) == [0.2483, 0.5035, 0.2483]
+    assert r4(e.loc["swap query", ["mix_structure", "mix_paris"]]) == [0.2483, 0.5035]
+    assert r4(e.loc["swap query and values", w]) == [0.2483, 0.5035, 0.2483]
+    assert r4(e.loc["swap query and values", ["mix_structure", "mix_paris"]]) == [0.5035, 0.2483]
+    assert r4(e.loc["swap query", ["resid_structure", "resid_paris"]]) == [1.2483, 0.5035]
+    q = bs.eiffel_queries()
+    assert q.to_numpy().tolist() == [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]
+
+
+def test_d_matching_directions_water_preset():
+    t = bs.matching_directions("water").set_index("token")
+    assert t.loc["bank", "query"] == "[0.0, 3.0, 0.0]"
+    assert t.loc["river", "key"] == "[0.0, 1.0, 0.0]"
+    assert np.round(t["score"], 3).tolist() == [0.0, 1.732, 0.866]
+    assert np.round(t["weight"] * 100, 1).tolist() == [11.1, 62.6, 26.3]
+
+
+def test_d_other_presets_and_custom_wq():
+    fin = bs.matching_directions("finance", sentence="the money bank").set_index("token")
+    assert fin["weight"].idxmax() == "money"
+    zero = bs.matching_directions(Wq=np.zeros((4, 3)))
+    np.testing.assert_allclose(zero["weight"], 1 / 3)
+    with pytest.raises(InterpError, match="unknown preset"):
+        bs.matching_directions("gravy")
+    with pytest.raises(InterpError, match=r"\[4, 3\]"):
+        bs.matching_directions(Wq=np.zeros((3, 3)))
+    with pytest.raises(InterpError, match="unknown token 'banc'"):
+        bs.matching_directions("water", sentence="the river banc")
+
+
+def test_e_null_space_example_is_computed():
+    ns = bs.null_space_example()
+    assert ns["rank"] == 2 and ns["nullity"] == 1
+    np.testing.assert_allclose(ns["n"], [1, 1, -1], atol=1e-12)
+    np.testing.assert_allclose(ns["Mn"], [0, 0], atol=1e-12)
+    np.testing.assert_allclose(ns["Me"], [4, 5])
+    np.testing.assert_allclose(ns["M_e_plus_n"], [4, 5], atol=1e-12)
+    np.testing.assert_allclose(ns["e_plus_n"], [2, 3, 2], atol=1e-12)
+
+
+def test_i_causal_mask():
+    d = bs.causal_mask_demo()
+    assert np.all(d["future_weight_causal"] == 0)
+    assert d["future_weight_zero_mask"][0] > 0.5  # a 0 "mask" still gives the future a share
+    assert np.all(d["self_weight_causal"] > 0)
+    # bank is last in "the river bank": its row is unchanged by the mask.
+    np.testing.assert_allclose(d["causal"][-1], d["bidirectional"][-1], atol=1e-12)
+    c = bs.causal_comparison().set_index(["sentence", "mode"])
+    assert c.loc[("the bank river", "causal"), "w[river]"] == 0.0
+    assert c.loc[("the bank river", "bidirectional"), "w[river]"] > 0.3
+
+
+def test_i_tired_cat_patterns():
+    t = bs.tired_cat()
+    assert t["tokens"] == ["the", "tired", "cat", "finally", "slept"]
+    C = t["causal"]
+    assert np.all(C[np.triu_indices(5, 1)] == 0)
+    np.testing.assert_allclose(C.sum(1), 1.0)
+    np.testing.assert_allclose(C[-1], t["bidirectional"][-1])  # the last row sees everything
+    np.testing.assert_allclose(C[1], [0.1, 0.9, 0, 0, 0])  # renormalised over allowed keys
