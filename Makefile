@@ -17,10 +17,10 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)
 
 run: setup
-	$(VENV)/bin/interp lab bank-sense
+	$(VENV)/bin/interp lab induction
 
 test: setup
-	$(VENV)/bin/ruff check interp tests benchmarks labs
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
 
 bench: setup

@@ -11,16 +11,47 @@ import os
 import sys
 from collections.abc import Sequence
 
+LABS = ("induction", "bank-sense")
+
 
 def _lab(args: argparse.Namespace) -> int:
     if args.name == "bank-sense":
         from interp.labs import bank_sense_report as lab
 
+        if args.format != "csv":
+            from interp.errors import InterpError
+
+            raise InterpError("the bank-sense lab writes CSV tables only; drop --format")
         out = lab.run(args.out or lab.DEFAULT_OUT)
-    else:  # pragma: no cover - argparse restricts choices
-        raise AssertionError(args.name)
+    else:
+        from interp.labs import induction_report as lab
+
+        out = lab.run(args.out or lab.DEFAULT_OUT, fmt=args.format, checkpoint=args.checkpoint)
     for line in out.summary:
         print(line)
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from interp.errors import InterpError
+    from interp.training import InductionTrainConfig, save_checkpoint, train_induction
+
+    out = args.out
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise InterpError(f"--out {out!r} is a file; pass a directory")
+    cfg = InductionTrainConfig(seed=args.seed, steps=args.steps)
+    result = train_induction(cfg, progress=not args.quiet)
+    if result.interrupted:
+        print("interp: interrupted; no checkpoint written", file=sys.stderr)
+        return 130
+    save_checkpoint(result, out)
+    last = result.history[-1]
+    print(
+        f"trained {len(result.history) and last['step']} steps in {result.seconds:.1f} s: "
+        f"held-out induction {last['induction']:.3f}, previous-token {last['previous_token']:.3f}"
+        f", repeated-half loss {last['repeated_loss']:.3f}"
+    )
+    print(f"wrote {out}")
     return 0
 
 
@@ -28,9 +59,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="interp", description="Open up attention heads.")
     sub = parser.add_subparsers(dest="command", required=True)
     lab = sub.add_parser("lab", help="run a lab and write its report")
-    lab.add_argument("name", choices=["bank-sense"], help="which lab")
+    lab.add_argument("name", choices=LABS, help="which lab")
     lab.add_argument("--out", help="output directory (default: reports/<lab>)")
+    lab.add_argument(
+        "--format",
+        default="csv",
+        choices=("csv", "parquet", "md", "json"),
+        help="table format (induction lab)",
+    )
+    lab.add_argument("--checkpoint", help="induction checkpoint directory (default: shipped)")
     lab.set_defaults(func=_lab)
+    train = sub.add_parser("train", help="train a model from scratch")
+    train.add_argument("what", choices=("induction",))
+    train.add_argument("--out", default="checkpoints/induction-2l", help="checkpoint directory")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--steps", type=int, default=1200)
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=_train)
     return parser
 
 

@@ -80,6 +80,18 @@ class Report:
         self._parts.append(styler.to_html())
         return self
 
+    def heatmap(self, pivot: Any, caption: str | None = None, decimals: int = 3) -> Report:
+        """Add a pivoted DataFrame (e.g. layer x head) as a colour-scaled table."""
+        from interp._export import _colour
+
+        values = pivot.to_numpy(dtype=float)
+        lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
+        styler = pivot.style.format(f"{{:.{decimals}f}}").map(lambda v: _colour(v, lo, hi))
+        if caption:
+            styler = styler.set_caption(html.escape(caption))
+        self._parts.append(styler.to_html())
+        return self
+
     def attention(
         self,
         tokens: list[str],

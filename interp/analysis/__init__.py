@@ -6,6 +6,22 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "head_scores": "interp.analysis.induction",
+    "induction_scores": "interp.analysis.induction",
+    "previous_token_scores": "interp.analysis.induction",
+    "duplicate_token_scores": "interp.analysis.induction",
+    "probe_tokens": "interp.analysis.induction",
+    "qk_circuit": "interp.analysis.circuits",
+    "ov_circuit": "interp.analysis.circuits",
+    "k_composition_circuit": "interp.analysis.circuits",
+    "copying_scores": "interp.analysis.circuits",
+    "diagonal_fraction": "interp.analysis.circuits",
+    "composition_scores": "interp.analysis.composition",
+    "in_context_learning_score": "interp.analysis.icl",
+    "ablate_heads": "interp.analysis.ablation",
+    "ablate_head_groups": "interp.analysis.ablation",
+    "loss_metric": "interp.analysis.ablation",
+    "logit_diff_metric": "interp.analysis.ablation",
     "Subspaces": "interp.analysis.subspace",
     "subspaces": "interp.analysis.subspace",
     "null_space_dimension": "interp.analysis.subspace",

@@ -11,6 +11,7 @@ _EXPORTS = {
     "attention": "interp.models.toy",
     "toy_model": "interp.models.toy",
     "OneHeadSense": "interp.models.toy",
+    "load_induction_model": "interp.models.checkpoints",
 }
 
 __all__ = sorted(_EXPORTS)

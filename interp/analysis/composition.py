@@ -1,0 +1,121 @@
+"""Q-, K- and V-composition scores between heads (Elhage et al. 2021).
+
+A later head composes with an earlier head when the earlier head's output
+(its OV circuit ``W_V W_O``, ``[d_model, d_model]``) is read by the later
+head's queries (Q), keys (K) or values (V). The score is
+
+    ||W_OV^early  M^late||_F / (||W_OV^early||_F ||M^late||_F)
+
+with ``M = W_Q W_K^T`` (Q), ``(W_Q W_K^T)^T`` (K) or ``W_V W_O`` (V), computed
+from the factored forms (TransformerLens's ``composition_scores``). Two random
+low-rank matrices of the same shapes already score about ``1/sqrt(d_model)``;
+the baseline column is that value estimated by sampling Gaussian factors of
+the heads' shapes, so a score means something only well above it.
+
+LayerNorm between the heads is ignored (as in the paper): the scores describe
+the weights, not a particular input.
+
+Example:
+    >>> df = composition_scores(model, kind="K")              # doctest: +SKIP
+    >>> df.nlargest(1, "score")[["src_label", "label", "score", "baseline"]]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, Literal
+
+import pandas as pd
+import torch
+
+from interp.analysis._common import check_model
+from interp.errors import InterpError
+from interp.hooks import head_label
+
+Kind = Literal["Q", "K", "V"]
+
+
+def _factors(model: Any, kind: Kind):
+    from transformer_lens import FactoredMatrix
+
+    W_V, W_O = model.W_V.detach().float(), model.W_O.detach().float()
+    left = FactoredMatrix(W_V, W_O)  # [n_layers, n_heads, d_model, d_model]
+    if kind == "V":
+        return left, left
+    W_Q, W_K = model.W_Q.detach().float(), model.W_K.detach().float()
+    qk = FactoredMatrix(W_Q, W_K.transpose(-2, -1))
+    return left, (qk if kind == "Q" else qk.T)
+
+
+@cache
+def random_baseline(d_model: int, d_head: int, *, samples: int = 256, seed: int = 0) -> float:
+    """Mean composition score of random Gaussian rank-``d_head`` matrices in ``d_model`` dims."""
+    from transformer_lens import FactoredMatrix
+    from transformer_lens.utilities.matrix import composition_scores as tl_scores
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    left = FactoredMatrix(rand(samples, d_model, d_head), rand(samples, d_head, d_model))
+    right = FactoredMatrix(rand(samples, d_model, d_head), rand(samples, d_head, d_model))
+    return float(tl_scores(left, right, broadcast_dims=False).mean())
+
+
+def composition_tensor(model: Any, kind: Kind = "K") -> torch.Tensor:
+    """Scores ``[n_layers, n_heads, n_layers, n_heads]`` (earlier, later).
+
+    Entries are zero unless the first head's layer is earlier.
+
+    Raises:
+        InterpError: for an unknown kind.
+    """
+    from transformer_lens.utilities.matrix import composition_scores as tl_scores
+
+    if kind not in ("Q", "K", "V"):
+        raise InterpError(f"kind must be 'Q', 'K' or 'V', got {kind!r}")
+    cfg = check_model(model)
+    with torch.no_grad():
+        left, right = _factors(model, kind)
+        scores = tl_scores(left, right, broadcast_dims=True)
+    layer = torch.arange(cfg.n_layers)
+    mask = layer[:, None, None, None] < layer[None, None, :, None]
+    return torch.where(mask, scores, torch.zeros_like(scores))
+
+
+def composition_scores(model: Any, kind: Kind = "K") -> pd.DataFrame:
+    """One row per (earlier head, later head) pair with the composition score and its baseline.
+
+    Columns: ``src_layer, src_head, src_label, layer, head, label, kind, score,
+    baseline, ratio`` (``score / baseline``).
+
+    Raises:
+        InterpError: for an unknown kind or a model with a single layer.
+    """
+    cfg = check_model(model)
+    if cfg.n_layers < 2:
+        raise InterpError("composition needs at least two layers")
+    scores = composition_tensor(model, kind)
+    base = random_baseline(int(cfg.d_model), int(cfg.d_head))
+    rows = []
+    for l1 in range(cfg.n_layers):
+        for h1 in range(cfg.n_heads):
+            for l2 in range(l1 + 1, cfg.n_layers):
+                for h2 in range(cfg.n_heads):
+                    s = float(scores[l1, h1, l2, h2])
+                    rows.append(
+                        {
+                            "src_layer": l1,
+                            "src_head": h1,
+                            "src_label": head_label(l1, h1),
+                            "layer": l2,
+                            "head": h2,
+                            "label": head_label(l2, h2),
+                            "kind": kind,
+                            "score": s,
+                            "baseline": base,
+                            "ratio": s / base,
+                        }
+                    )
+    return pd.DataFrame(rows)

@@ -1,0 +1,15 @@
+"""Where `interp` finds its shipped data: ``$INTERP_DATA`` or the repository's ``data/``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def data_dir() -> Path:
+    """The data folder (``INTERP_DATA`` overrides the repository's ``data/``)."""
+    env = os.environ.get("INTERP_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "data"
+
+
+INDUCTION_CHECKPOINT = "induction-2l"

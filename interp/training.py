@@ -1,0 +1,362 @@
+"""Train a two-layer attention-only model to form an induction circuit.
+
+The model (:class:`~interp.models.attn_only.AttnOnlyTransformer`) is trained
+from scratch on :func:`~interp.datasets.repeated_tokens` sequences with random
+segment lengths and offsets, with next-token cross-entropy on every position.
+A fixed held-out batch uses segment lengths never seen in training, and the
+progress bar shows the loss and the current best layer-1 induction score on
+it.
+
+Determinism: the initial weights come from a generator seeded with ``seed``,
+and the training batches from a second generator seeded with ``seed + 1``;
+nothing reads the global RNG, so the same config gives the same model.
+
+Checkpoints (:func:`save_checkpoint`) are a directory with ``model.safetensors``
+and ``config.json`` (model config, training settings, seed, final scores and
+the SHA-256 of the weights). Both files are written atomically, the weights
+first, so an interrupted run never leaves a checkpoint whose config points at
+missing or partial weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interp._io import write_text, write_with
+from interp.datasets import HELD_OUT_LENGTHS, TRAIN_LENGTHS, repeated_tokens
+from interp.errors import CheckpointError, InterpError
+from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+FORMAT_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class InductionTrainConfig:
+    """Model sizes, data settings and optimiser settings for :func:`train_induction`."""
+
+    n_layers: int = 2
+    n_heads: int = 2
+    d_model: int = 128
+    d_head: int = 32
+    d_vocab: int = 64
+    n_ctx: int = 48
+    steps: int = 1200
+    batch_size: int = 64
+    lr: float = 2e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 50
+    segment_lengths: tuple[int, ...] = TRAIN_LENGTHS
+    eval_lengths: tuple[int, ...] = HELD_OUT_LENGTHS
+    max_prefix: int | None = None
+    head_l1: float = 0.06
+    head_l1_ramp: float = 0.5
+    cosine: bool = True
+    eval_every: int = 100
+    eval_size: int = 128
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if set(self.segment_lengths) & set(self.eval_lengths):
+            raise InterpError(
+                "held-out segment lengths must differ from training ones: overlap "
+                f"{sorted(set(self.segment_lengths) & set(self.eval_lengths))}"
+            )
+        for name in ("steps", "batch_size", "eval_every", "eval_size"):
+            if getattr(self, name) < 1:
+                raise InterpError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise InterpError(f"lr must be positive, got {self.lr}")
+
+    def model_config(self) -> AttnOnlyConfig:
+        return AttnOnlyConfig(
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            d_model=self.d_model,
+            d_head=self.d_head,
+            d_vocab=self.d_vocab,
+            n_ctx=self.n_ctx,
+            seed=self.seed,
+            model_name="induction-2l",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["segment_lengths"] = list(self.segment_lengths)
+        d["eval_lengths"] = list(self.eval_lengths)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> InductionTrainConfig:
+        d = dict(d)
+        for k in ("segment_lengths", "eval_lengths"):
+            if k in d:
+                d[k] = tuple(d[k])
+        return cls(**d)
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """The trained model, its per-evaluation history and wall time."""
+
+    model: AttnOnlyTransformer
+    config: InductionTrainConfig
+    history: list[dict[str, float]]
+    seconds: float
+    interrupted: bool = False
+
+
+def head_norm_penalty(model: AttnOnlyTransformer) -> torch.Tensor:
+    """Group-lasso penalty: the sum over heads of ``||W_O[layer, head]||_F``.
+
+    An L1 norm over heads (an L2 norm within each) pushes the model to solve
+    the task with as few heads as it needs, so that each role sits in one
+    identifiable head instead of being shared out across redundant ones.
+    """
+    return sum(b.attn.W_O.flatten(1).norm(dim=1).sum() for b in model.blocks)
+
+
+def held_out_batch(cfg: InductionTrainConfig, n: int | None = None, seed: int | None = None):
+    """The fixed evaluation batch: segment lengths never used in training."""
+    return repeated_tokens(
+        n or cfg.eval_size,
+        d_vocab=cfg.d_vocab,
+        seq_len=cfg.n_ctx,
+        segment_lengths=cfg.eval_lengths,
+        seed=(cfg.seed + 10_000) if seed is None else seed,
+    )
+
+
+def evaluate(model: AttnOnlyTransformer, data) -> dict[str, float]:
+    """Held-out repeated-half loss, first-half loss and the best layer-1 induction score."""
+    from interp.analysis.induction import head_scores
+
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        nll = model(data.tokens, "loss", loss_per_token=True)  # [batch, pos - 1]
+        rep = data.loss_mask[:, :-1]
+        first = data.first_half_mask[:, :-1]
+        scores = head_scores(
+            model, data.tokens, kinds=("induction", "previous_token"), query_mask=data.loss_mask
+        )
+    model.train(was_training)
+    last = scores[scores.layer == model.cfg.n_layers - 1]
+    first_layer = scores[scores.layer == 0]
+    return {
+        "repeated_loss": float(nll[rep].mean()),
+        "first_half_loss": float(nll[first].mean()),
+        "induction": float(last["induction"].max()),
+        "previous_token": float(first_layer["previous_token"].max()),
+    }
+
+
+def train_induction(
+    cfg: InductionTrainConfig | None = None,
+    *,
+    progress: bool = True,
+    stop_when: Callable[[dict[str, float]], bool] | None = None,
+) -> TrainResult:
+    """Train an attention-only model on repeated sequences from scratch.
+
+    Args:
+        cfg: sizes and settings (defaults reproduce the shipped checkpoint).
+        progress: show a tqdm bar with the loss and the held-out induction score.
+        stop_when: optional predicate on each evaluation's metrics; training
+            stops early when it returns True (used to time "time to induction").
+
+    Ctrl-C stops training and returns the model so far with ``interrupted=True``.
+
+    Example:
+        >>> cfg = InductionTrainConfig(steps=10)
+        >>> result = train_induction(cfg, progress=False)  # doctest: +SKIP
+    """
+    cfg = cfg or InductionTrainConfig()
+    with deterministic_algorithms():
+        return _train(cfg, progress=progress, stop_when=stop_when)
+
+
+@contextlib.contextmanager
+def deterministic_algorithms() -> Iterator[None]:
+    """Use torch's deterministic kernels (the embedding backward otherwise sums in thread order)."""
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous)
+
+
+def _train(cfg: InductionTrainConfig, *, progress: bool, stop_when) -> TrainResult:
+    from tqdm.auto import tqdm
+
+    model = AttnOnlyTransformer(cfg.model_config())
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (
+            min(1.0, (s + 1) / cfg.warmup_steps)
+            * (0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)) if cfg.cosine else 1.0)
+        ),
+    )
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    held_out = held_out_batch(cfg)
+    history: list[dict[str, float]] = []
+    start = time.perf_counter()
+    interrupted = False
+    bar = tqdm(range(cfg.steps), disable=not progress, desc="train induction", unit="step")
+    try:
+        for step in bar:
+            batch = repeated_tokens(
+                cfg.batch_size,
+                d_vocab=cfg.d_vocab,
+                seq_len=cfg.n_ctx,
+                segment_lengths=cfg.segment_lengths,
+                repeats=None,
+                max_prefix=cfg.max_prefix,
+                generator=gen,
+            )
+            loss = model(batch.tokens, "loss")
+            if cfg.head_l1:
+                # Ramp the penalty in: a full-strength penalty from step 0 can silence the
+                # layer-0 heads before the induction circuit has formed.
+                ramp = min(1.0, step / max(1, cfg.head_l1_ramp * cfg.steps))
+                total = loss + cfg.head_l1 * ramp * head_norm_penalty(model)
+            else:
+                total = loss
+            opt.zero_grad(set_to_none=True)
+            total.backward()
+            opt.step()
+            sched.step()
+            if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+                metrics = {
+                    "step": step + 1,
+                    "seconds": time.perf_counter() - start,
+                    "train_loss": loss.item(),
+                    **evaluate(model, held_out),
+                }
+                history.append(metrics)
+                bar.set_postfix(
+                    loss=f"{metrics['train_loss']:.3f}", induction=f"{metrics['induction']:.2f}"
+                )
+                if stop_when is not None and stop_when(metrics):
+                    break
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.close()
+    model.eval()
+    return TrainResult(
+        model=model,
+        config=cfg,
+        history=history,
+        seconds=time.perf_counter() - start,
+        interrupted=interrupted,
+    )
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_checkpoint(
+    result: TrainResult, out_dir: str | os.PathLike[str], *, extra: dict[str, Any] | None = None
+) -> Path:
+    """Write ``model.safetensors`` and ``config.json`` into ``out_dir`` atomically.
+
+    Raises:
+        InterpError: if ``out_dir`` exists and is a file.
+    """
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InterpError(f"checkpoint path {str(out)!r} is a file; pass a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().clone() for k, v in result.model.state_dict().items()}
+    write_with(out / WEIGHTS, lambda p: save_file(state, str(p)))
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "model": result.model.cfg.to_dict(),
+        "training": result.config.to_dict(),
+        "seed": result.config.seed,
+        "history": result.history,
+        "interrupted": result.interrupted,
+        "weights_sha256": _sha256(out / WEIGHTS),
+        **(extra or {}),
+    }
+    write_text(out / CONFIG, json.dumps(meta, indent=2) + "\n")
+    return out
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> tuple[AttnOnlyTransformer, dict[str, Any]]:
+    """Load a checkpoint directory written by :func:`save_checkpoint`, verifying it.
+
+    Raises:
+        CheckpointError: when the directory or a file is missing, the config is
+            not valid JSON, the weights' hash differs from the config's (a
+            truncated or corrupt file), or tensors are missing or misshapen.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    d = Path(path)
+    if not d.is_dir():
+        raise CheckpointError(
+            f"checkpoint {str(d)!r} not found (expected a directory with "
+            f"{WEIGHTS} and {CONFIG}); train one with `interp train induction`"
+        )
+    for name in (WEIGHTS, CONFIG):
+        if not (d / name).is_file():
+            raise CheckpointError(f"checkpoint {str(d)!r} is missing {name}")
+    try:
+        meta = json.loads((d / CONFIG).read_text())
+        model_cfg = AttnOnlyConfig.from_dict(meta["model"])
+    except (json.JSONDecodeError, KeyError, TypeError, InterpError) as exc:
+        raise CheckpointError(f"checkpoint config {str(d / CONFIG)!r} is invalid: {exc}") from exc
+    digest = _sha256(d / WEIGHTS)
+    if meta.get("weights_sha256") and digest != meta["weights_sha256"]:
+        raise CheckpointError(
+            f"checkpoint weights {str(d / WEIGHTS)!r} are corrupt or truncated: SHA-256 "
+            f"{digest[:12]}... does not match the config's {meta['weights_sha256'][:12]}...; "
+            "retrain or restore the file"
+        )
+    try:
+        state = load_file(str(d / WEIGHTS))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot read {str(d / WEIGHTS)!r}: {exc}") from exc
+    model = AttnOnlyTransformer(model_cfg)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint tensors do not match its config: missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]}"
+        )
+    for k, v in state.items():
+        if tuple(v.shape) != tuple(expected[k].shape):
+            raise CheckpointError(
+                f"tensor {k} has shape {tuple(v.shape)} but the config implies "
+                f"{tuple(expected[k].shape)}"
+            )
+    model.load_state_dict(state)
+    model.eval()
+    return model, meta

@@ -1,0 +1,122 @@
+"""QK/OV circuits, copying scores and composition scores, cross-checked against TransformerLens."""
+
+import pytest
+import torch
+
+from interp import InterpError
+from interp.analysis.circuits import (
+    copying_score,
+    copying_scores,
+    diagonal_fraction,
+    effective_embedding,
+    k_composition_circuit,
+    ov_circuit,
+    qk_circuit,
+)
+from interp.analysis.composition import composition_scores, composition_tensor, random_baseline
+from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
+
+
+@pytest.fixture(scope="module")
+def bridge():
+    from transformer_lens.model_bridge import TransformerBridge
+
+    return TransformerBridge.boot_native(
+        dict(
+            n_layers=3,
+            d_model=32,
+            n_heads=2,
+            d_head=8,
+            n_ctx=16,
+            d_vocab=24,
+            attn_only=True,
+            act_fn=None,
+            normalization_type="LN",
+            seed=1,
+        )
+    ).eval()
+
+
+def no_ln_model():
+    cfg = AttnOnlyConfig(
+        n_layers=2,
+        n_heads=2,
+        d_model=16,
+        d_head=4,
+        d_vocab=12,
+        n_ctx=8,
+        normalization_type=None,
+        seed=0,
+    )
+    return AttnOnlyTransformer(cfg).eval()
+
+
+def test_circuits_equal_explicit_products_without_layernorm():
+    m = no_ln_model()
+    E, U = m.W_E, m.W_U
+    qk = qk_circuit(m, 1, 0)
+    torch.testing.assert_close(qk.AB, E @ m.W_Q[1, 0] @ m.W_K[1, 0].T @ E.T)
+    pos = qk_circuit(m, 0, 1, kind="positional")
+    torch.testing.assert_close(pos.AB, m.W_pos @ m.W_Q[0, 1] @ m.W_K[0, 1].T @ m.W_pos.T)
+    ov = ov_circuit(m, 1, 1)
+    torch.testing.assert_close(ov.AB, E @ m.W_V[1, 1] @ m.W_O[1, 1] @ U)
+    kc = k_composition_circuit(m, (0, 1), (1, 0))
+    expect = (E @ m.W_Q[1, 0]) @ (E @ m.W_V[0, 1] @ m.W_O[0, 1] @ m.W_K[1, 0]).T
+    torch.testing.assert_close(kc.AB, expect)
+    assert ov.A.shape == (12, 4) and ov.B.shape == (4, 12)  # factored, never d_vocab^2 inside
+
+
+def test_layernorm_rows_are_normalised(bridge):
+    E = effective_embedding(bridge, 0)
+    torch.testing.assert_close(E.mean(-1), torch.zeros(24), atol=1e-5, rtol=0)
+
+
+def test_copying_score_and_diagonal_fraction_on_known_matrices():
+    from transformer_lens import FactoredMatrix
+
+    eye = FactoredMatrix(torch.eye(6)[:, :3] * 2, torch.eye(6)[:3])  # copies tokens 0..2
+    assert copying_score(eye) == pytest.approx(1.0)
+    neg = FactoredMatrix(-torch.eye(5), torch.eye(5))
+    assert copying_score(neg) == pytest.approx(-1.0)
+    assert diagonal_fraction(FactoredMatrix(torch.eye(5), torch.eye(5)), chunk=2) == 1.0
+    perm = torch.eye(5)[[1, 2, 3, 4, 0]]
+    assert diagonal_fraction(FactoredMatrix(perm, torch.eye(5))) == 0.0
+    with pytest.raises(InterpError, match="square"):
+        diagonal_fraction(FactoredMatrix(torch.ones(3, 2), torch.ones(2, 4)))
+
+
+def test_copying_scores_table(bridge):
+    df = copying_scores(bridge)
+    assert list(df.columns) == ["layer", "head", "label", "copying_score", "top1_self_fraction"]
+    assert df["copying_score"].between(-1, 1).all()
+
+
+@pytest.mark.parametrize("kind", ["Q", "K", "V"])
+def test_composition_matches_transformer_lens(bridge, kind):
+    ours = composition_tensor(bridge, kind)
+    theirs = bridge.all_composition_scores(kind).scores
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+    # and the same numbers on our own class holding the same weights
+    mine = AttnOnlyTransformer.from_bridge(bridge)
+    torch.testing.assert_close(composition_tensor(mine, kind), theirs, atol=1e-6, rtol=1e-5)
+
+
+def test_composition_table_and_baseline(bridge):
+    df = composition_scores(bridge, "K")
+    assert len(df) == 12  # pairs (earlier, later): 2*2 (L0,L1) + 2*2 (L0,L2) + 2*2 (L1,L2)
+    assert (df["src_layer"] < df["layer"]).all()
+    base = random_baseline(32, 8)
+    assert abs(base - 1 / 32**0.5) < 0.08  # about 1/sqrt(d_model)
+    assert (df["baseline"] == base).all()
+    with pytest.raises(InterpError, match="kind must be"):
+        composition_scores(bridge, "X")
+
+
+def test_bad_layer_head():
+    m = no_ln_model()
+    with pytest.raises(InterpError, match="layer 5 out of range"):
+        qk_circuit(m, 5, 0)
+    with pytest.raises(InterpError, match="head 3 out of range"):
+        ov_circuit(m, 0, 3)
+    with pytest.raises(InterpError, match="earlier layer"):
+        k_composition_circuit(m, (1, 0), (1, 1))
