@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-LABS = ("induction", "bank-sense")
+LABS = ("induction", "bank-sense", "feature-recovery")
 
 
 def _lab(args: argparse.Namespace) -> int:
@@ -22,6 +22,14 @@ def _lab(args: argparse.Namespace) -> int:
             from interp.errors import InterpError
 
             raise InterpError("the bank-sense lab writes CSV tables only; drop --format")
+        out = lab.run(args.out or lab.DEFAULT_OUT)
+    elif args.name == "feature-recovery":
+        from interp.labs import feature_recovery_report as lab
+
+        if args.format != "csv":
+            from interp.errors import InterpError
+
+            raise InterpError("the feature-recovery lab writes CSV tables only; drop --format")
         out = lab.run(args.out or lab.DEFAULT_OUT)
     else:
         from interp.labs import induction_report as lab

@@ -25,6 +25,10 @@ _EXPORTS = {
     "Subspaces": "interp.analysis.subspace",
     "subspaces": "interp.analysis.subspace",
     "null_space_dimension": "interp.analysis.subspace",
+    "factored_subspaces": "interp.analysis.subspace",
+    "head_subspaces": "interp.analysis.subspace",
+    "null_space_probe": "interp.analysis.null_probe",
+    "read_fraction": "interp.analysis.null_probe",
 }
 
 __all__ = sorted(_EXPORTS)

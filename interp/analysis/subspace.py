@@ -136,3 +136,89 @@ def null_space_dimension(W: Any, *, convention: Literal["column", "row"] = "colu
     S = np.linalg.svd(M, compute_uv=False)
     tol = float(S[0]) * max(M.shape) * float(np.finfo(M.dtype).eps)
     return int(M.shape[1] - (S > tol).sum())
+
+
+def _complement(basis: np.ndarray, dim: int) -> np.ndarray:
+    """Orthonormal rows spanning the orthogonal complement of ``basis`` (orthonormal rows)."""
+    if basis.shape[0] == 0:
+        return np.eye(dim)
+    q, _ = np.linalg.qr(basis.T, mode="complete")  # [dim, dim]; first columns span basis
+    return q[:, basis.shape[0] :].T
+
+
+def factored_subspaces(A: Any, B: Any, *, tol: float | None = None) -> Subspaces:
+    """:func:`subspaces` of ``M = A @ B`` (column convention) from its factors.
+
+    ``A [d_out, r]`` and ``B [r, d_in]`` with small ``r``: the SVD is taken of
+    the ``r x r`` core after QR of each factor, so ``M`` itself is never formed;
+    only the null-space bases (which are ``d - rank`` vectors long) are.
+
+    Raises:
+        InterpError: for factors that are not 2-D, do not chain, or are not finite.
+    """
+    A, B = _to_numpy(A), _to_numpy(B)
+    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
+        raise InterpError(f"factors must chain as [d_out, r] @ [r, d_in], got {A.shape}, {B.shape}")
+    if not (np.isfinite(A).all() and np.isfinite(B).all()):
+        raise InterpError("factors contain NaN or infinite entries")
+    d_out, d_in = A.shape[0], B.shape[1]
+    qa, ra = np.linalg.qr(A)  # A = qa ra
+    qb, rb = np.linalg.qr(B.T)  # B = rb^T qb^T
+    u, S, vh = np.linalg.svd(ra @ rb.T)
+    U, Vh = qa @ u, vh @ qb.T  # M = U diag(S) Vh
+    if tol is None:
+        smax = float(S[0]) if S.size else 0.0
+        tol = smax * max(d_out, d_in) * float(np.finfo(U.dtype).eps)
+    rank = int((S > tol).sum())
+    row, col = Vh[:rank], U[:, :rank].T
+    return Subspaces(
+        rank=rank,
+        singular_values=S,
+        tol=float(tol),
+        row_space=row,
+        null_space=_complement(row, d_in),
+        column_space=col,
+        left_null_space=_complement(col, d_out),
+    )
+
+
+WHICH = ("Q", "K", "V", "O", "QK", "OV")
+
+
+def head_subspaces(model: Any, layer: int, head: int, *, which: str = "Q") -> Subspaces:
+    """Subspaces of one head's map, in residual-stream coordinates (column convention).
+
+    ``which`` selects the map ``M`` (input on the right, ``y = M x``):
+
+    * ``Q``, ``K``, ``V``: ``W^T [d_head, d_model]``; the null space holds the
+      residual directions this head's queries / keys / values ignore.
+    * ``O``: ``W_O^T [d_model, d_head]``; the column space holds the residual
+      directions the head can write, the left null space those it never writes.
+    * ``QK``: ``W_K W_Q^T [d_model, d_model]``, taking a query-side residual to
+      the key-side direction it matches: the null space holds query directions
+      that change no score, the column space the key directions that can be matched.
+    * ``OV``: ``W_O^T W_V^T [d_model, d_model]``: source residual to written residual.
+
+    For QK and OV the factors are used directly (:func:`factored_subspaces`).
+    On models with LayerNorm these are maps of the *normalised* input
+    (``blocks.{l}.ln1.hook_normalized``), which is what the head reads.
+
+    Raises:
+        InterpError: for a layer or head out of range, or an unknown ``which``.
+    """
+    from interp.analysis._common import check_layer_head
+
+    check_layer_head(model, layer, head)
+    if which not in WHICH:
+        raise InterpError(f"which must be one of {', '.join(WHICH)}, got {which!r}")
+
+    def w(name: str) -> np.ndarray:
+        return _to_numpy(getattr(model, name)[layer, head].detach().double())
+
+    if which in ("Q", "K", "V"):
+        return subspaces(w(f"W_{which}").T)
+    if which == "O":
+        return subspaces(w("W_O").T)
+    if which == "QK":
+        return factored_subspaces(w("W_K"), w("W_Q").T)
+    return factored_subspaces(w("W_O").T, w("W_V").T)
