@@ -23,13 +23,9 @@ from interp.models import load_induction_model  # noqa: E402
 
 
 def gpt2_bridge(n_layers: int = 12):
-    from transformer_lens.model_bridge import TransformerBridge
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from interp.models.hf import random_gpt2
 
-    hf = GPT2LMHeadModel(
-        GPT2Config(n_layer=n_layers, n_embd=256, n_head=8, n_positions=256, vocab_size=2000)
-    ).eval()
-    return TransformerBridge.boot_transformers("gpt2", hf_model=hf, tokenizer=None).eval()
+    return random_gpt2(n_layers, d_model=256, n_heads=8, vocab=2000, n_ctx=256)
 
 
 def compare(name: str, model, tokens) -> None:
@@ -58,11 +54,7 @@ def main() -> None:
     )
     ind = load_induction_model()
     compare("induction-2l (batch 64)", ind, probe_tokens(ind, n=64))
-    try:
-        big = gpt2_bridge()
-    except Exception as exc:  # noqa: BLE001
-        print(f"12-layer GPT-2 bridge unavailable: {exc}")
-        return
+    big = gpt2_bridge()
     compare("gpt2-style 12L (batch 16)", big, probe_tokens(big, n=16, half_len=100))
 
 

@@ -13,3 +13,12 @@ def data_dir() -> Path:
 
 
 INDUCTION_CHECKPOINT = "induction-2l"
+
+
+def cache_dir() -> Path:
+    """``$INTERP_CACHE``, else ``$XDG_CACHE_HOME/interp``, else ``~/.cache/interp``."""
+    env = os.environ.get("INTERP_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "interp"

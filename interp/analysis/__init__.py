@@ -21,6 +21,7 @@ _EXPORTS = {
     "ablate_heads": "interp.analysis.ablation",
     "ablate_head_groups": "interp.analysis.ablation",
     "loss_metric": "interp.analysis.ablation",
+    "patch_heads": "interp.analysis.ablation",
     "logit_diff_metric": "interp.analysis.ablation",
     "Subspaces": "interp.analysis.subspace",
     "subspaces": "interp.analysis.subspace",
