@@ -19,6 +19,7 @@ import time
 import torch
 
 MODELS = ("induction-2l", "gpt2-12l")
+REPEAT = 2
 
 
 def build(name: str):
@@ -61,15 +62,17 @@ def run_one(name: str, method: str) -> dict:
 
     model, data = build(name)
     metric = loss_metric(data.loss_mask)
+    def go():
+        if method == "ours":
+            return ablate_heads(model, data.tokens, metric=metric)["ablated"].tolist()
+        return loop(model, data.tokens, metric)
+
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t = time.perf_counter()
-    if method == "ours":
-        values = ablate_heads(model, data.tokens, metric=metric)["ablated"].tolist()
-    elif method == "loop":
-        values = loop(model, data.tokens, metric)
-    else:
-        values = []
-    seconds = time.perf_counter() - t
+    seconds = float("inf")
+    for _ in range(REPEAT):  # best of REPEAT; the first call includes one-time model checks
+        t = time.perf_counter()
+        values = go()
+        seconds = min(seconds, time.perf_counter() - t)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "seconds": seconds,

@@ -40,6 +40,7 @@ from interp.hooks import hook_name
 
 Heads = Sequence[tuple[int, int]]
 _EXPAND_OK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+MAX_EDITS_PER_PASS = 32
 
 
 def available_memory() -> int:
@@ -95,7 +96,9 @@ def _chunk_size(model, tokens, n_edits, batch_size, memory_budget) -> int:
     budget = available_memory() // 4 if memory_budget is None else int(memory_budget)
     if budget <= 0:
         raise InterpError(f"memory_budget must be positive, got {memory_budget}")
-    return max(1, min(n_edits, budget // max(1, bytes_per_copy(model, tokens))))
+    # Beyond a few dozen copies per pass the activations outgrow the CPU caches and a pass
+    # costs more per copy, so the default also caps the pack size.
+    return max(1, min(n_edits, MAX_EDITS_PER_PASS, budget // max(1, bytes_per_copy(model, tokens))))
 
 
 def _inject_name(model: Any, layer: int) -> str:
@@ -148,8 +151,8 @@ def _run_growing(model, tokens, chunk_edits, replacement, positions, w_o) -> tor
         hooks.append((hook_name("z", layer), z_hook(layer)))
         hooks.append((_inject_name(model, layer), inject(layer)))
     logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
-    copies = logits.view(-1, b, *logits.shape[1:])[1:]  # drop the unedited copy
-    return torch.stack([copies[slots[i]] for i in range(len(chunk_edits))])
+    copies = logits.view(-1, b, *logits.shape[1:])
+    return copies[0], torch.stack([copies[1:][slots[i]] for i in range(len(chunk_edits))])
 
 
 def _growing_supported(model: Any, tokens: torch.Tensor) -> bool:
@@ -165,7 +168,7 @@ def _growing_supported(model: Any, tokens: torch.Tensor) -> bool:
         try:
             with torch.no_grad():
                 w_o = {layer: model.W_O[layer].detach()}
-                got = _run_growing(model, probe, [[(layer, 0)]], None, None, w_o)[0]
+                got = _run_growing(model, probe, [[(layer, 0)]], None, None, w_o)[1][0]
 
                 def zero(z, hook):
                     z = z.clone()
@@ -195,21 +198,25 @@ def sweep(
     memory_budget: int | None = None,
     progress: bool = False,
     desc: str = "sweep",
-) -> list[Any]:
-    """Metric values, one per edit, in the order given.
+    return_clean: bool = False,
+) -> list[Any] | tuple[list[Any], Any]:
+    """Metric values, one per edit, in the order given (and the unedited run's, if asked).
 
     ``replacement[layer]`` (``[batch, pos, head, d_head]``) is spliced in for the
     edited heads of that layer; missing layers are zeroed. ``positions`` (a
     ``[pos]`` bool mask) restricts the edit to those positions. The caller
     runs this in eval mode under no_grad.
+
+    Raises:
+        InterpError: for an empty edit list or a bad batch size or budget.
     """
     from tqdm.auto import tqdm
 
     if not edits:
-        return []
+        raise InterpError("nothing to sweep: no edits given")
     if _expand_supported(model, tokens):
         groups = [(tokens, replacement)]
-    else:  # replicate per sequence so per-sequence masks still broadcast
+    else:  # one sequence at a time, so per-sequence masks still broadcast
         groups = [
             (
                 tokens[b : b + 1],
@@ -224,25 +231,31 @@ def sweep(
     order = sorted(range(len(edits)), key=lambda i: min(l for l, _ in edits[i]))
     chunks = [order[i : i + k] for i in range(0, len(order), k)]
     values: dict[int, Any] = {}
+    clean = None
     bar = tqdm(total=len(chunks) * len(groups), disable=not progress, desc=desc, unit="pass")
     try:
         for chunk in chunks:
-            parts = []  # per group: logits [k, group batch, pos, vocab]
+            cleans, parts = [], []  # per group: [group batch, ...] and [k, group batch, ...]
+            chunk_edits = [edits[i] for i in chunk]
             for toks, repl in groups:
-                chunk_edits = [edits[i] for i in chunk]
-                parts.append(
+                c, p = (
                     _run_growing(model, toks, chunk_edits, repl, positions, w_o)
                     if grow
                     else _run_chunk(model, toks, chunk_edits, repl, positions)
                 )
+                cleans.append(c)
+                parts.append(p)
                 bar.update(1)
+            if clean is None:  # every pass carries the unedited batch; score it once
+                clean = metric(torch.cat(cleans, dim=0), tokens)
             logits = torch.cat(parts, dim=1)  # [k, batch, pos, vocab]
             for j, i in enumerate(chunk):
                 values[i] = metric(logits[j], tokens)
-            del parts, logits
+            del parts, cleans, logits
     finally:
         bar.close()
-    return [values[i] for i in range(len(edits))]
+    out = [values[i] for i in range(len(edits))]
+    return (out, clean) if return_clean else out
 
 
 def _run_chunk(model, tokens, chunk_edits, replacement, positions) -> torch.Tensor:
@@ -294,4 +307,4 @@ def _run_chunk(model, tokens, chunk_edits, replacement, positions) -> torch.Tens
     ]
     logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
     copies = logits.view(-1, b, *logits.shape[1:])
-    return torch.stack([copies[slot[i]] for i in range(len(chunk_edits))])
+    return copies[0], torch.stack([copies[slot[i]] for i in range(len(chunk_edits))])

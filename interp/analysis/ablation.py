@@ -203,22 +203,20 @@ def ablate_heads(
     chosen = parse_heads(model, heads)
     name = getattr(metric, "__name__", "metric")
     with eval_no_grad(model):
-        clean = _scalar(metric(model(tokens), tokens), name)
         repl = _replacements(model, tokens, method, {l for l, _ in chosen}, reference_tokens, seed)
-        values = _metric_values(
-            sweep(
-                model,
-                tokens,
-                [[lh] for lh in chosen],
-                metric,
-                replacement=repl or None,
-                batch_size=batch_size,
-                memory_budget=memory_budget,
-                progress=progress,
-                desc=f"{method} ablation",
-            ),
-            name,
+        raw, clean = sweep(
+            model,
+            tokens,
+            [[lh] for lh in chosen],
+            metric,
+            replacement=repl or None,
+            batch_size=batch_size,
+            memory_budget=memory_budget,
+            progress=progress,
+            desc=f"{method} ablation",
+            return_clean=True,
         )
+        values, clean = _metric_values(raw, name), _scalar(clean, name)
     ablated = torch.full((cfg.n_layers, cfg.n_heads), float("nan"), dtype=torch.float64)
     for (l, h), v in zip(chosen, values):
         ablated[l, h] = v
@@ -261,20 +259,18 @@ def ablate_head_groups(
     name = getattr(metric, "__name__", "metric")
     layers = {l for hs in parsed.values() for l, _ in hs}
     with eval_no_grad(model):
-        clean = _scalar(metric(model(tokens), tokens), name)
         repl = _replacements(model, tokens, method, layers, reference_tokens, seed)
-        values = _metric_values(
-            sweep(
-                model,
-                tokens,
-                list(parsed.values()),
-                metric,
-                replacement=repl or None,
-                batch_size=batch_size,
-                memory_budget=memory_budget,
-            ),
-            name,
+        raw, clean = sweep(
+            model,
+            tokens,
+            list(parsed.values()),
+            metric,
+            replacement=repl or None,
+            batch_size=batch_size,
+            memory_budget=memory_budget,
+            return_clean=True,
         )
+        values, clean = _metric_values(raw, name), _scalar(clean, name)
     rows = [
         {
             "group": g,
@@ -346,23 +342,21 @@ def patch_heads(
             clean_tokens, names_filter=[hook_name("z", l) for l in layers]
         )
         clean = _scalar(metric(clean_logits, clean_tokens), name)
-        corrupted = _scalar(metric(model(corrupted_tokens), corrupted_tokens), name)
         repl = {l: cache[hook_name("z", l)] for l in layers}
-        values = _metric_values(
-            sweep(
-                model,
-                corrupted_tokens,
-                [[lh] for lh in chosen],
-                metric,
-                replacement=repl,
-                positions=pos_mask,
-                batch_size=batch_size,
-                memory_budget=memory_budget,
-                progress=progress,
-                desc="patching",
-            ),
-            name,
+        raw, corrupted = sweep(
+            model,
+            corrupted_tokens,
+            [[lh] for lh in chosen],
+            metric,
+            replacement=repl,
+            positions=pos_mask,
+            batch_size=batch_size,
+            memory_budget=memory_budget,
+            progress=progress,
+            desc="patching",
+            return_clean=True,
         )
+        values, corrupted = _metric_values(raw, name), _scalar(corrupted, name)
     if clean == corrupted:
         raise InterpError("clean and corrupted runs give the same metric; nothing to patch")
     patched = torch.full((cfg.n_layers, cfg.n_heads), float("nan"), dtype=torch.float64)
