@@ -62,6 +62,7 @@ def run_one(name: str, method: str) -> dict:
 
     model, data = build(name)
     metric = loss_metric(data.loss_mask)
+
     def go():
         if method == "ours":
             return ablate_heads(model, data.tokens, metric=metric)["ablated"].tolist()

@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps", type=int, default=1200)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
+    from interp.cli_ablate import add_parsers
+
+    add_parsers(sub)
     return parser
 
 
