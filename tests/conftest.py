@@ -29,6 +29,25 @@ def run_cli(
     )
 
 
+def native_bridge(**sizes):
+    """A random attention-only LayerNorm TransformerBridge (boot_native), eval mode."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    cfg = dict(
+        n_layers=2,
+        d_model=32,
+        n_heads=4,
+        d_head=8,
+        n_ctx=16,
+        d_vocab=20,
+        seed=0,
+        attn_only=True,
+        act_fn=None,
+        normalization_type="LN",
+    )
+    return TransformerBridge.boot_native({**cfg, **sizes}).eval()
+
+
 @pytest.fixture(scope="session")
 def chromium_paths() -> tuple[str, str]:
     """Paths to Debian's chromium and chromedriver; skip locally, fail under CI=true."""

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import native_bridge
 
 from interp import InterpError
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
@@ -9,23 +10,7 @@ from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 
 @pytest.fixture(scope="module")
 def bridge():
-    from transformer_lens.model_bridge import TransformerBridge
-
-    b = TransformerBridge.boot_native(
-        dict(
-            n_layers=2,
-            d_model=32,
-            n_heads=4,
-            d_head=8,
-            n_ctx=16,
-            d_vocab=20,
-            attn_only=True,
-            act_fn=None,
-            normalization_type="LN",
-            seed=0,
-        )
-    )
-    return b.eval()
+    return native_bridge()
 
 
 def test_same_function_and_hooks_as_bridge(bridge):

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import native_bridge
 
 from interp import InterpError
 from interp.analysis.circuits import (
@@ -19,22 +20,7 @@ from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 
 @pytest.fixture(scope="module")
 def bridge():
-    from transformer_lens.model_bridge import TransformerBridge
-
-    return TransformerBridge.boot_native(
-        dict(
-            n_layers=3,
-            d_model=32,
-            n_heads=2,
-            d_head=8,
-            n_ctx=16,
-            d_vocab=24,
-            attn_only=True,
-            act_fn=None,
-            normalization_type="LN",
-            seed=1,
-        )
-    ).eval()
+    return native_bridge(n_layers=3, n_heads=2, d_vocab=24, seed=1)
 
 
 def no_ln_model():

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import native_bridge
 
 from interp import InterpError
 from interp.analysis.induction import head_scores, induction_scores, stripe_mask
@@ -91,22 +92,7 @@ def test_relation_to_transformer_lens_detect_head():
 
 
 def test_works_on_transformer_bridge():
-    from transformer_lens.model_bridge import TransformerBridge
-
-    bridge = TransformerBridge.boot_native(
-        dict(
-            n_layers=2,
-            d_model=32,
-            n_heads=4,
-            d_head=8,
-            n_ctx=40,
-            d_vocab=30,
-            attn_only=True,
-            act_fn=None,
-            normalization_type="LN",
-            seed=0,
-        )
-    ).eval()
+    bridge = native_bridge(n_ctx=40, d_vocab=30)
     df = induction_scores(bridge)
     assert len(df) == 8 and df["induction"].between(0, 1).all()
     ours = AttnOnlyTransformer.from_bridge(bridge).eval()

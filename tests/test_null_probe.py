@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from conftest import native_bridge
 
 from interp import InterpError
 from interp.analysis.induction import probe_tokens
@@ -19,22 +20,7 @@ def induction():
 
 @pytest.fixture(scope="module")
 def bridge():
-    from transformer_lens.model_bridge import TransformerBridge
-
-    return TransformerBridge.boot_native(
-        dict(
-            n_layers=2,
-            d_model=32,
-            n_heads=4,
-            d_head=4,
-            n_ctx=40,
-            d_vocab=30,
-            attn_only=True,
-            act_fn=None,
-            normalization_type="LN",
-            seed=0,
-        )
-    ).eval()
+    return native_bridge(d_head=4, n_ctx=40, d_vocab=30)
 
 
 def check_probe(df, which="Q"):

@@ -136,7 +136,7 @@ def test_unknown_token_and_empty_sentence():
         model.to_tokens("   ")
     with pytest.raises(InterpError, match="outside the vocabulary"):
         model(torch.tensor([[0, 5]]))
-    with pytest.raises(InterpError, match="empty input"):
+    with pytest.raises(InterpError, match="empty batch"):
         model(torch.zeros((1, 0), dtype=torch.long))
     with pytest.raises(InterpError, match="integer ids"):
         model(torch.zeros((1, 2)))

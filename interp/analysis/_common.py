@@ -45,7 +45,8 @@ def check_tokens(model: Any, tokens: Any, *, min_len: int = 1) -> torch.Tensor:
     """
     if not isinstance(tokens, torch.Tensor):
         raise InterpError(
-            f"tokens must be a [batch, pos] tensor of ids, got {type(tokens).__name__}"
+            f"tokens must be a [batch, pos] tensor of ids, got {type(tokens).__name__}; "
+            "use model.to_tokens(...) for text or words"
         )
     if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
         raise InterpError(f"tokens must be integer ids, got dtype {tokens.dtype}")
@@ -54,19 +55,23 @@ def check_tokens(model: Any, tokens: Any, *, min_len: int = 1) -> torch.Tensor:
     if tokens.ndim != 2:
         raise InterpError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
     if tokens.shape[0] == 0 or tokens.shape[1] == 0:
-        raise InterpError(f"empty batch: tokens have shape {tuple(tokens.shape)}")
+        raise InterpError(
+            f"empty batch: tokens have shape {tuple(tokens.shape)}; pass at least one token"
+        )
     if tokens.shape[1] < min_len:
         raise InterpError(f"sequences need at least {min_len} tokens, got {tokens.shape[1]}")
     n_ctx = model_n_ctx(model)
     if n_ctx is not None and tokens.shape[1] > n_ctx:
         raise InterpError(
-            f"sequence length {tokens.shape[1]} exceeds the model's context n_ctx={n_ctx}"
+            f"sequence length {tokens.shape[1]} exceeds the model's context n_ctx={n_ctx}; "
+            "shorten or split the input"
         )
     d_vocab = getattr(model.cfg, "d_vocab", None)
     lo, hi = int(tokens.min()), int(tokens.max())
     if lo < 0 or (d_vocab is not None and hi >= d_vocab):
         raise InterpError(
-            f"token id {lo if lo < 0 else hi} is outside the vocabulary [0, {d_vocab})"
+            f"token id {lo if lo < 0 else hi} is outside the vocabulary [0, {d_vocab}); "
+            "check the tokenizer or d_vocab"
         )
     return tokens.long()
 

@@ -283,36 +283,13 @@ class AttnOnlyTransformer(HookedRootModule):
 
     # --------------------------------------------------------------- forward
     def check_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Validate token ids and return them as a ``[batch, pos]`` long tensor."""
-        if not isinstance(tokens, torch.Tensor):
-            raise InterpError(
-                f"tokens must be a torch tensor of ids, got {type(tokens).__name__}; "
-                "use model.to_tokens(...) for words"
-            )
-        if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-            raise InterpError(f"tokens must be integer ids, got dtype {tokens.dtype}")
-        if tokens.ndim == 1:
-            tokens = tokens[None]
-        if tokens.ndim != 2:
-            raise InterpError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
-        if tokens.numel() == 0:
-            raise InterpError(
-                f"empty input: tokens have shape {tuple(tokens.shape)}; pass at least one token"
-            )
-        n_ctx = self.cfg.n_ctx
-        if n_ctx is not None and tokens.shape[1] > n_ctx:
-            raise InterpError(
-                f"sequence length {tokens.shape[1]} exceeds the model's context n_ctx={n_ctx}; "
-                "shorten or split the input"
-            )
-        lo, hi = int(tokens.min()), int(tokens.max())
-        if lo < 0 or hi >= self.cfg.d_vocab:
-            bad = lo if lo < 0 else hi
-            raise InterpError(
-                f"token id {bad} is outside the vocabulary [0, {self.cfg.d_vocab}); "
-                "check the tokenizer or d_vocab"
-            )
-        return tokens.long()
+        """Validate token ids and return them as a ``[batch, pos]`` long tensor.
+
+        The same checks every analysis runs (:func:`interp.analysis._common.check_tokens`).
+        """
+        from interp.analysis._common import check_tokens
+
+        return check_tokens(self, tokens)
 
     def forward(
         self,
