@@ -73,7 +73,7 @@ def run(out_dir: str | os.PathLike[str] = DEFAULT_OUT, *, seeds=(0, 1, 2)) -> La
     }
     paths = {name: export(df, out / f"{name}.csv") for name, df in tables.items()}
     report = Report("Feature recovery: what two 9 x 3 maps learn, read and ignore")
-    report.text(fr.__doc__.split("\n\n", 1)[1].replace("``", ""))
+    report.text(fr.__doc__.split("\n\n", 1)[1].replace("``", "").replace("*", ""))
     report.heading("Learned maps (W_V in canonical form)")
     report.heatmap(maps, "rows: input features; columns: query / value coordinates")
     report.heading("Which features each map recovers, and which it ignores")
