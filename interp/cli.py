@@ -63,6 +63,15 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _models(args: argparse.Namespace) -> int:
+    from interp.models.pretrained import list_models
+
+    for row in list_models():
+        state = ("cached" if row["cached"] else "installed") if row["installed"] else "missing"
+        print(f"{row['alias']:<14}{state:<11}{row['size_mb']:>9.1f} MB   {row['install']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="interp", description="Open up attention heads.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps", type=int, default=1200)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
+    models = sub.add_parser("models", help="list built-in model aliases")
+    models.set_defaults(func=_models)
     from interp.cli_ablate import add_parsers
 
     add_parsers(sub)

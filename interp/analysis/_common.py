@@ -162,3 +162,26 @@ def patterns(
             )
         out.append(p.float())
     return out
+
+
+def head_weight(model: Any, name: str) -> torch.Tensor:
+    """``model.<name>`` with one entry per *query* head: ``[n_layers, n_heads, ...]``.
+
+    Grouped-query attention models (e.g. SmolLM2: 9 query heads, 3 key/value
+    heads) store ``W_K``/``W_V`` per key/value head; query head ``h`` uses
+    key/value head ``h // (n_heads // n_kv_heads)``, so those are repeated.
+    """
+    W = getattr(model, name).detach()
+    n_heads = int(model.cfg.n_heads)
+    if W.shape[1] != n_heads:
+        if n_heads % W.shape[1]:
+            raise InterpError(f"{name} has {W.shape[1]} heads, not a divisor of {n_heads}")
+        W = W.repeat_interleave(n_heads // W.shape[1], dim=1)
+    return W
+
+
+def per_query_heads(x: torch.Tensor, n_heads: int, dim: int = 2) -> torch.Tensor:
+    """Repeat grouped key/value heads along ``dim`` so there is one per query head."""
+    if x.shape[dim] == n_heads:
+        return x
+    return x.repeat_interleave(n_heads // x.shape[dim], dim=dim)

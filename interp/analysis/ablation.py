@@ -159,6 +159,12 @@ def _prepare(model, tokens, method, metric, positions, reference_tokens):
     _check_positions(tokens, positions)
     if reference_tokens is not None:
         reference_tokens = check_tokens(model, reference_tokens, min_len=2)
+    if metric is None or getattr(metric, "__name__", "") == "loss":
+        if not getattr(model, "interp_logits_meaningful", True):
+            raise InterpError(
+                "this model's logits are meaningless (the checkpoint has no language-model "
+                "head), so loss metrics are refused; pass a metric on activations instead"
+            )
     if metric is None:
         metric = loss_metric(positions)
     elif not callable(metric):

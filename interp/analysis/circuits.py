@@ -35,7 +35,13 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis._common import check_layer_head, check_model, head_frame, parse_heads
+from interp.analysis._common import (
+    check_layer_head,
+    check_model,
+    head_frame,
+    head_weight,
+    parse_heads,
+)
 from interp.errors import InterpError
 
 
@@ -112,7 +118,7 @@ def _unembed(model: Any) -> torch.Tensor:
 
 
 def _head_w(model: Any, name: str, layer: int, head: int) -> torch.Tensor:
-    return getattr(model, name)[layer, head].detach().float()
+    return head_weight(model, name)[layer, head].float()
 
 
 def qk_circuit(

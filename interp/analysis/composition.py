@@ -28,7 +28,7 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis._common import check_model
+from interp.analysis._common import check_model, head_weight
 from interp.errors import InterpError
 from interp.hooks import head_label
 
@@ -38,11 +38,11 @@ Kind = Literal["Q", "K", "V"]
 def _factors(model: Any, kind: Kind):
     from transformer_lens import FactoredMatrix
 
-    W_V, W_O = model.W_V.detach().float(), model.W_O.detach().float()
+    W_V, W_O = head_weight(model, "W_V").float(), head_weight(model, "W_O").float()
     left = FactoredMatrix(W_V, W_O)  # [n_layers, n_heads, d_model, d_model]
     if kind == "V":
         return left, left
-    W_Q, W_K = model.W_Q.detach().float(), model.W_K.detach().float()
+    W_Q, W_K = head_weight(model, "W_Q").float(), head_weight(model, "W_K").float()
     qk = FactoredMatrix(W_Q, W_K.transpose(-2, -1))
     return left, (qk if kind == "Q" else qk.T)
 

@@ -25,7 +25,13 @@ from interp.errors import InterpError
 
 
 def per_token_loss(model: Any, tokens: torch.Tensor) -> torch.Tensor:
-    """``[batch, pos - 1]`` next-token cross-entropy, from the model's logits."""
+    """``[batch, pos - 1]`` next-token cross-entropy, from the model's logits.
+
+    Raises:
+        InterpError: for a model whose logits are meaningless (no LM head).
+    """
+    if not getattr(model, "interp_logits_meaningful", True):
+        raise InterpError("this model has no language-model head: its loss is meaningless")
     with torch.no_grad():
         logits = model(tokens)
     if logits.shape[-1] != getattr(model.cfg, "d_vocab", logits.shape[-1]):

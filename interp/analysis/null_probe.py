@@ -32,7 +32,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.analysis._common import check_layer_head, check_model, check_tokens, head_frame
+from interp.analysis._common import (
+    check_layer_head,
+    check_model,
+    check_tokens,
+    head_frame,
+    per_query_heads,
+)
 from interp.analysis.subspace import head_subspaces
 from interp.errors import InterpError
 from interp.hooks import hook_name
@@ -195,6 +201,9 @@ def _measure(model, tokens, clean_out, clean, in_name, names, d, pos_t, head, n_
         model, tokens, [p_name], [(in_name, add), (k_name, keep(k_name)), (v_name, keep(v_name))]
     )[1]
     sel = (slice(None), pos_t)
+    # Grouped-query attention: view keys and values per query head (copies, not in place).
+    cache = {**cache, **{n: per_query_heads(cache[n], n_heads) for n in (k_name, v_name)}}
+    clean = {**clean, **{n: per_query_heads(clean[n], n_heads) for n in (k_name, v_name)}}
     others = [h for h in range(n_heads) if h != head]
     first = int(pos_t.min())
     return {

@@ -206,14 +206,14 @@ def head_subspaces(model: Any, layer: int, head: int, *, which: str = "Q") -> Su
     Raises:
         InterpError: for a layer or head out of range, or an unknown ``which``.
     """
-    from interp.analysis._common import check_layer_head
+    from interp.analysis._common import check_layer_head, head_weight
 
     check_layer_head(model, layer, head)
     if which not in WHICH:
         raise InterpError(f"which must be one of {', '.join(WHICH)}, got {which!r}")
 
     def w(name: str) -> np.ndarray:
-        return _to_numpy(getattr(model, name)[layer, head].detach().double())
+        return _to_numpy(head_weight(model, name)[layer, head].double())
 
     if which in ("Q", "K", "V"):
         return subspaces(w(f"W_{which}").T)

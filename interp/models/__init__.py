@@ -12,6 +12,8 @@ _EXPORTS = {
     "toy_model": "interp.models.toy",
     "OneHeadSense": "interp.models.toy",
     "load_induction_model": "interp.models.checkpoints",
+    "load_model": "interp.models.pretrained",
+    "list_models": "interp.models.pretrained",
 }
 
 __all__ = sorted(_EXPORTS)

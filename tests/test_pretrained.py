@@ -1,0 +1,113 @@
+"""Real pretrained models, offline: SmolLM2-135M (GGUF, GQA) and all-MiniLM-L6-v2 (BERT).
+
+Each model is loaded once per session. The first SmolLM2 load dequantises the
+GGUF file into the cache (about 30 s); later loads take a few seconds.
+"""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from interp import InterpError
+from interp.analysis.ablation import ablate_head_groups, loss_metric
+from interp.analysis.induction import head_scores, probe_tokens
+from interp.datasets import repeated_random_tokens
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    from interp.models import load_model
+
+    return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from interp.models import load_model
+
+    return load_model("minilm-l6")
+
+
+@pytest.fixture(scope="session")
+def smol_probe(smollm):
+    bos = smollm.tokenizer.bos_token_id
+    return repeated_random_tokens(4, 50, d_vocab=int(smollm.cfg.d_vocab), bos=bos, seed=0)
+
+
+@pytest.fixture(scope="session")
+def smol_scores(smollm, smol_probe):
+    return head_scores(smollm, smol_probe.tokens, kinds=("induction", "previous_token"))
+
+
+def test_smollm_shape_and_logits_match_hugging_face(smollm):
+    assert (smollm.cfg.n_layers, smollm.cfg.n_heads) == (30, 9)
+    toks = smollm.to_tokens("The river bank was muddy after the rain.")
+    assert int(toks[0, 0]) == 1  # to_tokens prepends BOS id 1
+    with torch.no_grad():
+        ours, ref = smollm(toks), smollm.interp_hf_model(toks).logits
+    torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_smollm_has_induction_heads(smol_scores):
+    assert len(smol_scores) == 270
+    assert smol_scores["induction"].max() > 0.7
+
+
+def test_ablating_top_induction_heads_vs_random(smollm, smol_probe, smol_scores):
+    top = smol_scores.nlargest(6, "induction")["label"].tolist()
+    gen = torch.Generator().manual_seed(0)
+    others = smol_scores[~smol_scores["label"].isin(top)]["label"].tolist()
+    groups = {"top-6 induction": top}
+    for s in range(5):
+        idx = torch.randperm(len(others), generator=gen)[:6].tolist()
+        groups[f"random-6 draw {s}"] = [others[i] for i in idx]
+    df = ablate_head_groups(
+        smollm, smol_probe.tokens, groups, metric=loss_metric(smol_probe.loss_mask)
+    ).set_index("group")
+    random = df.drop(index="top-6 induction")["delta"]
+    assert df.loc["top-6 induction", "delta"] > 3.0
+    # Measured: most random draws cost well under 1 nat, but a draw that happens to hold a
+    # critical non-induction head (L16H0 alone costs about 7 nats here) costs as much as the
+    # induction heads; so the claim is about the typical draw, tested by the median.
+    assert random.median() < 1.0
+
+
+def test_minilm_loads_and_scores_but_refuses_loss(minilm):
+    assert (minilm.cfg.n_layers, minilm.cfg.n_heads) == (6, 12)
+    toks = minilm.to_tokens("the river bank")
+    df = head_scores(minilm, probe_tokens(minilm, n=2, half_len=20), kinds=("previous_token",))
+    assert len(df) == 72 and df["previous_token"].between(0, 1).all()
+    with pytest.raises(InterpError, match="loss metrics are refused"):
+        ablate_head_groups(minilm, toks, {"a": ["L0H0"]})
+
+
+def test_corrupt_cache_is_detected_and_rebuilt(tmp_path, monkeypatch, smollm):
+    from interp.models import pretrained
+
+    src = pretrained.smollm2_cache()
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
+    dst = pretrained.smollm2_cache()
+    shutil.copytree(src, dst)
+    weights = dst / "model.safetensors"
+    with open(weights, "r+b") as f:  # truncate: a partial copy
+        f.truncate(weights.stat().st_size // 2)
+    assert pretrained.cache_status(dst).startswith("weights truncated")
+    meta = json.loads((dst / pretrained.MANIFEST).read_text())
+    model = pretrained.load_model("smollm2-135m")  # rebuilds from the GGUF
+    assert pretrained.cache_status(dst) == "ok"
+    assert json.loads((dst / pretrained.MANIFEST).read_text())["sha256"] == meta["sha256"]
+    assert model.cfg.n_layers == 30
+
+
+def test_unknown_and_unreachable_models_fail_fast(monkeypatch):
+    from interp.models import load_model
+
+    with pytest.raises(InterpError, match="aliases: smollm2-135m, minilm-l6, induction-2l"):
+        load_model("nope")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(InterpError, match="hub is unreachable"):
+        load_model("someone/some-model")
