@@ -8,6 +8,7 @@ file is still there, or the complete new one is.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -67,3 +68,12 @@ def write_with(path: str | os.PathLike[str], writer: Callable[[Path], object]) -
     with atomic_path(path) as tmp:
         writer(tmp)
     return Path(path)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file, read in 4 MiB chunks (checkpoints and caches are verified by it)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -33,7 +32,7 @@ from typing import Any
 
 import torch
 
-from interp._io import write_text, write_with
+from interp._io import sha256_file, write_text, write_with
 from interp.datasets import HELD_OUT_LENGTHS, TRAIN_LENGTHS, repeated_tokens
 from interp.errors import CheckpointError, InterpError
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
@@ -268,14 +267,6 @@ def _train(cfg: InductionTrainConfig, *, progress: bool, stop_when) -> TrainResu
     )
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def save_checkpoint(
     result: TrainResult, out_dir: str | os.PathLike[str], *, extra: dict[str, Any] | None = None
 ) -> Path:
@@ -299,7 +290,7 @@ def save_checkpoint(
         "seed": result.config.seed,
         "history": result.history,
         "interrupted": result.interrupted,
-        "weights_sha256": _sha256(out / WEIGHTS),
+        "weights_sha256": sha256_file(out / WEIGHTS),
         **(extra or {}),
     }
     write_text(out / CONFIG, json.dumps(meta, indent=2) + "\n")
@@ -331,7 +322,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> tuple[AttnOnlyTransformer, 
         model_cfg = AttnOnlyConfig.from_dict(meta["model"])
     except (json.JSONDecodeError, KeyError, TypeError, InterpError) as exc:
         raise CheckpointError(f"checkpoint config {str(d / CONFIG)!r} is invalid: {exc}") from exc
-    digest = _sha256(d / WEIGHTS)
+    digest = sha256_file(d / WEIGHTS)
     if meta.get("weights_sha256") and digest != meta["weights_sha256"]:
         raise CheckpointError(
             f"checkpoint weights {str(d / WEIGHTS)!r} are corrupt or truncated: SHA-256 "

@@ -22,7 +22,6 @@ Install the model packages with ``make pretrained`` (they need ``--no-deps``).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -33,6 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from interp._io import sha256_file
 from interp.errors import InterpError
 from interp.paths import cache_dir
 
@@ -50,14 +50,6 @@ def _package_dir(alias: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise InterpError(f"model {alias!r} needs its weights package: {INSTALL[alias]}")
     return Path(list(spec.submodule_search_locations)[0])
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def smollm2_cache() -> Path:
@@ -80,7 +72,7 @@ def cache_status(folder: Path) -> str:
         return "weights missing"
     if weights.stat().st_size != meta.get("size"):
         return f"weights truncated ({weights.stat().st_size} of {meta.get('size')} bytes)"
-    if _sha256(weights) != meta.get("sha256"):
+    if sha256_file(weights) != meta.get("sha256"):
         return "weights corrupt (SHA-256 mismatch)"
     return "ok"
 
@@ -113,7 +105,7 @@ def _convert_smollm2(target: Path) -> None:
         meta = {
             "weights": weights.name,
             "size": weights.stat().st_size,
-            "sha256": _sha256(weights),
+            "sha256": sha256_file(weights),
             "source": ggufs[0].name,
         }
         (tmp / MANIFEST).write_text(json.dumps(meta, indent=1))
