@@ -39,7 +39,8 @@ from interp.errors import InterpError
 from interp.hooks import hook_name
 
 Heads = Sequence[tuple[int, int]]
-_EXPAND_OK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Per model, the outcome of each one-time capability check (by check name).
+_CHECKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 MAX_EDITS_PER_PASS = 32
 
 
@@ -64,12 +65,23 @@ def bytes_per_copy(model: Any, tokens: torch.Tensor) -> int:
     return 4 * b * n * per_pos
 
 
+def _checked(model: Any, name: str, check: Callable[[], bool]) -> bool:
+    """Run ``check()`` once per live model and remember its answer (weakly keyed)."""
+    try:
+        cached = _CHECKS.setdefault(model, {})
+    except TypeError:  # pragma: no cover - model not weak-referenceable
+        return check()
+    if name not in cached:
+        cached[name] = check()
+    return cached[name]
+
+
 def _expand_supported(model: Any, tokens: torch.Tensor) -> bool:
     """Can this model's forward continue with a larger batch from a hook? (cached per model)"""
-    try:
-        return _EXPAND_OK[model]
-    except (KeyError, TypeError):
-        pass
+    return _checked(model, "expand", lambda: _probe_expand(model, tokens))
+
+
+def _probe_expand(model: Any, tokens: torch.Tensor) -> bool:
     probe = tokens[:2, : min(tokens.shape[1], 4)]
     if probe.shape[0] < 2:
         probe = probe.repeat(2, 1)
@@ -81,10 +93,6 @@ def _expand_supported(model: Any, tokens: torch.Tensor) -> bool:
         ok = tuple(out.shape[:1]) == (4,) and torch.allclose(out[2:], ref, atol=1e-5, rtol=1e-4)
     except Exception:  # noqa: BLE001 - any failure means "not supported"
         ok = False
-    try:
-        _EXPAND_OK[model] = ok
-    except TypeError:  # pragma: no cover - model not weak-referenceable
-        pass
     return ok
 
 
@@ -157,9 +165,10 @@ def _run_growing(model, tokens, chunk_edits, replacement, positions, w_o) -> tor
 
 def _growing_supported(model: Any, tokens: torch.Tensor) -> bool:
     """Is the growing-batch path exact on this model? Checked once against a hooked run."""
-    key = ("grow", id(model))
-    if key in _GROW_OK:
-        return _GROW_OK[key]
+    return _checked(model, "grow", lambda: _probe_growing(model, tokens))
+
+
+def _probe_growing(model: Any, tokens: torch.Tensor) -> bool:
     ok = False
     names = set(getattr(model, "hook_dict", {}) or {})
     layer = model.cfg.n_layers - 1
@@ -179,11 +188,7 @@ def _growing_supported(model: Any, tokens: torch.Tensor) -> bool:
             ok = torch.allclose(got, ref, atol=1e-4, rtol=1e-4)
         except Exception:  # noqa: BLE001 - any failure means "use the general path"
             ok = False
-    _GROW_OK[key] = ok
     return ok
-
-
-_GROW_OK: dict = {}
 
 
 def sweep(
