@@ -17,6 +17,14 @@ from pathlib import Path
 from interp.errors import InterpError
 
 
+def check_out_dir(path: str | os.PathLike[str], what: str = "--out") -> Path:
+    """Return ``path`` as a Path, raising if it exists and is not a directory (nothing created)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InterpError(f"{what} {str(p)!r} is a file; pass a directory")
+    return p
+
+
 def check_parent(path: str | os.PathLike[str]) -> Path:
     """Return ``path`` as a Path, raising if its directory does not exist."""
     p = Path(path)

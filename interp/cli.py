@@ -11,42 +11,37 @@ import os
 import sys
 from collections.abc import Sequence
 
-LABS = ("induction", "bank-sense", "feature-recovery")
+# Lab name -> module with run() and DEFAULT_OUT; only the induction lab takes --format.
+LABS = {
+    "induction": "interp.labs.induction_report",
+    "bank-sense": "interp.labs.bank_sense_report",
+    "feature-recovery": "interp.labs.feature_recovery_report",
+}
 
 
 def _lab(args: argparse.Namespace) -> int:
-    if args.name == "bank-sense":
-        from interp.labs import bank_sense_report as lab
+    import importlib
 
-        if args.format != "csv":
-            from interp.errors import InterpError
+    from interp.errors import InterpError
 
-            raise InterpError("the bank-sense lab writes CSV tables only; drop --format")
-        out = lab.run(args.out or lab.DEFAULT_OUT)
-    elif args.name == "feature-recovery":
-        from interp.labs import feature_recovery_report as lab
-
-        if args.format != "csv":
-            from interp.errors import InterpError
-
-            raise InterpError("the feature-recovery lab writes CSV tables only; drop --format")
-        out = lab.run(args.out or lab.DEFAULT_OUT)
+    lab = importlib.import_module(LABS[args.name])
+    out_dir = args.out or lab.DEFAULT_OUT
+    if args.name == "induction":
+        out = lab.run(out_dir, fmt=args.format, checkpoint=args.checkpoint)
+    elif args.format != "csv":
+        raise InterpError(f"the {args.name} lab writes CSV tables only; drop --format")
     else:
-        from interp.labs import induction_report as lab
-
-        out = lab.run(args.out or lab.DEFAULT_OUT, fmt=args.format, checkpoint=args.checkpoint)
+        out = lab.run(out_dir)
     for line in out.summary:
         print(line)
     return 0
 
 
 def _train(args: argparse.Namespace) -> int:
-    from interp.errors import InterpError
+    from interp._io import check_out_dir
     from interp.training import InductionTrainConfig, save_checkpoint, train_induction
 
-    out = args.out
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise InterpError(f"--out {out!r} is a file; pass a directory")
+    out = check_out_dir(args.out)  # before training, not after
     cfg = InductionTrainConfig(seed=args.seed, steps=args.steps)
     result = train_induction(cfg, progress=not args.quiet)
     if result.interrupted:
@@ -76,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="interp", description="Open up attention heads.")
     sub = parser.add_subparsers(dest="command", required=True)
     lab = sub.add_parser("lab", help="run a lab and write its report")
-    lab.add_argument("name", choices=LABS, help="which lab")
+    lab.add_argument("name", choices=list(LABS), help="which lab")
     lab.add_argument("--out", help="output directory (default: reports/<lab>)")
     lab.add_argument(
         "--format",

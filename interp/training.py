@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from interp._io import sha256_file, write_text, write_with
+from interp._io import check_out_dir, sha256_file, write_text, write_with
 from interp.datasets import HELD_OUT_LENGTHS, TRAIN_LENGTHS, repeated_tokens
 from interp.errors import CheckpointError, InterpError
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
@@ -277,9 +277,7 @@ def save_checkpoint(
     """
     from safetensors.torch import save_file
 
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InterpError(f"checkpoint path {str(out)!r} is a file; pass a directory")
+    out = check_out_dir(out_dir, "checkpoint path")
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().clone() for k, v in result.model.state_dict().items()}
     write_with(out / WEIGHTS, lambda p: save_file(state, str(p)))

@@ -7,38 +7,18 @@ table, all atomically, and returns a short summary for the terminal.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from interp._io import write_with
-from interp.errors import InterpError
 from interp.labs import bank_sense as bs
 from interp.labs import sense_training as st
+from interp.labs._output import LabOutput, prepare_out_dir
 from interp.render import Report
 
 DEFAULT_OUT = Path("reports") / "bank-sense"
-
-
-@dataclass
-class LabOutput:
-    """What a lab run wrote: the report, the tables, and summary lines for the terminal."""
-
-    out_dir: Path
-    report: Path
-    tables: dict[str, Path] = field(default_factory=dict)
-    summary: list[str] = field(default_factory=list)
-
-
-def prepare_out_dir(out_dir: str | os.PathLike[str]) -> Path:
-    """Create ``out_dir`` (and parents); refuse a path that is an existing file."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InterpError(f"--out {str(out)!r} is a file; pass a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
 
 
 def build_tables() -> tuple[dict[str, pd.DataFrame], dict[str, object]]:

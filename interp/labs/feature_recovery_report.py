@@ -15,8 +15,8 @@ import pandas as pd
 from interp._export import export
 from interp.analysis.subspace import null_space_dimension
 from interp.labs import feature_recovery as fr
+from interp.labs._output import LabOutput, prepare_out_dir
 from interp.labs.bank_sense import null_space_example
-from interp.labs.bank_sense_report import LabOutput, prepare_out_dir
 from interp.render import Report
 
 DEFAULT_OUT = Path("reports") / "feature-recovery"

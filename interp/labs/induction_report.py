@@ -16,7 +16,7 @@ import torch
 
 from interp._export import export, styled_html
 from interp.errors import InterpError
-from interp.labs.bank_sense_report import LabOutput, prepare_out_dir
+from interp.labs._output import LabOutput, prepare_out_dir
 from interp.labs.induction import InductionFindings, analyse, example_sequence
 from interp.render import Report
 
