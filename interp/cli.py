@@ -16,6 +16,7 @@ LABS = {
     "induction": "interp.labs.induction_report",
     "bank-sense": "interp.labs.bank_sense_report",
     "feature-recovery": "interp.labs.feature_recovery_report",
+    "pretrained": "interp.labs.pretrained_report",
 }
 
 
@@ -26,10 +27,14 @@ def _lab(args: argparse.Namespace) -> int:
 
     lab = importlib.import_module(LABS[args.name])
     out_dir = args.out or lab.DEFAULT_OUT
+    if args.model and args.name != "pretrained":
+        raise InterpError(f"--model is for the pretrained lab; the {args.name} lab has its own")
     if args.name == "induction":
         out = lab.run(out_dir, fmt=args.format, checkpoint=args.checkpoint)
     elif args.format != "csv":
         raise InterpError(f"the {args.name} lab writes CSV tables only; drop --format")
+    elif args.name == "pretrained":
+        out = lab.run(out_dir, models=args.model or lab.DEFAULT_MODELS, seed=args.seed)
     else:
         out = lab.run(out_dir)
     for line in out.summary:
@@ -80,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="table format (induction lab)",
     )
     lab.add_argument("--checkpoint", help="induction checkpoint directory (default: shipped)")
+    lab.add_argument(
+        "--model",
+        action="append",
+        help="pretrained lab: model alias or local directory, repeatable "
+        "(default: smollm2-135m and minilm-l6)",
+    )
+    lab.add_argument("--seed", type=int, default=0, help="pretrained lab: seed for probes/draws")
     lab.set_defaults(func=_lab)
     train = sub.add_parser("train", help="train a model from scratch")
     train.add_argument("what", choices=("induction",))

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -161,23 +163,41 @@ def repeated_tokens(
 
 
 def repeated_random_tokens(
-    n: int, half_len: int, *, d_vocab: int, bos: int | None = BOS, seed: int = 0
+    n: int,
+    half_len: int,
+    *,
+    d_vocab: int,
+    bos: int | None = BOS,
+    seed: int = 0,
+    token_ids: torch.Tensor | None = None,
 ) -> RepeatedTokens:
     """The classic probe: BOS, ``half_len`` random tokens, the same tokens again.
 
     Tokens in each half are drawn with replacement, as in the ARENA and
-    TransformerLens probes (so occasional repeats inside a half exist).
+    TransformerLens probes (so occasional repeats inside a half exist), from
+    the whole vocabulary or, with ``token_ids``, from those ids only (e.g.
+    :func:`interp.analysis.words.ordinary_word_ids`: real models behave
+    oddly on unused and special tokens).
 
     Raises:
-        InterpError: for ``half_len < 2`` or a BOS outside the vocabulary.
+        InterpError: for ``half_len < 2``, a BOS outside the vocabulary, or
+            ``token_ids`` that are empty or outside the vocabulary.
     """
     if half_len < 2:
         raise InterpError(f"half_len must be >= 2, got {half_len}")
     gen = torch.Generator().manual_seed(seed)
-    lo = 1 if bos == 0 else 0
-    half = torch.randint(lo, d_vocab, (n, half_len), generator=gen)
-    if bos is not None and bos != 0:
-        half = torch.where(half == bos, (half + 1) % d_vocab, half)
+    if token_ids is not None:
+        ids = torch.as_tensor(token_ids, dtype=torch.long).flatten()
+        if bos is not None:
+            ids = ids[ids != bos]
+        if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= d_vocab:
+            raise InterpError(f"token_ids must be non-empty ids in [0, {d_vocab}) besides BOS")
+        half = ids[torch.randint(ids.numel(), (n, half_len), generator=gen)]
+    else:
+        lo = 1 if bos == 0 else 0
+        half = torch.randint(lo, d_vocab, (n, half_len), generator=gen)
+        if bos is not None and bos != 0:
+            half = torch.where(half == bos, (half + 1) % d_vocab, half)
     parts = [half, half]
     start0 = 0
     if bos is not None:
@@ -194,3 +214,46 @@ def repeated_random_tokens(
         first_start=first,
         second_start=first + half_len,
     )
+
+
+AMBIGUOUS_WORDS = "ambiguous_words.csv"
+_SENSE_COLUMNS = ("word", "sense", "clue", "sentence")
+
+
+def ambiguous_words(path: str | None = None) -> Any:
+    """The bank-sense dataset: ambiguous words, each in two senses, with a clue word.
+
+    One row per sentence, columns ``word, sense, clue, sentence``. The shipped
+    file (``data/ambiguous_words.csv``, written for this project) has 26
+    words x 2 senses x 2 sentences; in every sentence the clue comes *before*
+    the word, so causal models can use it, and the word is never first (so a
+    BPE tokenizer gives it the same leading-space token everywhere).
+
+    Example:
+        >>> df = ambiguous_words()
+        >>> df[df.word == "bank"].sense.unique().tolist()
+        ['river', 'money']
+
+    Raises:
+        InterpError: for a missing file, missing columns, empty cells, or a
+            word with fewer than two senses.
+    """
+    import pandas as pd
+
+    from interp.paths import data_dir
+
+    file = data_dir() / AMBIGUOUS_WORDS if path is None else Path(path)
+    if not file.is_file():
+        raise InterpError(f"ambiguous-word dataset not found at {file}")
+    df = pd.read_csv(file, dtype=str, keep_default_na=False)
+    missing = [c for c in _SENSE_COLUMNS if c not in df.columns]
+    if missing:
+        raise InterpError(f"{file} lacks column(s) {', '.join(missing)}; need {_SENSE_COLUMNS}")
+    df = df[list(_SENSE_COLUMNS)]
+    empty = (df.apply(lambda c: c.str.strip()) == "").any(axis=1)
+    if empty.any():
+        raise InterpError(f"{file} row {int(empty.idxmax()) + 2} has an empty cell")
+    thin = df.groupby("word")["sense"].nunique()
+    if (thin < 2).any():
+        raise InterpError(f"the word {thin[thin < 2].index[0]!r} in {file} has only one sense")
+    return df.reset_index(drop=True)

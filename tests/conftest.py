@@ -59,3 +59,19 @@ def chromium_paths() -> tuple[str, str]:
             pytest.fail(msg + "; .ci/run should have installed it")
         pytest.skip(msg)
     return browser, driver
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    """SmolLM2-135M as a TransformerBridge, loaded once per session (first load converts)."""
+    from interp.models import load_model
+
+    return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """all-MiniLM-L6-v2 as a TransformerBridge, loaded once per session."""
+    from interp.models import load_model
+
+    return load_model("minilm-l6")

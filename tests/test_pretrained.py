@@ -19,20 +19,6 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def smollm():
-    from interp.models import load_model
-
-    return load_model("smollm2-135m")
-
-
-@pytest.fixture(scope="session")
-def minilm():
-    from interp.models import load_model
-
-    return load_model("minilm-l6")
-
-
-@pytest.fixture(scope="session")
 def smol_probe(smollm):
     bos = smollm.tokenizer.bos_token_id
     return repeated_random_tokens(4, 50, d_vocab=int(smollm.cfg.d_vocab), bos=bos, seed=0)

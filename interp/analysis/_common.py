@@ -31,6 +31,24 @@ def check_model(model: Any) -> Any:
     return cfg
 
 
+def is_causal(model: Any) -> bool:
+    """False only for models whose config says ``attention_dir == "bidirectional"`` (encoders)."""
+    return getattr(model.cfg, "attention_dir", "causal") != "bidirectional"
+
+
+def bos_token_id(model: Any) -> int:
+    """The id a sequence starts with: CLS for encoders, else BOS; 0 without a tokenizer."""
+    tok = getattr(model, "tokenizer", None)
+    attrs = ("bos_token_id", "cls_token_id")
+    if not is_causal(model):
+        attrs = attrs[::-1]
+    for attr in attrs:
+        value = getattr(tok, attr, None) if tok is not None else None
+        if value is not None:
+            return int(value)
+    return 0
+
+
 def model_n_ctx(model: Any) -> int | None:
     return getattr(model.cfg, "n_ctx", None)
 

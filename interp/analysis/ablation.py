@@ -71,6 +71,31 @@ def logit_diff_metric(correct: int, incorrect: int, *, position: int = -1) -> Me
     return metric
 
 
+def zero_head_hooks(model: Any, heads: Iterable[Any]) -> list[tuple[str, Callable]]:
+    """``fwd_hooks`` for ``run_with_hooks`` that zero the given heads' ``hook_z``.
+
+    Example:
+        >>> hooks = zero_head_hooks(model, ["L1H1"])             # doctest: +SKIP
+        >>> model.run_with_hooks(tokens, fwd_hooks=hooks)       # doctest: +SKIP
+
+    Raises:
+        InterpError: for a head out of range or a malformed label.
+    """
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in parse_heads(model, heads):
+        by_layer.setdefault(layer, []).append(head)
+
+    def make(hs: list[int]) -> Callable:
+        def hook(z: torch.Tensor, hook: Any) -> torch.Tensor:
+            z = z.clone()  # [batch, pos, head, d_head]
+            z[:, :, hs] = 0.0
+            return z
+
+        return hook
+
+    return [(hook_name("z", l), make(hs)) for l, hs in sorted(by_layer.items())]
+
+
 @contextlib.contextmanager
 def eval_no_grad(model: Any) -> Iterator[None]:
     """Eval mode and no gradients for the duration; the previous mode is restored."""

@@ -16,6 +16,14 @@ With ``exclude_bos=True`` (the default) key position 0 is removed from every
 stripe, so attention parked on BOS never counts and a previous-token stripe
 starts at query 2. Scores are in ``[0, 1]``; a perfect head scores 1.
 
+For a **bidirectional** model (``cfg.attention_dir == "bidirectional"``,
+e.g. BERT encoders) no causal assumption is made: duplicate-token keys are
+every other position holding the same token (earlier or later), and
+induction keys are every position ``k`` whose previous token equals the
+query's token, except ``k = q + 1`` (whose previous token *is* the query:
+that is the next-token stripe, not induction). ``causal=`` overrides the
+model's setting.
+
 Because stripes come from token ids, not from a tokenizer or strings, these
 work on any hooked model and any tensor of ids. TransformerLens's
 ``detect_head`` with ``error_measure="mul"`` divides the same stripe mass by
@@ -35,7 +43,14 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis._common import check_model, check_tokens, head_frame, patterns
+from interp.analysis._common import (
+    bos_token_id,
+    check_model,
+    check_tokens,
+    head_frame,
+    is_causal,
+    patterns,
+)
 from interp.errors import InterpError
 from interp.hooks import hook_name
 
@@ -43,8 +58,12 @@ Stripe = Literal["induction", "previous_token", "duplicate_token"]
 STRIPES: tuple[Stripe, ...] = ("induction", "previous_token", "duplicate_token")
 
 
-def stripe_mask(tokens: torch.Tensor, kind: Stripe, *, exclude_bos: bool = True) -> torch.Tensor:
+def stripe_mask(
+    tokens: torch.Tensor, kind: Stripe, *, exclude_bos: bool = True, causal: bool = True
+) -> torch.Tensor:
     """``[batch, query_pos, key_pos]`` bool: the keys each query should attend to for ``kind``.
+
+    ``causal=False`` gives the bidirectional stripes (module docstring).
 
     Raises:
         InterpError: for an unknown kind.
@@ -55,11 +74,13 @@ def stripe_mask(tokens: torch.Tensor, kind: Stripe, *, exclude_bos: bool = True)
     if kind == "previous_token":
         mask = (k == q - 1)[None].expand(b, n, n).clone()
     elif kind == "duplicate_token":
-        mask = (tokens[:, :, None] == tokens[:, None, :]) & (k < q)[None]
+        allowed = (k < q) if causal else (k != q)
+        mask = (tokens[:, :, None] == tokens[:, None, :]) & allowed[None]
     elif kind == "induction":
         prev = torch.full_like(tokens, -1)
         prev[:, 1:] = tokens[:, :-1]  # prev[b, k] = token before key k
-        mask = (tokens[:, :, None] == prev[:, None, :]) & (k <= q)[None] & (k >= 1)[None]
+        allowed = (k <= q) if causal else (k != q + 1)
+        mask = (tokens[:, :, None] == prev[:, None, :]) & allowed[None] & (k >= 1)[None]
     else:
         raise InterpError(f"unknown stripe {kind!r}; choose one of {', '.join(STRIPES)}")
     if exclude_bos:
@@ -80,16 +101,14 @@ def probe_tokens(
     """The standard probe for ``model``: BOS then ``half_len`` random tokens repeated twice.
 
     ``half_len`` defaults to 50, or less if the context is shorter. The BOS id
-    is the tokenizer's when there is one, else 0.
+    is the tokenizer's BOS (or CLS for encoders) when there is one, else 0.
     """
     from interp.datasets import repeated_random_tokens
 
     cfg = check_model(model)
     n_ctx = getattr(cfg, "n_ctx", None) or 101
     half_len = half_len or min(50, (n_ctx - 1) // 2)
-    tok = getattr(model, "tokenizer", None)
-    bos = getattr(tok, "bos_token_id", None) if tok is not None else None
-    bos = 0 if bos is None else int(bos)
+    bos = bos_token_id(model)
     d_vocab = int(cfg.d_vocab)
     return repeated_random_tokens(n, half_len, d_vocab=d_vocab, bos=bos, seed=seed).tokens
 
@@ -102,11 +121,14 @@ def head_scores(
     exclude_bos: bool = True,
     query_mask: torch.Tensor | None = None,
     cache: Any = None,
+    causal: bool | None = None,
 ) -> pd.DataFrame:
     """Several stripe scores from one forward pass: one row per head, one column per kind.
 
     Runs the model once with reducing hooks on ``hook_pattern`` only (no
-    activations are kept), or reads patterns from ``cache``.
+    activations are kept), or reads patterns from ``cache``. ``causal``
+    defaults to the model's ``cfg.attention_dir`` (bidirectional models get
+    the stripes of the module docstring).
 
     Raises:
         InterpError: for a model without attention patterns, bad tokens, a
@@ -118,9 +140,11 @@ def head_scores(
         raise InterpError(
             f"query_mask has shape {tuple(query_mask.shape)} but tokens are {tuple(tokens.shape)}"
         )
+    if causal is None:
+        causal = is_causal(model)
     masks, valids = {}, {}
     for kind in kinds:
-        m = stripe_mask(tokens, kind, exclude_bos=exclude_bos)
+        m = stripe_mask(tokens, kind, exclude_bos=exclude_bos, causal=causal)
         v = m.any(-1)
         if query_mask is not None:
             v = v & query_mask.bool()
