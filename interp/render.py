@@ -161,6 +161,12 @@ caption {{ font-weight: bold; text-align: left; padding: 4px 0; }}
 </body></html>
 """
 
+    def _repr_html_(self) -> str:
+        """Jupyter display: the whole page in an iframe (its own document; renders offline)."""
+        doc = html.escape(self.to_html(), quote=True)
+        style = "width:100%;height:720px;border:1px solid #ccc"
+        return f'<iframe srcdoc="{doc}" style="{style}"></iframe>'
+
     def write(self, path: str | os.PathLike[str]) -> Path:
         """Write the page atomically."""
         return write_text(path, self.to_html())

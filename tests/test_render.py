@@ -43,3 +43,16 @@ def test_widgets_render_offline_in_chromium(tmp_path, chromium_paths):
     assert result["widgets"] == 3
     assert result["rendered"] == 3, result
     assert result["severe_logs"] == [], result["severe_logs"]
+
+
+def test_report_displays_in_notebooks_as_an_iframe():
+    import html as html_lib
+
+    from interp.render import Report
+
+    report = Report("x").attention(["a", "b"], [[1.0, 0.0], [0.5, 0.5]])
+    frame = report._repr_html_()
+    assert frame.startswith("<iframe srcdoc=")
+    assert html_lib.unescape(frame[len('<iframe srcdoc="') :].split('" style=')[0]) == (
+        report.to_html()
+    )

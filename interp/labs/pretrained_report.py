@@ -33,6 +33,7 @@ from interp.render import Report
 DEFAULT_OUT = Path("reports") / "pretrained"
 DEFAULT_MODELS = ("smollm2-135m", "minilm-l6")
 PRETRAINED = ("smollm2-135m", "minilm-l6")
+Results = dict[str, tuple[Any, InductionInModel, SenseInModel]]
 
 CAUTIONS = [
     "A heatmap is not an explanation. An attention score says where a head looks on this "
@@ -185,7 +186,7 @@ def _sense_section(report: Report, model: Any, s: SenseInModel, k: int) -> None:
     report.raw(styled_html(s.clue_ablation, colour="delta_gap_centred"))
 
 
-def build_report(results: dict[str, tuple[Any, InductionInModel, SenseInModel]], k: int) -> Report:
+def build_report(results: Results, k: int) -> Report:
     report = Report("Real heads: induction and word sense in pretrained transformers")
     report.text(
         "The article's last step: watch real heads. Every number below is computed from the "
@@ -227,6 +228,44 @@ def _summary(alias: str, ind: InductionInModel, sense: SenseInModel) -> list[str
     return lines
 
 
+def analyse(models: Sequence[Any] = DEFAULT_MODELS, *, k: int = 6, seed: int = 0) -> Results:
+    """Both parts of the lab for each model: ``{name: (model, induction, sense)}``.
+
+    Raises:
+        InterpError: for no models or an unknown alias.
+    """
+    from interp.models import load_model
+
+    results: Results = {}
+    for m in _check_models(models):
+        name = m if isinstance(m, str) else getattr(m.cfg, "model_name", type(m).__name__)
+        model = load_model(m) if isinstance(m, str) else m
+        results[str(name)] = (
+            model,
+            induction_in(model, k=k, seed=seed),
+            sense_in(model, k=k, seed=seed),
+        )
+    return results
+
+
+def write(out_dir: str | os.PathLike[str], results: Results, *, k: int = 6) -> LabOutput:
+    """Write the report and the tables of :func:`analyse`'s ``results`` (atomically).
+
+    Raises:
+        InterpError: for an output path that is a file.
+    """
+    out = prepare_out_dir(out_dir)
+    paths, summary = {}, []
+    for name, (_, ind, sense) in results.items():
+        stem = name.replace("/", "_")
+        for table, df in {**induction_tables(ind), **sense_tables(sense)}.items():
+            paths[f"{stem}_{table}"] = export(df, out / f"{stem}_{table}.csv")
+        summary += _summary(name, ind, sense)
+    report_path = build_report(results, k).write(out / "report.html")
+    summary.append(f"wrote {report_path} and {len(paths)} csv tables")
+    return LabOutput(out_dir=out, report=report_path, tables=paths, summary=summary)
+
+
 def run(
     out_dir: str | os.PathLike[str] = DEFAULT_OUT,
     *,
@@ -239,24 +278,5 @@ def run(
     Raises:
         InterpError: for no models, an unknown alias, or an output path that is a file.
     """
-    models = _check_models(models)
-    out = prepare_out_dir(out_dir)
-    from interp.models import load_model
-
-    results: dict[str, tuple[Any, InductionInModel, SenseInModel]] = {}
-    summary: list[str] = []
-    for m in models:
-        alias = m if isinstance(m, str) else getattr(m.cfg, "model_name", type(m).__name__)
-        model = load_model(m) if isinstance(m, str) else m
-        ind = induction_in(model, k=k, seed=seed)
-        sense = sense_in(model, k=k, seed=seed)
-        results[str(alias)] = (model, ind, sense)
-        summary += _summary(str(alias), ind, sense)
-    paths = {}
-    for alias, (_, ind, sense) in results.items():
-        stem = str(alias).replace("/", "_")
-        for name, df in {**induction_tables(ind), **sense_tables(sense)}.items():
-            paths[f"{stem}_{name}"] = export(df, out / f"{stem}_{name}.csv")
-    report_path = build_report(results, k).write(out / "report.html")
-    summary.append(f"wrote {report_path} and {len(paths)} csv tables")
-    return LabOutput(out_dir=out, report=report_path, tables=paths, summary=summary)
+    prepare_out_dir(out_dir)  # fail before loading anything
+    return write(out_dir, analyse(models, k=k, seed=seed), k=k)
