@@ -97,3 +97,31 @@ def test_unknown_and_unreachable_models_fail_fast(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(InterpError, match="hub is unreachable"):
         load_model("someone/some-model")
+
+
+def test_circuits_and_patching_run_on_smollm(smollm):
+    from interp.analysis import copying_scores, ov_circuit, patch_heads, qk_circuit
+    from interp.analysis.ablation import logit_diff_metric
+
+    d_vocab = smollm.cfg.d_vocab
+    assert qk_circuit(smollm, 18, 6).shape == (d_vocab, d_vocab)
+    assert ov_circuit(smollm, 18, 6).shape == (d_vocab, d_vocab)
+    copy = copying_scores(smollm, heads=["L18H6", "L0H0"], top1=False).dropna()
+    assert len(copy) == 2 and copy["copying_score"].between(-1, 1).all()
+    clean = smollm.to_tokens("When Mary and John went to the store, John gave a drink to")
+    corrupted = smollm.to_tokens("When Mary and John went to the store, Mary gave a drink to")
+    mary, john = (smollm.to_single_token(w) for w in (" Mary", " John"))
+    table = patch_heads(
+        smollm, clean, corrupted, metric=logit_diff_metric(mary, john), heads=["L9H0", "L18H6"]
+    )
+    assert list(table["label"]) == ["L9H0", "L18H6"]
+    assert table[["clean", "corrupted", "patched"]].notna().all().all()
+    assert table["clean"].iloc[0] > 0 > table["corrupted"].iloc[0]  # the prompts disagree
+
+
+def test_composition_runs_on_minilm(minilm):
+    from interp.analysis import composition_scores
+
+    df = composition_scores(minilm, "Q")
+    assert len(df) == 15 * 12 * 12  # earlier-later layer pairs x heads x heads
+    assert (df["score"] > 0).all() and df["baseline"].nunique() == 1

@@ -162,3 +162,9 @@ def test_lab_cli_bad_model_is_one_line(tmp_path):
     assert proc.stderr.count("\n") == 1 and "aliases: smollm2-135m" in proc.stderr
     proc = run_cli("lab", "induction", "--model", "minilm-l6", "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "--model is for the pretrained lab" in proc.stderr
+
+
+def test_lab_refuses_a_model_without_a_tokenizer(tmp_path):
+    proc = run_cli("lab", "pretrained", "--model", "induction-2l", "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2
+    assert "induction-2l has no Hugging Face tokenizer" in proc.stderr.splitlines()[-1]

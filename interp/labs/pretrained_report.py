@@ -228,23 +228,43 @@ def _summary(alias: str, ind: InductionInModel, sense: SenseInModel) -> list[str
     return lines
 
 
-def analyse(models: Sequence[Any] = DEFAULT_MODELS, *, k: int = 6, seed: int = 0) -> Results:
+def analyse(
+    models: Sequence[Any] = DEFAULT_MODELS, *, k: int = 6, seed: int = 0, progress: bool = True
+) -> Results:
     """Both parts of the lab for each model: ``{name: (model, induction, sense)}``.
+
+    Shows a progress bar (three steps per model: load, induction, sense).
 
     Raises:
         InterpError: for no models or an unknown alias.
     """
-    from interp.models import load_model
+    from tqdm.auto import tqdm
 
+    from interp.models import load_model
+    from interp.models.pretrained import check_model_name
+
+    models = _check_models(models)
+    for m in models:  # every name, before any slow work or output
+        if isinstance(m, str):
+            check_model_name(m)
     results: Results = {}
-    for m in _check_models(models):
-        name = m if isinstance(m, str) else getattr(m.cfg, "model_name", type(m).__name__)
-        model = load_model(m) if isinstance(m, str) else m
-        results[str(name)] = (
-            model,
-            induction_in(model, k=k, seed=seed),
-            sense_in(model, k=k, seed=seed),
-        )
+    with tqdm(total=3 * len(models), disable=not progress, desc="pretrained lab") as bar:
+        for m in models:
+            name = str(m if isinstance(m, str) else getattr(m.cfg, "model_name", "model"))
+            bar.set_postfix_str(f"{name}: loading")
+            model = load_model(m) if isinstance(m, str) else m
+            if not getattr(getattr(model, "tokenizer", None), "is_fast", False):
+                raise InterpError(
+                    f"{name} has no Hugging Face tokenizer; the pretrained lab needs real text "
+                    f"models ({', '.join(PRETRAINED)} or a local Hugging Face directory)"
+                )
+            bar.update()
+            bar.set_postfix_str(f"{name}: induction")
+            ind = induction_in(model, k=k, seed=seed)
+            bar.update()
+            bar.set_postfix_str(f"{name}: word sense")
+            results[name] = (model, ind, sense_in(model, k=k, seed=seed))
+            bar.update()
     return results
 
 

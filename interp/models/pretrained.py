@@ -164,6 +164,29 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
         return False
 
 
+def check_model_name(name_or_path: str) -> None:
+    """Fail fast, without loading anything, on a name :func:`load_model` cannot load.
+
+    Raises:
+        InterpError: for an unknown alias that is neither a directory nor a hub id,
+            or an alias whose weights package is missing.
+    """
+    if name_or_path in PACKAGES:
+        _package_dir(name_or_path)
+        return
+    path = Path(name_or_path)
+    if (
+        name_or_path == "induction-2l"
+        or path.is_dir()
+        or ("/" in name_or_path and not path.exists())
+    ):
+        return
+    raise InterpError(
+        f"unknown model {name_or_path!r}; aliases: {', '.join(ALIASES)}, or pass a "
+        "local model directory or a hub id (owner/name)"
+    )
+
+
 def load_model(name_or_path: str, *, device: str | None = None, dtype: Any = None) -> Any:
     """A hooked model by alias, local directory or hub id.
 
@@ -201,10 +224,8 @@ def load_model(name_or_path: str, *, device: str | None = None, dtype: Any = Non
         tok = AutoTokenizer.from_pretrained(name_or_path)
         bridge = bridge_from_hf(hf, architecture_name=name_or_path, tokenizer=tok)
         return bridge.to(device) if device else bridge
-    raise InterpError(
-        f"unknown model {name_or_path!r}; aliases: {', '.join(ALIASES)}, or pass a "
-        "local model directory or a hub id (owner/name)"
-    )
+    check_model_name(name_or_path)  # raises: nothing else is loadable
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def list_models() -> list[dict[str, Any]]:
