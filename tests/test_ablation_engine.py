@@ -149,3 +149,31 @@ def test_memory_budget_chunks_and_progress(model_and_tokens):
     small = ablate_heads(model, data.tokens, metric=metric, memory_budget=1)  # one per pass
     big = ablate_heads(model, data.tokens, metric=metric, progress=True)
     np.testing.assert_allclose(small["ablated"], big["ablated"], rtol=1e-5, atol=1e-6)
+
+
+def test_attention_only_models_resume_after_the_edited_layer():
+    """Our models sweep by resuming after each edit's layer; bridges by a growing batch."""
+    from interp.analysis._sweep import _resume_supported
+    from interp.models.hf import random_gpt2
+
+    model = load_induction_model()
+    tokens = repeated_random_tokens(4, 10, d_vocab=64, seed=1).tokens
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens)
+        full = model(tokens)
+        torch.testing.assert_close(model.forward_from(cache["blocks.0.hook_resid_pre"], -1), full)
+        torch.testing.assert_close(model.forward_from(cache["blocks.0.hook_resid_post"], 0), full)
+    assert _resume_supported(model, tokens)
+    assert not _resume_supported(random_gpt2(2, d_model=32, n_heads=2, vocab=50, n_ctx=16), tokens)
+
+
+def test_eval_mode_is_enforced_and_mixed_modes_restored():
+    from interp.analysis.ablation import eval_no_grad
+
+    model = load_induction_model()
+    model.eval()
+    model.blocks[1].train()  # a user left one block in training mode
+    with eval_no_grad(model):
+        assert not any(m.training for m in model.modules())
+        assert not torch.is_grad_enabled()
+    assert model.blocks[1].training and not model.blocks[0].training and not model.training

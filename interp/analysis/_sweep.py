@@ -18,6 +18,13 @@ architecture that normalises attention output, say), or an edit spans several
 layers, edits are packed ``k`` at a time and replicated at the earliest
 edited layer's ``hook_resid_pre`` instead, with ``hook_z`` edited per copy.
 
+Models that can resume a forward pass from a residual stream (our
+``AttnOnlyTransformer.forward_from``) skip the growing batch: one hooked clean
+pass keeps each edited layer's ``hook_z`` and ``hook_resid_post``, and each
+edit runs only the blocks after its layer, at the original batch size. On
+CPUs a grown batch falls out of the caches and costs more per copy than
+these small separate runs.
+
 Hugging Face attention with a per-sequence mask cannot change batch size
 mid-forward; such models are swept one sequence at a time (copies of one
 sequence broadcast against its mask), which keeps everything exact.
@@ -138,16 +145,7 @@ def _run_growing(model, tokens, chunk_edits, replacement, positions, w_o) -> tor
             W = w_o[layer].to(z.dtype)  # [head, d_head, d_model]
             new = []
             for i in by_layer[layer]:
-                hs = [h for _, h in chunk_edits[i]]
-                target = (
-                    torch.zeros_like(z[:, :, hs])
-                    if replacement is None
-                    else replacement[layer][:, :, hs].to(z.dtype)
-                )
-                diff = target - z[:, :, hs]  # [b, pos, n_edit_heads, d_head]
-                if pos_m is not None:
-                    diff = diff * pos_m
-                delta = torch.einsum("bphe,hed->bpd", diff, W[hs])
+                delta = _edit_delta(z, chunk_edits[i], replacement, pos_m, W)
                 slots[i] = (x.shape[0] + b * len(new)) // b - 1
                 new.append(x[:b] + delta.to(x.dtype))
             return torch.cat([x, *new], dim=0)
@@ -161,6 +159,74 @@ def _run_growing(model, tokens, chunk_edits, replacement, positions, w_o) -> tor
     logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
     copies = logits.view(-1, b, *logits.shape[1:])
     return copies[0], torch.stack([copies[1:][slots[i]] for i in range(len(chunk_edits))])
+
+
+def _edit_delta(z, edit, replacement, pos_m, W) -> torch.Tensor:
+    """``[b, pos, d_model]``: what replacing ``edit``'s heads' ``z`` adds to the residual."""
+    layer = edit[0][0]
+    hs = [h for _, h in edit]
+    target = (
+        torch.zeros_like(z[:, :, hs])
+        if replacement is None
+        else replacement[layer][:, :, hs].to(z.dtype)
+    )
+    diff = target - z[:, :, hs]  # [b, pos, n_edit_heads, d_head]
+    if pos_m is not None:
+        diff = diff * pos_m
+    return torch.einsum("bphe,hed->bpd", diff, W[hs].to(z.dtype))
+
+
+def _run_resume(model, tokens, edits, replacement, positions, w_o, on_edit) -> torch.Tensor:
+    """Clean pass once, then each single-layer edit resumed after its layer (``forward_from``).
+
+    One hooked forward keeps, for each edited layer, ``hook_z`` and the residual
+    after the block; each edit then runs only the later blocks, at the
+    original batch size (small tensors stay in cache, unlike a grown batch).
+    ``on_edit(i, logits)`` receives each edit's logits ``[batch, pos, vocab]``.
+    Returns the clean logits.
+    """
+    layers = sorted({e[0][0] for e in edits})
+    kept: dict[str, torch.Tensor] = {}
+
+    def keep(x: torch.Tensor, hook: Any) -> None:
+        kept[hook.name] = x
+
+    hooks = [(n, keep) for l in layers for n in (hook_name("z", l), hook_name("resid_post", l))]
+    clean = model.run_with_hooks(tokens, fwd_hooks=hooks)
+    pos_m = None if positions is None else positions.view(1, -1, 1, 1)
+    for i, e in enumerate(edits):
+        layer = e[0][0]
+        z, resid = kept[hook_name("z", layer)], kept[hook_name("resid_post", layer)]
+        delta = _edit_delta(z, e, replacement, pos_m, w_o[layer])
+        on_edit(i, model.forward_from(resid + delta.to(resid.dtype), layer))
+    return clean
+
+
+def _resume_supported(model: Any, tokens: torch.Tensor) -> bool:
+    """Does ``forward_from`` after a linear injection equal a hooked run? (checked once)"""
+    if not (callable(getattr(model, "forward_from", None)) and getattr(model.cfg, "attn_only", 0)):
+        return False
+    return _checked(model, "resume", lambda: _probe_resume(model, tokens))
+
+
+def _probe_resume(model: Any, tokens: torch.Tensor) -> bool:
+    layer = 0
+    probe = tokens[:1, : min(tokens.shape[1], 6)]
+    got: list[torch.Tensor] = []
+    try:
+        with torch.no_grad():
+            w_o = {layer: model.W_O[layer].detach()}
+            _run_resume(model, probe, [[(layer, 0)]], None, None, w_o, lambda i, x: got.append(x))
+
+            def zero(z, hook):
+                z = z.clone()
+                z[:, :, 0] = 0.0
+                return z
+
+            ref = model.run_with_hooks(probe, fwd_hooks=[(hook_name("z", layer), zero)])
+        return torch.allclose(got[0], ref, atol=1e-4, rtol=1e-4)
+    except Exception:  # noqa: BLE001 - any failure means "use another path"
+        return False
 
 
 def _growing_supported(model: Any, tokens: torch.Tensor) -> bool:
@@ -230,6 +296,10 @@ def sweep(
             for b in range(tokens.shape[0])
         ]
     single = all(len({l for l, _ in e}) == 1 for e in edits)
+    if single and _resume_supported(model, tokens):
+        return _sweep_resume(
+            model, tokens, edits, metric, replacement, positions, progress, desc, return_clean
+        )
     grow = single and _growing_supported(model, groups[0][0])
     w_o = {l: model.W_O[l].detach() for l in {e[0][0] for e in edits}} if grow else None
     k = _chunk_size(model, tokens, len(edits), batch_size, memory_budget)
@@ -261,6 +331,24 @@ def sweep(
         bar.close()
     out = [values[i] for i in range(len(edits))]
     return (out, clean) if return_clean else out
+
+
+def _sweep_resume(model, tokens, edits, metric, replacement, positions, progress, desc, with_clean):
+    """:func:`sweep` on models with ``forward_from``: see :func:`_run_resume`."""
+    from tqdm.auto import tqdm
+
+    w_o = {l: model.W_O[l].detach() for l in {e[0][0] for e in edits}}
+    values: list[Any] = [None] * len(edits)
+    with tqdm(total=len(edits), disable=not progress, desc=desc, unit="edit") as bar:
+
+        def on_edit(i: int, logits: torch.Tensor) -> None:
+            values[i] = metric(logits, tokens)
+            bar.update(1)
+
+        clean = metric(
+            _run_resume(model, tokens, edits, replacement, positions, w_o, on_edit), tokens
+        )
+    return (values, clean) if with_clean else values
 
 
 def _run_chunk(model, tokens, chunk_edits, replacement, positions) -> torch.Tensor:

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from interp.analysis._common import check_model, check_tokens, head_frame, parse_heads
 from interp.analysis._sweep import sweep
 from interp.errors import InterpError
-from interp.hooks import hook_name
+from interp.hooks import head_label, hook_name
 
 Method = Literal["zero", "mean", "resample"]
 METHODS: tuple[str, ...] = ("zero", "mean", "resample")
@@ -99,13 +99,16 @@ def zero_head_hooks(model: Any, heads: Iterable[Any]) -> list[tuple[str, Callabl
 @contextlib.contextmanager
 def eval_no_grad(model: Any) -> Iterator[None]:
     """Eval mode and no gradients for the duration; the previous mode is restored."""
-    was_training = bool(getattr(model, "training", False))
-    model.eval()
+    modules = list(model.modules()) if hasattr(model, "modules") else []
+    training = [m for m in modules if m.training]
+    if training:  # eval() sets every submodule; skip it when all are in eval mode already
+        model.eval()
     try:
         with torch.no_grad():
             yield
     finally:
-        model.train(was_training)
+        for m in training:  # restore exactly the modules that were training
+            m.training = True
 
 
 def _scalar(value: Any, name: str) -> float:
@@ -248,14 +251,18 @@ def ablate_heads(
             return_clean=True,
         )
         values, clean = _metric_values(raw, name), _scalar(clean, name)
-    ablated = torch.full((cfg.n_layers, cfg.n_heads), float("nan"), dtype=torch.float64)
-    for (l, h), v in zip(chosen, values):
-        ablated[l, h] = v
-    df = head_frame(
-        {"clean": torch.full_like(ablated, clean), "ablated": ablated}, cfg.n_layers, cfg.n_heads
+    rows = sorted(dict(zip(chosen, values)).items())  # one row per head, layer-major
+    ablated = [v for _, v in rows]
+    df = pd.DataFrame(
+        {
+            "layer": [l for (l, _), _ in rows],
+            "head": [h for (_, h), _ in rows],
+            "label": [head_label(l, h) for (l, h), _ in rows],
+            "clean": clean,
+            "ablated": ablated,
+            "delta": [v - clean for v in ablated],
+        }
     )
-    df = df.dropna(subset=["ablated"]).reset_index(drop=True)
-    df["delta"] = df["ablated"] - df["clean"]
     df.attrs.update(method=method, metric=name)
     return df
 

@@ -315,14 +315,7 @@ class AttnOnlyTransformer(HookedRootModule):
         if self.pos_embed is not None:
             pos = self.pos_embed.W_pos[: tokens.shape[1]][None].expand(tokens.shape[0], -1, -1)
             resid = resid + self.hook_pos_embed(pos)
-        for block in self.blocks:
-            resid = block(resid)
-        if self.unembed is None:
-            out = resid
-        else:
-            if self.ln_final is not None:
-                resid = self.ln_final(resid)
-            out = resid @ self.unembed.W_U + self.unembed.b_U  # [batch, pos, d_vocab]
+        out = self.forward_from(resid, -1)
         if return_type == "logits":
             return out
         if return_type is None:
@@ -331,6 +324,27 @@ class AttnOnlyTransformer(HookedRootModule):
             raise InterpError("this toy model has no unembedding, so it has no next-token loss")
         loss = next_token_loss(out, tokens, mask=loss_mask, per_token=loss_per_token)
         return loss if return_type == "loss" else (out, loss)
+
+    def forward_from(self, resid: torch.Tensor, layer: int) -> torch.Tensor:
+        """Logits from the residual stream after block ``layer`` (its ``hook_resid_post``).
+
+        ``resid`` is ``[batch, pos, d_model]``; ``layer=-1`` starts from the
+        embeddings (the whole model). Only blocks ``layer + 1 ..`` run, so an
+        analysis that edits block ``layer``'s output resumes here instead of
+        recomputing the layers before it. Hooks on the later blocks fire as usual.
+
+        Raises:
+            InterpError: for a layer outside ``-1 .. n_layers - 1``.
+        """
+        if not -1 <= layer < self.cfg.n_layers:
+            raise InterpError(f"layer {layer} out of range -1..{self.cfg.n_layers - 1}")
+        for block in self.blocks[layer + 1 :]:
+            resid = block(resid)
+        if self.unembed is None:
+            return resid
+        if self.ln_final is not None:
+            resid = self.ln_final(resid)
+        return resid @ self.unembed.W_U + self.unembed.b_U  # [batch, pos, d_vocab]
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         """As ``HookedRootModule.run_with_cache``, returning an ``ActivationCache``."""
