@@ -17,25 +17,20 @@ Example:
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
-from interp.analysis.sense_states import _check_labels, stage_names
+from interp.analysis.sense_states import _check_labels, by_word_sense, stage_names
 from interp.errors import InterpError
 
 TIE = 1e-6
 
 
-def _by_word_sense(words: Sequence[str], senses: Sequence[str]) -> dict[str, dict[str, list[int]]]:
-    table: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for i, (w, s) in enumerate(zip(words, senses)):
-        table[w][s].append(i)
+def _split_table(words: Sequence[str], senses: Sequence[str]) -> dict[str, dict[str, list[int]]]:
+    table = by_word_sense(words, senses)
     for w, by_sense in table.items():
-        if len(by_sense) < 2:
-            raise InterpError(f"the word {w!r} has only one sense in the data; give it two")
         thin = [s for s, ids in by_sense.items() if len(ids) < 2]
         if thin:
             raise InterpError(
@@ -67,7 +62,7 @@ def nearest_neighbour_probe(
     _check_labels(states, words, senses)
     if n_splits < 1:
         raise InterpError(f"n_splits must be at least 1, got {n_splits}")
-    table = _by_word_sense(words, senses)
+    table = _split_table(words, senses)
     gen = torch.Generator().manual_seed(seed)
     n_stages = states.shape[1]
     acc = torch.zeros(n_splits, n_stages)

@@ -101,15 +101,25 @@ def _check_labels(states: torch.Tensor, words: Sequence[str], senses: Sequence[s
         )
 
 
-def _pairs(words: Sequence[str], senses: Sequence[str]) -> tuple[list, list]:
-    """Index pairs (i, j) of the same word in different senses, and in the same sense."""
-    by_word: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+def by_word_sense(words: Sequence[str], senses: Sequence[str]) -> dict[str, dict[str, list[int]]]:
+    """``{word: {sense: [sentence indices]}}``.
+
+    Raises:
+        InterpError: for a word with a single sense.
+    """
+    table: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, (w, s) in enumerate(zip(words, senses)):
-        by_word[w][s].append(i)
-    cross, same = [], []
-    for w, by_sense in by_word.items():
+        table[w][s].append(i)
+    for w, by_sense in table.items():
         if len(by_sense) < 2:
             raise InterpError(f"the word {w!r} has only one sense in the data; give it two")
+    return table
+
+
+def _pairs(words: Sequence[str], senses: Sequence[str]) -> tuple[list, list]:
+    """Index pairs (i, j) of the same word in different senses, and in the same sense."""
+    cross, same = [], []
+    for by_sense in by_word_sense(words, senses).values():
         for a, b in combinations(sorted(by_sense), 2):
             cross += list(product(by_sense[a], by_sense[b]))
         for ids in by_sense.values():

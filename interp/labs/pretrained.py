@@ -92,9 +92,9 @@ class InductionInModel:
     scores: pd.DataFrame
     top: pd.DataFrame
     causal: bool
-    losses: dict[str, float] | None
-    group_ablation: pd.DataFrame | None
-    copying: pd.DataFrame | None
+    losses: dict[str, float] | None = None
+    group_ablation: pd.DataFrame | None = None
+    copying: pd.DataFrame | None = None
     skipped: str | None = None
 
 
@@ -119,20 +119,15 @@ def induction_in(
     )
     scores = head_scores(model, data.tokens)
     top = scores.nlargest(k, "induction").reset_index(drop=True)
+    found = InductionInModel(data=data, scores=scores, top=top, causal=is_causal(model))
     if not getattr(model, "interp_logits_meaningful", True):
-        return InductionInModel(
-            data=data,
-            scores=scores,
-            top=top,
-            causal=is_causal(model),
-            losses=None,
-            group_ablation=None,
-            copying=None,
-            skipped="this model has no language-model head, so loss, ablation-by-loss and "
-            "copying scores (which read the unembedding) are meaningless and skipped",
+        found.skipped = (
+            "this model has no language-model head, so loss, ablation-by-loss and "
+            "copying scores (which read the unembedding) are meaningless and skipped"
         )
+        return found
     nll = per_token_loss(model, data.tokens)  # [batch, pos - 1]
-    losses = {
+    found.losses = {
         "first_half": float(nll[data.first_half_mask[:, :-1]].mean()),
         "repeated_half": float(nll[data.loss_mask[:, :-1]].mean()),
     }
@@ -140,16 +135,9 @@ def induction_in(
     groups = {f"top {k} induction": labels, **random_head_groups(model, labels, k, n_random, seed)}
     ablation = ablate_head_groups(model, data.tokens, groups, metric=loss_metric(data.loss_mask))
     ablation.insert(1, "kind", ["top induction"] + ["random"] * n_random)
-    copying = copying_scores(model, heads=labels, top1=False).dropna().reset_index(drop=True)
-    return InductionInModel(
-        data=data,
-        scores=scores,
-        top=top,
-        causal=is_causal(model),
-        losses=losses,
-        group_ablation=ablation,
-        copying=copying,
-    )
+    found.group_ablation = ablation
+    found.copying = copying_scores(model, heads=labels, top1=False).dropna().reset_index(drop=True)
+    return found
 
 
 @dataclasses.dataclass

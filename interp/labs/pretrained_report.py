@@ -32,7 +32,6 @@ from interp.render import Report
 
 DEFAULT_OUT = Path("reports") / "pretrained"
 DEFAULT_MODELS = ("smollm2-135m", "minilm-l6")
-PRETRAINED = ("smollm2-135m", "minilm-l6")
 Results = dict[str, tuple[Any, InductionInModel, SenseInModel]]
 
 CAUTIONS = [
@@ -58,7 +57,7 @@ CAUTIONS = [
 
 def _check_models(models: Sequence[Any]) -> list[Any]:
     if not models:
-        raise InterpError("no models given; name at least one of " + ", ".join(PRETRAINED))
+        raise InterpError("no models given; name at least one of " + ", ".join(DEFAULT_MODELS))
     return list(models)
 
 
@@ -256,7 +255,7 @@ def analyse(
             if not getattr(getattr(model, "tokenizer", None), "is_fast", False):
                 raise InterpError(
                     f"{name} has no Hugging Face tokenizer; the pretrained lab needs real text "
-                    f"models ({', '.join(PRETRAINED)} or a local Hugging Face directory)"
+                    f"models ({', '.join(DEFAULT_MODELS)} or a local Hugging Face directory)"
                 )
             bar.update()
             bar.set_postfix_str(f"{name}: induction")
