@@ -100,8 +100,9 @@ def _induction_section(report: Report, model: Any, f: InductionInModel) -> None:
     report.heading("Induction heads on repeated random tokens", 3)
     n, length = f.data.tokens.shape
     report.text(
-        f"{n} sequences of BOS then {(length - 1) // 2} random tokens, repeated once. Scores are "
-        "the mean attention on each stripe (interp.analysis.induction)"
+        f"{n} sequences of BOS then {(length - 1) // 2} random ordinary word tokens (no "
+        "special tokens or word pieces), repeated once. Scores are the mean attention on each "
+        "stripe (interp.analysis.induction)"
         + (
             "."
             if f.causal
