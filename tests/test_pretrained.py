@@ -125,3 +125,14 @@ def test_composition_runs_on_minilm(minilm):
     df = composition_scores(minilm, "Q")
     assert len(df) == 15 * 12 * 12  # earlier-later layer pairs x heads x heads
     assert (df["score"] > 0).all() and df["baseline"].nunique() == 1
+
+
+def test_a_directory_that_is_not_a_model_is_named(tmp_path):
+    from interp.models import load_model
+
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(InterpError, match="neither an interp checkpoint nor a Hugging Face model"):
+        load_model(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")  # looks like one, but is not loadable
+    with pytest.raises(InterpError, match="cannot load a Hugging Face model"):
+        load_model(str(tmp_path))
