@@ -138,6 +138,9 @@ def test_lab_cli_writes_report_and_tables(lab):
     abl = pd.read_csv(out / "smollm2-135m_induction_ablation.csv")
     top, rand = abl.iloc[0], abl[abl["kind"] == "random"]["delta"]
     assert top["delta"] > 3 and rand.median() < 1 and len(rand) == 5
+    # a costly random draw is explained: it holds a strong previous-token head
+    costly = abl[(abl["kind"] == "random") & (abl["delta"] > 3)]
+    assert costly["strong_heads"].str.contains("previous_token").all()
     sim = pd.read_csv(out / "minilm-l6_sense_similarity.csv")
     assert sim["cross_sense"].iloc[-1] < sim["cross_sense"].iloc[0]
     scores = pd.read_csv(out / "smollm2-135m_induction_scores.csv")

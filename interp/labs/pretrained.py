@@ -84,6 +84,22 @@ def top_by_kind(scores: pd.DataFrame, n: int = 3) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def strong_heads(scores: pd.DataFrame, labels: list[str], threshold: float = 0.5) -> str:
+    """Which of ``labels`` score at least ``threshold`` on some stripe, with that stripe's score.
+
+    E.g. ``"L16H0 previous_token 0.88"``. A random draw whose ablation hurts
+    often holds such a head (the previous-token half of the induction circuit).
+    """
+    kinds = [c for c in scores.columns if c not in ("layer", "head", "label")]
+    table = scores.set_index("label")
+    found = []
+    for label in labels:
+        row = table.loc[label, kinds]
+        if float(row.max()) >= threshold:
+            found.append(f"{label} {row.idxmax()} {float(row.max()):.2f}")
+    return ", ".join(found)
+
+
 @dataclasses.dataclass
 class InductionInModel:
     """What :func:`induction_in` found (``None`` where the model has no meaningful logits)."""
@@ -135,6 +151,7 @@ def induction_in(
     groups = {f"top {k} induction": labels, **random_head_groups(model, labels, k, n_random, seed)}
     ablation = ablate_head_groups(model, data.tokens, groups, metric=loss_metric(data.loss_mask))
     ablation.insert(1, "kind", ["top induction"] + ["random"] * n_random)
+    ablation["strong_heads"] = [strong_heads(scores, hs.split(",")) for hs in ablation["heads"]]
     found.group_ablation = ablation
     found.copying = copying_scores(model, heads=labels, top1=False).dropna().reset_index(drop=True)
     return found

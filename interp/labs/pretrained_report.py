@@ -134,7 +134,10 @@ def _induction_section(report: Report, model: Any, f: InductionInModel) -> None:
     )
     report.text(
         "Zero-ablation at hook_z, the top heads together against random heads drawn from the "
-        "rest (delta = change of repeated-half loss, nats):"
+        "rest (delta = change of repeated-half loss, nats). strong_heads lists the heads of a "
+        "group that score at least 0.5 on some stripe: a random draw that costs as much as the "
+        "induction heads usually holds a strong previous-token head, the other half of the "
+        "induction circuit."
     )
     report.raw(styled_html(f.group_ablation))
     report.table(
