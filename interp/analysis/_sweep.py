@@ -30,7 +30,9 @@ mid-forward; such models are swept one sequence at a time (copies of one
 sequence broadcast against its mask), which keeps everything exact.
 
 ``k`` (edits per forward) fits a memory budget (default: a quarter of the
-available RAM), or is given as ``batch_size``.
+available RAM), or is given as ``batch_size``. Both apply to the batched
+paths; the resume path needs neither, since it runs one edit at a time at the
+original batch size and keeps only one layer's ``z`` and residual per edited layer.
 """
 
 from __future__ import annotations
