@@ -136,3 +136,15 @@ def test_a_directory_that_is_not_a_model_is_named(tmp_path):
     (tmp_path / "config.json").write_text("{}")  # looks like one, but is not loadable
     with pytest.raises(InterpError, match="cannot load a Hugging Face model"):
         load_model(str(tmp_path))
+
+
+def test_smollm_k_composition_links_a_previous_token_head_to_an_induction_head(smollm, smol_scores):
+    """The circuit read from the weights: the strongest K-composition pair runs from a
+    previous-token head into one of the top induction heads."""
+    from interp.analysis import composition_scores
+
+    top = composition_scores(smollm, "K").nlargest(1, "score").iloc[0]
+    scores = smol_scores.set_index("label")
+    assert top["score"] > 3 * top["baseline"]
+    assert scores.loc[top["src_label"], "previous_token"] > 0.5
+    assert top["label"] in smol_scores.nlargest(6, "induction")["label"].tolist()

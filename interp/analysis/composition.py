@@ -7,7 +7,9 @@ head's queries (Q), keys (K) or values (V). The score is
     ||W_OV^early  M^late||_F / (||W_OV^early||_F ||M^late||_F)
 
 with ``M = W_Q W_K^T`` (Q), ``(W_Q W_K^T)^T`` (K) or ``W_V W_O`` (V), computed
-from the factored forms (TransformerLens's ``composition_scores``). Two random
+from the factored forms: the same numbers as TransformerLens's
+``composition_scores`` (tested), computed from Gram matrices so that all
+head pairs are one matrix product. Two random
 low-rank matrices of the same shapes already score about ``1/sqrt(d_model)``;
 the baseline column is that value estimated by sampling Gaussian factors of
 the heads' shapes, so a score means something only well above it.
@@ -63,6 +65,36 @@ def random_baseline(d_model: int, d_head: int, *, samples: int = 256, seed: int 
     return float(tl_scores(left, right, broadcast_dims=False).mean())
 
 
+def _pairwise_scores(left: Any, right: Any) -> torch.Tensor:
+    """``[n_layers, n_heads, n_layers, n_heads]`` composition scores of every head pair.
+
+    ``left = A1 B1`` and ``right = A2 B2`` (``FactoredMatrix``, ``[d_model,
+    d_head] @ [d_head, d_model]`` per head). Exactly the Frobenius norms
+    TransformerLens's ``composition_scores`` takes, from Gram matrices instead of
+    a factored product per pair: ``||A1 B1 A2 B2||_F^2 = <X1, X2>_F`` with
+    ``X1 = B1^T (A1^T A1) B1`` and ``X2 = A2 (B2 B2^T) A2^T`` (both
+    ``[d_model, d_model]``), so all pairs are one matrix product. On SmolLM2
+    (270 heads, 72,900 pairs) this takes about 1 s instead of about 60 s.
+    """
+    A1, B1, A2, B2 = left.A, left.B, right.A, right.B
+    n_layers, n_heads, d = A1.shape[0], A1.shape[1], A1.shape[2]
+    n = n_layers * n_heads
+    A1, B1 = (
+        A1.reshape(n, d, -1),
+        B1.reshape(n, -1, d),
+    )  # [head, d_model, d_head], [head, d_head, d_model]
+    A2, B2 = A2.reshape(n, d, -1), B2.reshape(n, -1, d)
+    G1 = A1.transpose(-2, -1) @ A1  # [head, d_head, d_head]
+    G2 = B2 @ B2.transpose(-2, -1)
+    X1 = (B1.transpose(-2, -1) @ G1 @ B1).reshape(n, -1)  # [head, d_model * d_model]
+    X2 = (A2 @ G2 @ A2.transpose(-2, -1)).reshape(n, -1)
+    norm1 = torch.einsum("nij,nji->n", G1, B1 @ B1.transpose(-2, -1)).clamp(min=0).sqrt()
+    norm2 = torch.einsum("nij,nji->n", A2.transpose(-2, -1) @ A2, G2).clamp(min=0).sqrt()
+    product = (X1 @ X2.T).clamp(min=0).sqrt()  # [early head, late head]
+    scores = product / (norm1[:, None] * norm2[None, :]).clamp(min=torch.finfo(A1.dtype).tiny)
+    return scores.reshape(n_layers, n_heads, n_layers, n_heads)
+
+
 def composition_tensor(model: Any, kind: Kind = "K") -> torch.Tensor:
     """Scores ``[n_layers, n_heads, n_layers, n_heads]`` (earlier, later).
 
@@ -71,14 +103,12 @@ def composition_tensor(model: Any, kind: Kind = "K") -> torch.Tensor:
     Raises:
         InterpError: for an unknown kind.
     """
-    from transformer_lens.utilities.matrix import composition_scores as tl_scores
-
     if kind not in ("Q", "K", "V"):
         raise InterpError(f"kind must be 'Q', 'K' or 'V', got {kind!r}")
     cfg = check_model(model)
     with torch.no_grad():
         left, right = _factors(model, kind)
-        scores = tl_scores(left, right, broadcast_dims=True)
+        scores = _pairwise_scores(left, right)
     layer = torch.arange(cfg.n_layers)
     mask = layer[:, None, None, None] < layer[None, None, :, None]
     return torch.where(mask, scores, torch.zeros_like(scores))

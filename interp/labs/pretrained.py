@@ -7,7 +7,9 @@ Two parts, each run on any model :func:`interp.models.load_model` gives:
    Stripe scores for every head; the top ``k`` heads by induction score;
    first-half vs repeated-half loss; the top ``k`` ablated together
    against ``n_random`` seeded draws of ``k`` other heads; OV copying scores
-   of the top heads. On an encoder (MiniLM: bidirectional, no language-model
+   of the top heads; the strongest K-composition pairs (does an earlier head's
+   output feed the later head's keys, as a previous-token head feeds an
+   induction head?). On an encoder (MiniLM: bidirectional, no language-model
    head) only the scores are meaningful, with bidirectional stripes; loss,
    ablation and copying (which reads the unembedding) are skipped and say why.
 2. :func:`sense_in`: the bank-sense question on real sentences
@@ -39,6 +41,7 @@ from interp.analysis._common import bos_token_id, is_causal
 from interp.analysis.ablation import ablate_head_groups, loss_metric, zero_head_hooks
 from interp.analysis.circuits import copying_scores
 from interp.analysis.clue_attention import clue_attention
+from interp.analysis.composition import composition_scores
 from interp.analysis.icl import per_token_loss
 from interp.analysis.induction import head_scores
 from interp.analysis.sense_probe import nearest_neighbour_probe
@@ -112,6 +115,7 @@ class InductionInModel:
     group_ablation: pd.DataFrame | None = None
     copying: pd.DataFrame | None = None
     skipped: str | None = None
+    composition: pd.DataFrame | None = None
 
 
 def induction_in(
@@ -136,6 +140,8 @@ def induction_in(
     scores = head_scores(model, data.tokens)
     top = scores.nlargest(k, "induction").reset_index(drop=True)
     found = InductionInModel(data=data, scores=scores, top=top, causal=is_causal(model))
+    # weights only: meaningful with or without a language-model head
+    found.composition = composition_scores(model, "K").nlargest(10, "score").reset_index(drop=True)
     if not getattr(model, "interp_logits_meaningful", True):
         found.skipped = (
             "this model has no language-model head, so loss, ablation-by-loss and "

@@ -67,6 +67,8 @@ def induction_tables(f: InductionInModel) -> dict[str, pd.DataFrame]:
         "induction_top": f.top,
         "head_leaders": top_by_kind(f.scores),
     }
+    if f.composition is not None:
+        out["induction_composition_k"] = f.composition
     if f.losses is not None:
         out["induction_losses"] = pd.DataFrame([f.losses])
     if f.group_ablation is not None:
@@ -123,6 +125,12 @@ def _induction_section(report: Report, model: Any, f: InductionInModel) -> None:
         + "."
     )
     report.attention(strs, _patterns(model, tokens, best), head_names=best, causal=f.causal)
+    if f.composition is not None:
+        report.table(
+            f.composition,
+            caption="strongest K-composition pairs (earlier head's OV into later head's keys; "
+            "weights only, no data)",
+        )
     if f.skipped:
         report.text(f"Skipped: {f.skipped}.")
         return
