@@ -6,6 +6,12 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-for name in ("train_backends", "time_to_induction", "score_functions", "ablation_sweep"):
+for name in (
+    "train_backends",
+    "time_to_induction",
+    "score_functions",
+    "ablation_sweep",
+    "composition",
+):
     print(f"\n== {name} ==")
     runpy.run_path(str(HERE / f"{name}.py"), run_name="__main__")
