@@ -61,3 +61,19 @@ def in_context_learning_score(
     nll = per_token_loss(model, tokens)
     e, l = float(nll[:, early].mean()), float(nll[:, late].mean())
     return {"early_pos": early, "late_pos": late, "early_loss": e, "late_loss": l, "score": l - e}
+
+
+def half_losses(model: Any, data: Any) -> dict[str, float]:
+    """Mean next-token loss on the first half and on the repeated (predictable) half.
+
+    ``data`` is a :class:`interp.datasets.RepeatedTokens`; keys ``first_half``
+    and ``repeated``.
+
+    Raises:
+        InterpError: for a model whose logits are meaningless (no LM head).
+    """
+    nll = per_token_loss(model, data.tokens)  # [batch, pos - 1]
+    return {
+        "first_half": float(nll[data.first_half_mask[:, :-1]].mean()),
+        "repeated": float(nll[data.loss_mask[:, :-1]].mean()),
+    }

@@ -30,7 +30,7 @@ import torch
 from interp.analysis.ablation import ablate_head_groups, ablate_heads
 from interp.analysis.circuits import copying_scores, diagonal_fraction, k_composition_circuit
 from interp.analysis.composition import composition_scores
-from interp.analysis.icl import in_context_learning_score, per_token_loss
+from interp.analysis.icl import half_losses, in_context_learning_score
 from interp.analysis.induction import head_scores
 from interp.datasets import BOS, HELD_OUT_LENGTHS, RepeatedTokens, repeated_random_tokens
 from interp.datasets import repeated_tokens as make_repeated
@@ -150,11 +150,7 @@ def analyse(model: Any, data: RepeatedTokens | None = None) -> InductionFindings
     ind_head = (int(i["layer"]), int(i["head"]))
     with torch.no_grad():
         kfrac = diagonal_fraction(k_composition_circuit(model, prev_head, ind_head), exclude=[BOS])
-        nll = per_token_loss(model, data.tokens)  # [batch, pos - 1]
-    losses = {
-        "first_half": float(nll[data.first_half_mask[:, :-1]].mean()),
-        "repeated": float(nll[data.loss_mask[:, :-1]].mean()),
-    }
+    losses = half_losses(model, data)
     probe = repeated_random_tokens(
         data.tokens.shape[0], (cfg.n_ctx - 1) // 2, d_vocab=cfg.d_vocab, seed=EVAL_SEED + 1
     )

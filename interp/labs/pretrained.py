@@ -42,7 +42,7 @@ from interp.analysis.ablation import ablate_head_groups, loss_metric, zero_head_
 from interp.analysis.circuits import copying_scores
 from interp.analysis.clue_attention import clue_attention
 from interp.analysis.composition import composition_scores
-from interp.analysis.icl import per_token_loss
+from interp.analysis.icl import half_losses
 from interp.analysis.induction import head_scores
 from interp.analysis.sense_probe import nearest_neighbour_probe
 from interp.analysis.sense_states import sense_similarity, word_states
@@ -148,11 +148,7 @@ def induction_in(
             "copying scores (which read the unembedding) are meaningless and skipped"
         )
         return found
-    nll = per_token_loss(model, data.tokens)  # [batch, pos - 1]
-    found.losses = {
-        "first_half": float(nll[data.first_half_mask[:, :-1]].mean()),
-        "repeated_half": float(nll[data.loss_mask[:, :-1]].mean()),
-    }
+    found.losses = half_losses(model, data)
     labels = top["label"].tolist()
     groups = {f"top {k} induction": labels, **random_head_groups(model, labels, k, n_random, seed)}
     ablation = ablate_head_groups(model, data.tokens, groups, metric=loss_metric(data.loss_mask))

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from interp._export import export, styled_html
-from interp.analysis._common import parse_heads
+from interp.analysis._common import parse_heads, patterns
 from interp.errors import InterpError
 from interp.labs._output import LabOutput, prepare_out_dir
 from interp.labs.pretrained import (
@@ -92,10 +92,9 @@ def sense_tables(s: SenseInModel) -> dict[str, pd.DataFrame]:
 def _patterns(model: Any, tokens: torch.Tensor, labels: list[str]) -> torch.Tensor:
     """``[head, q, k]`` patterns of the heads ``labels`` on one ``[1, pos]`` sequence."""
     wanted = parse_heads(model, labels)
-    names = {f"blocks.{l}.attn.hook_pattern" for l, _ in wanted}
-    with torch.no_grad():
-        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
-    return torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][0, h] for l, h in wanted])
+    layers = sorted({l for l, _ in wanted})
+    per_layer = dict(zip(layers, patterns(model, tokens, layers=layers)))
+    return torch.stack([per_layer[l][0, h] for l, h in wanted])
 
 
 def _induction_section(report: Report, model: Any, f: InductionInModel) -> None:
@@ -137,7 +136,7 @@ def _induction_section(report: Report, model: Any, f: InductionInModel) -> None:
     assert f.losses is not None and f.group_ablation is not None and f.copying is not None
     report.text(
         f"Mean next-token loss: first half {f.losses['first_half']:.3f} nats (random tokens are "
-        f"unpredictable), repeated half {f.losses['repeated_half']:.3f} nats (predictable by "
+        f"unpredictable), repeated half {f.losses['repeated']:.3f} nats (predictable by "
         "copying from the first half)."
     )
     report.text(
@@ -226,7 +225,7 @@ def _summary(alias: str, ind: InductionInModel, sense: SenseInModel) -> list[str
         rand = abl[abl["kind"] == "random"]["delta"]
         lines.append(
             f"  loss first half {ind.losses['first_half']:.3f}, repeated half "
-            f"{ind.losses['repeated_half']:.3f}; ablating the top {len(ind.top)}: "
+            f"{ind.losses['repeated']:.3f}; ablating the top {len(ind.top)}: "
             f"{abl['delta'].iloc[0]:+.3f} nats, random (median of {len(rand)}): "
             f"{rand.median():+.3f}"
         )
