@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.interp-installed
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint bench figures clean
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -23,12 +23,21 @@ setup: $(STAMP)
 run: setup
 	$(VENV)/bin/interp lab induction
 
-test: setup
+lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
 	$(VENV)/bin/pytest
 
 bench: setup
 	$(PY) benchmarks/run_all.py
+
+# The README's figure, written by the lab (figures are deterministic by seed).
+figures: setup
+	$(VENV)/bin/interp lab induction --out reports/induction --quiet
+	mkdir -p docs
+	cp reports/induction/figures/loss_by_position.svg docs/induction_loss_by_position.svg
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache

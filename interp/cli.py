@@ -2,6 +2,8 @@
 
 Errors print one line on stderr and exit non-zero (2 for bad input, 130 for
 Ctrl-C, 1 for anything unexpected); set ``INTERP_DEBUG=1`` for a traceback.
+Arguments are checked before anything heavy is imported or computed, so
+``interp --help`` and a mistyped option answer at once.
 """
 
 from __future__ import annotations
@@ -10,99 +12,119 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
-# Lab name -> module with run() and DEFAULT_OUT; only the induction lab takes --format.
-LABS = {
-    "induction": "interp.labs.induction_report",
-    "bank-sense": "interp.labs.bank_sense_report",
-    "feature-recovery": "interp.labs.feature_recovery_report",
-    "pretrained": "interp.labs.pretrained_report",
-}
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (exit 2), like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"interp: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def seed_arg(text: str) -> int:
+    """A seed: an integer in [0, 2**63)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seed must be an integer, got {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"seed must be in [0, 2**63), got {value}")
+    return value
+
+
+def count_arg(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def _lab(args: argparse.Namespace) -> int:
-    import importlib
+    from interp.labs import check_options, default_out, run_lab
 
-    from interp.errors import InterpError
-
-    lab = importlib.import_module(LABS[args.name])
-    out_dir = args.out or lab.DEFAULT_OUT
-    if args.model and args.name != "pretrained":
-        raise InterpError(f"--model is for the pretrained lab; the {args.name} lab has its own")
-    if args.name == "induction":
-        out = lab.run(out_dir, fmt=args.format, checkpoint=args.checkpoint)
-    elif args.format != "csv":
-        raise InterpError(f"the {args.name} lab writes CSV tables only; drop --format")
-    elif args.name == "pretrained":
-        out = lab.run(out_dir, models=args.model or lab.DEFAULT_MODELS, seed=args.seed)
-    else:
-        out = lab.run(out_dir)
+    check_options(args.name, models=args.model, seed=args.seed, fmt=args.format)
+    out = run_lab(
+        args.name,
+        out=args.out or default_out(args.name),
+        fmt=args.format,
+        models=args.model,
+        seed=args.seed,
+        progress=not args.quiet,
+    )
     for line in out.summary:
         print(line)
     return 0
 
 
 def _train(args: argparse.Namespace) -> int:
-    from interp._io import check_out_dir
-    from interp.training import InductionTrainConfig, save_checkpoint, train_induction
+    from interp.files import check_output_dir
 
-    out = check_out_dir(args.out)  # before training, not after
+    out = check_output_dir(args.out, "--out")  # before importing torch, let alone training
+    from interp.training import InductionTrainConfig, save_result, train_induction
+
     cfg = InductionTrainConfig(seed=args.seed, steps=args.steps)
     result = train_induction(cfg, progress=not args.quiet)
     if result.interrupted:
         print("interp: interrupted; no checkpoint written", file=sys.stderr)
         return 130
-    save_checkpoint(result, out)
+    save_result(result, out)
     last = result.history[-1]
     print(
-        f"trained {len(result.history) and last['step']} steps in {result.seconds:.1f} s: "
-        f"held-out induction {last['induction']:.3f}, previous-token {last['previous_token']:.3f}"
-        f", repeated-half loss {last['repeated_loss']:.3f}"
+        f"trained {last['step']} steps in {result.seconds:.1f} s: held-out induction "
+        f"{last['induction']:.3f}, previous-token {last['previous_token']:.3f}, repeated-half "
+        f"loss {last['repeated_loss']:.3f}"
     )
     print(f"wrote {out}")
     return 0
 
 
 def _models(args: argparse.Namespace) -> int:
-    from interp.models.pretrained import list_models
+    from interp.models.loader import list_models
 
     for row in list_models():
-        state = ("cached" if row["cached"] else "installed") if row["installed"] else "missing"
-        print(f"{row['alias']:<14}{state:<11}{row['size_mb']:>9.1f} MB   {row['install']}")
+        print(f"{row['alias']:<14}{row['state']:<16}{row['size_mb']:>9.1f} MB   {row['where']}")
+        print(f"{'':<14}{row['description']}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="interp", description="Open up attention heads.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    lab = sub.add_parser("lab", help="run a lab and write its report")
+    parser = Parser(prog="interp", description="Open up attention heads.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    lab = sub.add_parser("lab", help="run a lab and write its report, tables and figures")
+    from interp.labs import LABS
+
     lab.add_argument("name", choices=list(LABS), help="which lab")
-    lab.add_argument("--out", help="output directory (default: reports/<lab>)")
+    lab.add_argument("--out", help="output folder (default: reports/<lab>); replaced atomically")
     lab.add_argument(
-        "--format",
-        default="csv",
-        choices=("csv", "parquet", "md", "json"),
-        help="table format (induction lab)",
+        "--format", default="csv", choices=("csv", "parquet", "md", "json"), help="table format"
     )
-    lab.add_argument("--checkpoint", help="induction checkpoint directory (default: shipped)")
     lab.add_argument(
         "--model",
         action="append",
-        help="pretrained lab: model alias or local directory, repeatable "
-        "(default: smollm2-135m and minilm-l6)",
+        help="model alias, checkpoint or Hugging Face folder (labs on models; repeatable for "
+        "the pretrained lab)",
     )
-    lab.add_argument("--seed", type=int, default=0, help="pretrained lab: seed for probes/draws")
+    lab.add_argument("--seed", type=seed_arg, default=0, help="seed of every random draw")
+    lab.add_argument("--quiet", action="store_true", help="no progress bar")
     lab.set_defaults(func=_lab)
     train = sub.add_parser("train", help="train a model from scratch")
     train.add_argument("what", choices=("induction",))
-    train.add_argument("--out", default="checkpoints/induction-2l", help="checkpoint directory")
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--steps", type=int, default=1200)
+    train.add_argument("--out", default="checkpoints/induction-2l", help="checkpoint folder")
+    train.add_argument("--seed", type=seed_arg, default=0)
+    train.add_argument("--steps", type=count_arg(1), default=1200)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
-    models = sub.add_parser("models", help="list built-in model aliases")
+    models = sub.add_parser("models", help="list built-in model aliases and their cache state")
     models.set_defaults(func=_models)
-    from interp.cli_ablate import add_parsers
+    from interp.cli_heads import add_parsers
 
     add_parsers(sub)
     return parser
@@ -119,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"interp: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interp: interrupted; no partial output was written", file=sys.stderr)
+        print("interp: interrupted; earlier output (if any) is left as it was", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - the CLI promises one line, not a traceback
         if os.environ.get("INTERP_DEBUG"):

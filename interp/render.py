@@ -1,15 +1,17 @@
-"""Self-contained, offline HTML reports with circuitsvis attention widgets.
+"""Self-contained, offline HTML reports: tables, figures and circuitsvis attention widgets.
 
 ``circuitsvis``'s own ``local_src`` inlines its 1.3 MB JavaScript bundle into
 *every* widget, and its ``str()`` loads the bundle from a CDN (blank offline).
 A report here carries the bundle exactly once, in the page head, and each
 widget is a ``<div>`` plus a one-line ``CircuitsVis.render`` call, so pages
 with many widgets stay small and render with the network unreachable.
+Figures (:class:`interp.figures.Plot`) are inline SVG with a caption.
 
 Example:
-    >>> report = Report("Bank sense")                        # doctest: +SKIP
-    >>> report.heading("Attention").attention(["a", "b"], pattern)  # doctest: +SKIP
-    >>> report.write("out/report.html")                      # doctest: +SKIP
+    >>> report = Report("Bank sense")
+    >>> _ = report.heading("Attention").attention(["a", "b"], [[1.0, 0.0], [0.5, 0.5]])
+    >>> report.n_widgets, report.to_html().count("CircuitsVis.render(")
+    (1, 1)
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from interp._io import write_text
 from interp.errors import InterpError
+from interp.files import write_text
 
 
 @cache
@@ -58,10 +60,22 @@ class Report:
         self.title = title
         self._parts: list[str] = []
         self._n_widgets = 0
+        self._figures: list[str] = []
 
     @property
     def n_widgets(self) -> int:
         return self._n_widgets
+
+    @property
+    def figure_names(self) -> list[str]:
+        """The names of the figures added, in order."""
+        return list(self._figures)
+
+    def figure(self, plot: Any, name: str) -> Report:
+        """Add a :class:`interp.figures.Plot` as inline SVG with its caption."""
+        self._figures.append(name)
+        self._parts.append(plot.html(name))
+        return self
 
     def heading(self, text: str, level: int = 2) -> Report:
         self._parts.append(f"<h{level}>{html.escape(text)}</h{level}>")
@@ -69,6 +83,14 @@ class Report:
 
     def text(self, text: str) -> Report:
         self._parts.append(f"<p>{html.escape(text)}</p>")
+        return self
+
+    def cautions(self, lines: list[str]) -> Report:
+        """A highlighted box of cautions: what the numbers on this page do not show."""
+        items = "".join(f"<li>{html.escape(t)}</li>" for t in lines)
+        self._parts.append(
+            f'<div class="caution"><b>Read before quoting a number</b><ul>{items}</ul></div>'
+        )
         return self
 
     def table(self, df: Any, caption: str | None = None, float_format: str = "{:.4f}") -> Report:
@@ -82,11 +104,11 @@ class Report:
 
     def heatmap(self, pivot: Any, caption: str | None = None, decimals: int = 3) -> Report:
         """Add a pivoted DataFrame (e.g. layer x head) as a colour-scaled table."""
-        from interp._export import _colour
+        from interp.tables import diverging_colour
 
         values = pivot.to_numpy(dtype=float)
         lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
-        styler = pivot.style.format(f"{{:.{decimals}f}}").map(lambda v: _colour(v, lo, hi))
+        styler = pivot.style.format(f"{{:.{decimals}f}}").map(lambda v: diverging_colour(v, lo, hi))
         if caption:
             styler = styler.set_caption(html.escape(caption))
         self._parts.append(styler.to_html())
@@ -153,6 +175,10 @@ table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}
 th, td {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}
 caption {{ font-weight: bold; text-align: left; padding: 4px 0; }}
 .cv-widget {{ margin: 15px 0; }}
+figure.interp-figure {{ margin: 1em 0; }}
+figure.interp-figure svg {{ max-width: 100%; height: auto; }}
+figcaption {{ font-size: 0.85em; color: #444; max-width: 720px; }}
+.caution {{ background: #fff8e6; border-left: 4px solid #e0a800; padding: 0.4em 0.8em; }}
 </style>
 {bundle}
 </head><body>

@@ -11,18 +11,14 @@ Determinism: the initial weights come from a generator seeded with ``seed``,
 and the training batches from a second generator seeded with ``seed + 1``;
 nothing reads the global RNG, so the same config gives the same model.
 
-Checkpoints (:func:`save_checkpoint`) are a directory with ``model.safetensors``
-and ``config.json`` (model config, training settings, seed, final scores and
-the SHA-256 of the weights). Both files are written atomically, the weights
-first, so an interrupted run never leaves a checkpoint whose config points at
-missing or partial weights.
+:func:`save_result` writes the result as a verified checkpoint
+(:mod:`interp.models.checkpoints`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import time
@@ -32,14 +28,9 @@ from typing import Any
 
 import torch
 
-from interp._io import check_out_dir, sha256_file, write_text, write_with
 from interp.datasets import HELD_OUT_LENGTHS, TRAIN_LENGTHS, repeated_tokens
-from interp.errors import CheckpointError, InterpError
+from interp.errors import InterpError
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
-
-WEIGHTS = "model.safetensors"
-CONFIG = "config.json"
-FORMAT_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +140,7 @@ def evaluate(model: AttnOnlyTransformer, data) -> dict[str, float]:
         rep = data.loss_mask[:, :-1]
         first = data.first_half_mask[:, :-1]
         scores = head_scores(
-            model, data.tokens, kinds=("induction", "previous_token"), query_mask=data.loss_mask
+            model, data.tokens, stripes=("induction", "previous_token"), loss_mask=data.loss_mask
         )
     model.train(was_training)
     last = scores[scores.layer == model.cfg.n_layers - 1]
@@ -179,8 +170,9 @@ def train_induction(
     Ctrl-C stops training and returns the model so far with ``interrupted=True``.
 
     Example:
-        >>> cfg = InductionTrainConfig(steps=10)
-        >>> result = train_induction(cfg, progress=False)  # doctest: +SKIP
+        >>> result = train_induction(InductionTrainConfig(steps=4, eval_every=4), progress=False)
+        >>> [h["step"] for h in result.history], result.interrupted
+        ([4], False)
     """
     cfg = cfg or InductionTrainConfig()
     with deterministic_algorithms():
@@ -267,85 +259,21 @@ def _train(cfg: InductionTrainConfig, *, progress: bool, stop_when) -> TrainResu
     )
 
 
-def save_checkpoint(
-    result: TrainResult, out_dir: str | os.PathLike[str], *, extra: dict[str, Any] | None = None
-) -> Path:
-    """Write ``model.safetensors`` and ``config.json`` into ``out_dir`` atomically.
+def save_result(result: TrainResult, out_dir: str | os.PathLike[str]) -> Path:
+    """Write a training result as a checkpoint (:func:`interp.models.checkpoints.save_checkpoint`).
+
+    The config records the training settings, the seed, the evaluation
+    history and whether training was interrupted.
 
     Raises:
-        InterpError: if ``out_dir`` exists and is a file.
+        InterpError: if ``out_dir`` cannot be written.
     """
-    from safetensors.torch import save_file
+    from interp.models.checkpoints import save_checkpoint
 
-    out = check_out_dir(out_dir, "checkpoint path")
-    out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().clone() for k, v in result.model.state_dict().items()}
-    write_with(out / WEIGHTS, lambda p: save_file(state, str(p)))
     meta = {
-        "format_version": FORMAT_VERSION,
-        "model": result.model.cfg.to_dict(),
         "training": result.config.to_dict(),
         "seed": result.config.seed,
         "history": result.history,
         "interrupted": result.interrupted,
-        "weights_sha256": sha256_file(out / WEIGHTS),
-        **(extra or {}),
     }
-    write_text(out / CONFIG, json.dumps(meta, indent=2) + "\n")
-    return out
-
-
-def load_checkpoint(path: str | os.PathLike[str]) -> tuple[AttnOnlyTransformer, dict[str, Any]]:
-    """Load a checkpoint directory written by :func:`save_checkpoint`, verifying it.
-
-    Raises:
-        CheckpointError: when the directory or a file is missing, the config is
-            not valid JSON, the weights' hash differs from the config's (a
-            truncated or corrupt file), or tensors are missing or misshapen.
-    """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    d = Path(path)
-    if not d.is_dir():
-        raise CheckpointError(
-            f"checkpoint {str(d)!r} not found (expected a directory with "
-            f"{WEIGHTS} and {CONFIG}); train one with `interp train induction`"
-        )
-    for name in (WEIGHTS, CONFIG):
-        if not (d / name).is_file():
-            raise CheckpointError(f"checkpoint {str(d)!r} is missing {name}")
-    try:
-        meta = json.loads((d / CONFIG).read_text())
-        model_cfg = AttnOnlyConfig.from_dict(meta["model"])
-    except (json.JSONDecodeError, KeyError, TypeError, InterpError) as exc:
-        raise CheckpointError(f"checkpoint config {str(d / CONFIG)!r} is invalid: {exc}") from exc
-    digest = sha256_file(d / WEIGHTS)
-    if meta.get("weights_sha256") and digest != meta["weights_sha256"]:
-        raise CheckpointError(
-            f"checkpoint weights {str(d / WEIGHTS)!r} are corrupt or truncated: SHA-256 "
-            f"{digest[:12]}... does not match the config's {meta['weights_sha256'][:12]}...; "
-            "retrain or restore the file"
-        )
-    try:
-        state = load_file(str(d / WEIGHTS))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot read {str(d / WEIGHTS)!r}: {exc}") from exc
-    model = AttnOnlyTransformer(model_cfg)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(
-            f"checkpoint tensors do not match its config: missing {missing[:3]}, "
-            f"unexpected {unexpected[:3]}"
-        )
-    for k, v in state.items():
-        if tuple(v.shape) != tuple(expected[k].shape):
-            raise CheckpointError(
-                f"tensor {k} has shape {tuple(v.shape)} but the config implies "
-                f"{tuple(expected[k].shape)}"
-            )
-    model.load_state_dict(state)
-    model.eval()
-    return model, meta
+    return save_checkpoint(result.model, out_dir, meta=meta)

@@ -1,13 +1,25 @@
-"""Open an HTML file in headless Chromium (network disabled) and inspect the widgets."""
+"""Open an HTML file in headless Chromium (network cut off); count widgets and figures."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+SCRIPT = """
+const widgets = Array.from(document.querySelectorAll('.cv-widget'));
+const figs = Array.from(document.querySelectorAll('figure.interp-figure'));
+return [widgets.length, widgets.filter(d => d.children.length > 0).length,
+        figs.map(f => {
+            const svg = f.querySelector('svg');
+            const r = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};
+            const cap = f.querySelector('figcaption');
+            return [f.dataset.name, r.width, r.height, cap ? cap.textContent.length : 0];
+        })];
+"""
+
 
 def render_page(path: Path, chromium_paths: tuple[str, str], wait_s: float = 20.0) -> dict:
-    """Load ``path`` and report how many circuitsvis widgets produced DOM, and console errors."""
+    """Load ``path``; report widgets (and how many rendered), figures, and console errors."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -33,18 +45,18 @@ def render_page(path: Path, chromium_paths: tuple[str, str], wait_s: float = 20.
     driver = webdriver.Chrome(service=Service(driver_path), options=opts)
     try:
         driver.get(path.resolve().as_uri())
-        script = (
-            "return [document.querySelectorAll('.cv-widget').length, "
-            "Array.from(document.querySelectorAll('.cv-widget'))"
-            ".filter(d => d.children.length > 0).length];"
-        )
         deadline = time.time() + wait_s
-        widgets, rendered = driver.execute_script(script)
+        widgets, rendered, figures = driver.execute_script(SCRIPT)
         while rendered < widgets and time.time() < deadline:
             time.sleep(0.25)
-            widgets, rendered = driver.execute_script(script)
+            widgets, rendered, figures = driver.execute_script(SCRIPT)
         logs = driver.get_log("browser")
     finally:
         driver.quit()
     severe = [entry["message"] for entry in logs if entry["level"] == "SEVERE"]
-    return {"widgets": widgets, "rendered": rendered, "severe_logs": severe}
+    return {
+        "widgets": widgets,
+        "rendered": rendered,
+        "figures": {name: (w, h, cap) for name, w, h, cap in figures},
+        "severe_logs": severe,
+    }

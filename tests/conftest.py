@@ -1,4 +1,9 @@
-"""Shared fixtures. Models are built once per session and never mutated by tests."""
+"""Shared fixtures. Models and lab runs are built once per session and never mutated by tests.
+
+Each lab notebook executes once (:func:`lab_run`); it writes its lab's report,
+tables and figures, and the tests of that lab read them. So each lab's full
+computation runs once per session, in its notebook, as a user runs it.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+NOTEBOOKS = {
+    "induction": "induction",
+    "bank-sense": "bank_sense",
+    "feature-recovery": "feature_recovery",
+    "pretrained": "pretrained_heads",
+    "name-movers": "name_movers",
+}
 
 
 def run_cli(
-    *args: str, cwd: Path | None = None, timeout: float = 600
+    *args: str, cwd: Path | None = None, timeout: float = 900, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     """Run the real ``interp`` console script (the one the venv installed)."""
     exe = Path(sys.executable).with_name("interp")
@@ -25,7 +37,7 @@ def run_cli(
         text=True,
         cwd=cwd,
         timeout=timeout,
-        env={**os.environ, "INTERP_DEBUG": ""},
+        env={**os.environ, "INTERP_DEBUG": "", **(env or {})},
     )
 
 
@@ -62,6 +74,13 @@ def chromium_paths() -> tuple[str, str]:
 
 
 @pytest.fixture(scope="session")
+def induction_model():
+    from interp.models import load_model
+
+    return load_model("induction-2l")
+
+
+@pytest.fixture(scope="session")
 def smollm():
     """SmolLM2-135M as a TransformerBridge, loaded once per session (first load converts)."""
     from interp.models import load_model
@@ -75,3 +94,32 @@ def minilm():
     from interp.models import load_model
 
     return load_model("minilm-l6")
+
+
+_RUNS: dict[str, Path] = {}
+
+
+def execute_notebook(name: str, cwd: Path) -> None:
+    """Execute ``labs/<name>.ipynb`` top to bottom in ``cwd``; any cell error raises."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(ROOT / "labs" / f"{name}.ipynb", as_version=4)
+    client = NotebookClient(
+        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+    )
+    client.execute()
+
+
+@pytest.fixture(scope="session")
+def lab_run(tmp_path_factory):
+    """``lab_run(lab)`` -> the folder its notebook wrote (``reports/<lab>``), run once."""
+
+    def run(lab: str) -> Path:
+        if lab not in _RUNS:
+            cwd = tmp_path_factory.mktemp(f"nb-{lab}")
+            execute_notebook(NOTEBOOKS[lab], cwd)
+            _RUNS[lab] = cwd / "reports" / lab
+        return _RUNS[lab]
+
+    return run

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from interp import InterpError
-from interp.labs import bank_sense as bs
+from interp.labs import toy_heads as bs
 
 
 def r2(x):
@@ -136,3 +136,31 @@ def test_i_tired_cat_patterns():
     np.testing.assert_allclose(C.sum(1), 1.0)
     np.testing.assert_allclose(C[-1], t["bidirectional"][-1])  # the last row sees everything
     np.testing.assert_allclose(C[1], [0.1, 0.9, 0, 0, 0])  # renormalised over allowed keys
+
+
+def test_lab_output(lab_run):
+    """The lab's one run (its notebook): tables, the report's widgets and figures."""
+    import pandas as pd
+
+    out = lab_run("bank-sense")
+    sense = pd.read_csv(out / "sense_classifier.csv")
+    assert sense["prediction"].tolist()[:2] == ["water", "finance"]
+    html = (out / "report.html").read_text()
+    assert html.count("var CircuitsVis") == 1 and html.count('class="cv-widget"') == 6
+    assert "unpkg.com" not in html  # nothing loads from a CDN
+    assert sorted(p.stem for p in (out / "figures").iterdir()) == [
+        "attention_identity",
+        "attention_trained",
+        "sgd_trace",
+    ]
+
+
+@pytest.mark.browser
+def test_lab_report_renders_offline(lab_run, chromium_paths):
+    from browser import render_page
+
+    result = render_page(lab_run("bank-sense") / "report.html", chromium_paths)
+    assert result["widgets"] == 6 and result["rendered"] == 6, result
+    for name, (w, h, caption) in result["figures"].items():
+        assert w > 100 and h > 100 and caption > 40, name
+    assert len(result["figures"]) == 3 and result["severe_logs"] == []

@@ -69,3 +69,42 @@ def test_bad_input(kwargs, match):
     base = dict(d_vocab=64, seq_len=48, seed=0)
     with pytest.raises(InterpError, match=match):
         repeated_tokens(4, **{**base, **kwargs})
+
+
+def test_name_mover_prompts_pair_clean_and_corrupted(smollm):
+    from interp.datasets import first_names, name_mover_prompts, name_mover_templates
+
+    assert len(name_mover_templates("train")) >= 5 and len(name_mover_templates("held_out")) >= 3
+    assert len(first_names()) >= 20
+    assert not set(name_mover_templates("train")) & set(name_mover_templates("held_out"))
+    p = name_mover_prompts(12, seed=1, tokenizer=smollm.tokenizer)
+    assert p.clean.shape == p.corrupted.shape == (12, 15)
+    assert torch.equal(torch.cat([smollm.to_tokens(t) for t in p.texts]), p.clean)
+    rows = torch.arange(12)
+    assert (p.clean[rows, p.io_pos] == p.io_ids).all() and (
+        p.clean[rows, p.s2_pos] == p.s_ids
+    ).all()
+    # the corrupted prompt repeats the indirect object where the subject was: the answer flips
+    assert (p.corrupted[rows, p.s2_pos] == p.io_ids).all()
+    differs = (p.clean != p.corrupted).sum(1)
+    assert (differs == 1).all() and (p.io_ids != p.s_ids).all()
+    assert len(set(p.templates)) == 6  # every training template, in turn
+    assert torch.equal(name_mover_prompts(12, seed=1, tokenizer=smollm.tokenizer).clean, p.clean)
+
+
+def test_name_mover_prompts_bad_input(smollm):
+    from interp.datasets import name_mover_prompts
+
+    with pytest.raises(InterpError, match="is 7 tokens for this tokenizer"):
+        name_mover_prompts(2, tokenizer=smollm.tokenizer, names=["Mary", "Bartholomew-Smythe"])
+    with pytest.raises(InterpError, match="different lengths"):
+        name_mover_prompts(
+            4,
+            tokenizer=smollm.tokenizer,
+            templates=[
+                "When {A} and {B} left, {S} gave it to",
+                "Then {A} met {B} and {S} said hi to",
+            ],
+        )
+    with pytest.raises(InterpError, match="split must be"):
+        name_mover_prompts(2, tokenizer=smollm.tokenizer, split="test")

@@ -27,7 +27,7 @@ def test_bad_pattern_shape():
         Report("t").attention(["a", "b"], np.ones((1, 3, 3)))
 
 
-def test_write_is_atomic(tmp_path):
+def test_write_checks_its_folder(tmp_path):
     path = _report(1).write(tmp_path / "r.html")
     assert path.read_text().startswith("<!DOCTYPE html>")
     with pytest.raises(InterpError, match="does not exist"):
@@ -35,13 +35,19 @@ def test_write_is_atomic(tmp_path):
 
 
 @pytest.mark.browser
-def test_widgets_render_offline_in_chromium(tmp_path, chromium_paths):
+def test_widgets_and_figures_render_offline_in_chromium(tmp_path, chromium_paths):
     from browser import render_page
 
-    path = _report(3).write(tmp_path / "r.html")
+    from interp.figures import lines
+
+    report = _report(3)
+    report.figure(lines([0, 1], {"a": [1.0, 2.0]}, xlabel="x", ylabel="y", caption="A line."), "f1")
+    path = report.write(tmp_path / "r.html")
     result = render_page(path, chromium_paths)
     assert result["widgets"] == 3
     assert result["rendered"] == 3, result
+    w, h, caption = result["figures"]["f1"]
+    assert w > 100 and h > 100 and caption == len("A line.")
     assert result["severe_logs"] == [], result["severe_logs"]
 
 

@@ -27,27 +27,28 @@ def _states() -> torch.Tensor:
 
 
 def test_similarity_is_exact_on_known_vectors():
-    sim = sense_similarity(_states(), WORDS, SENSES)
-    assert list(sim["stage"]) == ["token embedding", "after block 0"]
+    sim = sense_similarity(_states(), words=WORDS, senses=SENSES)
+    assert list(sim["stage_name"]) == ["token embedding", "after block 0"]
+    assert list(sim["stage"]) == [0, 1] and "layer" not in sim.columns  # stages are not blocks
     assert sim["cross_sense"].tolist() == pytest.approx([1.0, 0.0])
     assert sim["same_sense"].tolist() == pytest.approx([1.0, 1.0])
-    by_word = sense_similarity(_states(), WORDS, SENSES, by_word=True)
+    by_word = sense_similarity(_states(), words=WORDS, senses=SENSES, by_word=True)
     assert len(by_word) == 4 and set(by_word["word"]) == {"bank", "bat"}
 
 
 def test_probe_is_chance_on_ties_and_perfect_when_separated():
-    probe = nearest_neighbour_probe(_states(), WORDS, SENSES, n_splits=5)
+    probe = nearest_neighbour_probe(_states(), words=WORDS, senses=SENSES, n_splits=5)
     assert probe["accuracy"].tolist() == pytest.approx([0.5, 1.0])
     assert probe["chance"].iloc[0] == 0.5 and probe["n_test"].iloc[0] == 4
 
 
 def test_probe_and_similarity_reject_bad_labels():
     with pytest.raises(InterpError, match="one word and one sense label per sentence"):
-        sense_similarity(_states(), WORDS[:-1], SENSES)
+        sense_similarity(_states(), words=WORDS[:-1], senses=SENSES)
     with pytest.raises(InterpError, match="only one sense"):
-        sense_similarity(_states(), WORDS, ["river"] * 8)
+        sense_similarity(_states(), words=WORDS, senses=["river"] * 8)
     with pytest.raises(InterpError, match="at least two sentences per sense"):
-        nearest_neighbour_probe(_states()[:3], WORDS[:3], SENSES[:3])
+        nearest_neighbour_probe(_states()[:3], words=WORDS[:3], senses=SENSES[:3])
 
 
 def test_dataset_loader_checks_its_file(tmp_path):

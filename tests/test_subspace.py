@@ -1,7 +1,5 @@
 """Fundamental subspaces: property-based on random matrices, and the article's examples."""
 
-import time
-
 import numpy as np
 import pytest
 import torch
@@ -87,13 +85,12 @@ def test_article_example():
     np.testing.assert_allclose(M @ e, [4, 5])
 
 
-def test_query_map_12288_by_128_is_fast():
+def test_query_map_12288_by_128():
+    """The article's count, against numpy's own rank (and on a rank-deficient matrix)."""
     W = np.random.default_rng(0).standard_normal((12_288, 128)).astype(np.float32)
-    t = time.perf_counter()
-    nullity = null_space_dimension(W, convention="row")
-    assert nullity == 12_160
-    assert 12_288 - nullity == 128
-    assert time.perf_counter() - t < 60  # generous: seconds, not minutes (noisy machines)
+    assert null_space_dimension(W, convention="row") == 12_288 - np.linalg.matrix_rank(W) == 12_160
+    W[:, 100:] = W[:, :28] @ np.random.default_rng(1).standard_normal((28, 28))  # rank 100
+    assert null_space_dimension(W, convention="row") == 12_288 - np.linalg.matrix_rank(W) == 12_188
 
 
 @pytest.mark.parametrize(

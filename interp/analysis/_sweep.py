@@ -1,56 +1,76 @@
-"""The batched engine behind head ablations and activation patching.
+"""The exact engine behind head ablations and activation patching.
 
-A sweep evaluates a metric under many *edits*, each edit replacing some heads'
-``hook_z`` (``[batch, pos, head, d_head]``) by zero or by a given tensor. It is
-exact (every edit sees the forward pass it would see alone, up to float
-rounding) and fast by construction.
+A sweep evaluates a metric under many *edits*; an edit replaces some heads'
+``hook_z`` (``[batch, pos, head, d_head]``) by zero or by a given tensor, at
+every position or at some. Every path gives what one ``run_with_hooks`` per
+edit gives (the "plain loop"), and each is checked against that loop once per
+model before it is trusted:
 
-Single-layer edits (one head, as in a head sweep, or heads of one layer) use a
-*growing batch*: one forward pass carries the unedited batch through every
-layer, and at layer ``l`` the copies for that layer's edits join it. A head's
-output enters the residual stream only as ``z_h @ W_O[l, h]``, so an edited copy
-starts as the residual after layer ``l``'s attention (``hook_resid_mid``; after
-the block on attention-only models) plus ``(z_new - z_h) @ W_O[l, h]``. Layers
-before ``l``, and layer ``l``'s attention itself, are never recomputed for it:
-each edit costs only the layers after it. The linearity this relies on is
-checked once per model against a plain hooked run; if it fails (an
-architecture that normalises attention output, say), or an edit spans several
-layers, edits are packed ``k`` at a time and replicated at the earliest
-edited layer's ``hook_resid_pre`` instead, with ``hook_z`` edited per copy.
+``resume-after-block`` (our attention-only models, one layer per edit). A
+head's output enters the residual stream only as ``z_h @ W_O[l, h]``, and an
+attention-only block adds nothing after its attention, so the edited residual
+after block ``l`` is the clean one plus ``(z_new - z_h) @ W_O[l, h]``. One hooked
+clean pass keeps ``hook_z`` and ``hook_resid_post`` of each edited layer; each
+edit then runs only the blocks after ``l`` (``forward_from``).
 
-Models that can resume a forward pass from a residual stream (our
-``AttnOnlyTransformer.forward_from``) skip the growing batch: one hooked clean
-pass keeps each edited layer's ``hook_z`` and ``hook_resid_post``, and each
-edit runs only the blocks after its layer, at the original batch size. On
-CPUs a grown batch falls out of the caches and costs more per copy than
-these small separate runs.
+``resume-blocks`` (TransformerBridge models, and our models for edits that
+span layers). One clean pass keeps each block's output; an edit starting in
+layer ``l`` then runs with blocks ``0..l-1`` replaced by stubs that return the
+kept outputs, so only blocks ``l..`` compute (the embedding, position and mask
+set-up of the wrapped Hugging Face model run as usual, so every block sees
+exactly the arguments it sees in a plain run). Results equal the plain loop
+bit for bit on the models tested.
 
-Hugging Face attention with a per-sequence mask cannot change batch size
-mid-forward; such models are swept one sequence at a time (copies of one
-sequence broadcast against its mask), which keeps everything exact.
+``loop``: one ``run_with_hooks`` per edit, for models neither path fits, or
+when a path's exactness check fails (the result's ``note`` says so).
 
-``k`` (edits per forward) fits a memory budget (default: a quarter of the
-available RAM), or is given as ``batch_size``. Both apply to the batched
-paths; the resume path needs neither, since it runs one edit at a time at the
-original batch size and keeps only one layer's ``z`` and residual per edited layer.
+Edits that start in the same layer can share a pass (batched copies of the
+sequences). A pass has a fixed cost (reading every weight once, Python per
+block) that small batches do not amortise: on SmolLM2 a plain forward costs
+2.75 ms per token at 8 x 15 tokens and 1.8 ms at 360 and more, and resumed
+passes, which do less arithmetic, gain more (patching all 270 heads on 12 x 15
+tokens: 58 s at 512 tokens per pass, 43 s at 2048). So on CPUs a pass carries
+enough edits to reach :data:`CPU_TOKENS_PER_PASS` tokens; on accelerators as
+many as fit the memory budget.
+
+When the metric says which positions' logits it reads (:class:`Metric.rows`),
+the resumed passes of Hugging Face models compute the unembedding only there
+(``logits_to_keep``); the rest of the logits tensor is zero.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
+import types
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
+from interp.analysis.metrics import Metric, scalar
 from interp.errors import InterpError
 from interp.hooks import hook_name
 
-Heads = Sequence[tuple[int, int]]
-# Per model, the outcome of each one-time capability check (by check name).
+Edit = Sequence[tuple[int, int]]
 _CHECKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 MAX_EDITS_PER_PASS = 32
+CPU_TOKENS_PER_PASS = 2048
+ATOL, RTOL = 1e-5, 1e-5  # a path must match the plain loop this closely to be used
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """Metric values, one per edit in the order given; the unedited value; which path ran."""
+
+    values: list[float]
+    clean: float
+    path: str
+    note: str = ""
+    passes: int = 0
 
 
 def available_memory() -> int:
@@ -62,11 +82,7 @@ def available_memory() -> int:
 
 
 def bytes_per_copy(model: Any, tokens: torch.Tensor) -> int:
-    """Rough peak activation bytes of one forward copy of ``tokens`` (no grad).
-
-    Counts the logits (kept for the metric), a few residual-width tensors, the
-    MLP hidden layer and the attention scores and pattern of one layer.
-    """
+    """Rough peak activation bytes of one forward copy of ``tokens`` (no grad)."""
     cfg = model.cfg
     b, n = tokens.shape
     d_mlp = int(getattr(cfg, "d_mlp", 0) or 0) if not getattr(cfg, "attn_only", False) else 0
@@ -74,7 +90,30 @@ def bytes_per_copy(model: Any, tokens: torch.Tensor) -> int:
     return 4 * b * n * per_pos
 
 
-def _checked(model: Any, name: str, check: Callable[[], bool]) -> bool:
+def edits_per_pass(
+    model: Any, tokens: torch.Tensor, n_edits: int, requested: Any, memory_budget: Any
+) -> int:
+    """How many edits share one forward pass.
+
+    Raises:
+        InterpError: for a non-positive or non-integer ``batch_size`` or ``memory_budget``.
+    """
+    from interp.protocol import check_int, model_device
+
+    if requested is not None:
+        return min(check_int(requested, "batch_size", minimum=1), max(1, n_edits))
+    if memory_budget is not None:
+        budget = check_int(memory_budget, "memory_budget", minimum=1)
+    else:
+        budget = available_memory() // 4
+    by_memory = budget // max(1, bytes_per_copy(model, tokens))
+    if model_device(model).type == "cpu" and memory_budget is None:
+        by_tokens = -(-CPU_TOKENS_PER_PASS // tokens.numel())  # module docstring
+        return max(1, min(n_edits, MAX_EDITS_PER_PASS, by_tokens, by_memory))
+    return max(1, min(n_edits, MAX_EDITS_PER_PASS, by_memory))
+
+
+def _checked(model: Any, name: str, check: Callable[[], tuple[bool, str]]) -> tuple[bool, str]:
     """Run ``check()`` once per live model and remember its answer (weakly keyed)."""
     try:
         cached = _CHECKS.setdefault(model, {})
@@ -85,321 +124,354 @@ def _checked(model: Any, name: str, check: Callable[[], bool]) -> bool:
     return cached[name]
 
 
-def _expand_supported(model: Any, tokens: torch.Tensor) -> bool:
-    """Can this model's forward continue with a larger batch from a hook? (cached per model)"""
-    return _checked(model, "expand", lambda: _probe_expand(model, tokens))
+# ------------------------------------------------------------------------- edits as hooks
+def _z_hook(heads: list[int], target: torch.Tensor | None, pos_m: torch.Tensor | None, copy: slice):
+    """A ``hook_z`` hook replacing ``heads`` in the rows ``copy`` of the batch."""
+
+    def hook(z: torch.Tensor, hook: Any) -> torch.Tensor:
+        z = z.clone()
+        cur = z[copy][:, :, heads]
+        new = torch.zeros_like(cur) if target is None else target[:, :, heads].to(z.dtype)
+        z[copy, :, heads] = new if pos_m is None else torch.where(pos_m, new, cur)
+        return z
+
+    return hook
 
 
-def _probe_expand(model: Any, tokens: torch.Tensor) -> bool:
-    probe = tokens[:2, : min(tokens.shape[1], 4)]
-    if probe.shape[0] < 2:
-        probe = probe.repeat(2, 1)
-    name = hook_name("resid_pre", model.cfg.n_layers - 1)
-    try:
-        with torch.no_grad():
-            ref = model(probe)
-            out = model.run_with_hooks(probe, fwd_hooks=[(name, lambda x, hook: x.repeat(2, 1, 1))])
-        ok = tuple(out.shape[:1]) == (4,) and torch.allclose(out[2:], ref, atol=1e-5, rtol=1e-4)
-    except Exception:  # noqa: BLE001 - any failure means "not supported"
-        ok = False
-    return ok
-
-
-def _chunk_size(model, tokens, n_edits, batch_size, memory_budget) -> int:
-    if batch_size is not None:
-        if batch_size < 1:
-            raise InterpError(f"batch_size must be >= 1, got {batch_size}")
-        return min(batch_size, n_edits)
-    budget = available_memory() // 4 if memory_budget is None else int(memory_budget)
-    if budget <= 0:
-        raise InterpError(f"memory_budget must be positive, got {memory_budget}")
-    # Beyond a few dozen copies per pass the activations outgrow the CPU caches and a pass
-    # costs more per copy, so the default also caps the pack size.
-    return max(1, min(n_edits, MAX_EDITS_PER_PASS, budget // max(1, bytes_per_copy(model, tokens))))
-
-
-def _inject_name(model: Any, layer: int) -> str:
-    return hook_name("resid_post" if getattr(model.cfg, "attn_only", False) else "resid_mid", layer)
-
-
-def _run_growing(model, tokens, chunk_edits, replacement, positions, w_o) -> torch.Tensor:
-    """One forward: the unedited batch plus, per layer, that layer's edited copies.
-
-    Returns logits ``[k, batch, pos, vocab]`` for the ``k`` single-layer edits.
-    """
-    b = tokens.shape[0]
-    by_layer: dict[int, list[int]] = {}
-    for i, e in enumerate(chunk_edits):
-        by_layer.setdefault(e[0][0], []).append(i)
-    slots: dict[int, int] = {}  # edit index -> copy slot in the final batch (after the clean one)
-    clean_z: dict[int, torch.Tensor] = {}
-    pos_m = None if positions is None else positions.view(1, -1, 1, 1)
-
-    def z_hook(layer):
-        def hook(z: torch.Tensor, hook: Any) -> None:
-            clean_z[layer] = z[:b]  # the unedited copy is always the first b rows
-
-        return hook
-
-    def inject(layer):
-        def hook(x: torch.Tensor, hook: Any) -> torch.Tensor:
-            z = clean_z.pop(layer)  # [b, pos, head, d_head]
-            W = w_o[layer].to(z.dtype)  # [head, d_head, d_model]
-            new = []
-            for i in by_layer[layer]:
-                delta = _edit_delta(z, chunk_edits[i], replacement, pos_m, W)
-                slots[i] = (x.shape[0] + b * len(new)) // b - 1
-                new.append(x[:b] + delta.to(x.dtype))
-            return torch.cat([x, *new], dim=0)
-
-        return hook
-
+def _edit_hooks(
+    edits: Sequence[Edit],
+    replacement: dict[int, torch.Tensor] | None,
+    pos_m: torch.Tensor | None,
+    b: int,
+) -> list[tuple[str, Callable]]:
+    """Hooks applying ``edits[i]`` to batch rows ``i*b .. (i+1)*b``."""
     hooks = []
-    for layer in sorted(by_layer):
-        hooks.append((hook_name("z", layer), z_hook(layer)))
-        hooks.append((_inject_name(model, layer), inject(layer)))
-    logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
-    copies = logits.view(-1, b, *logits.shape[1:])
-    return copies[0], torch.stack([copies[1:][slots[i]] for i in range(len(chunk_edits))])
+    for i, edit in enumerate(edits):
+        by_layer: dict[int, list[int]] = {}
+        for l, h in edit:
+            by_layer.setdefault(l, []).append(h)
+        for l, hs in sorted(by_layer.items()):
+            target = None if replacement is None else replacement[l]
+            hooks.append((hook_name("z", l), _z_hook(hs, target, pos_m, slice(i * b, (i + 1) * b))))
+    return hooks
 
 
-def _edit_delta(z, edit, replacement, pos_m, W) -> torch.Tensor:
-    """``[b, pos, d_model]``: what replacing ``edit``'s heads' ``z`` adds to the residual."""
-    layer = edit[0][0]
-    hs = [h for _, h in edit]
-    target = (
-        torch.zeros_like(z[:, :, hs])
-        if replacement is None
-        else replacement[layer][:, :, hs].to(z.dtype)
-    )
-    diff = target - z[:, :, hs]  # [b, pos, n_edit_heads, d_head]
-    if pos_m is not None:
-        diff = diff * pos_m
-    return torch.einsum("bphe,hed->bpd", diff, W[hs].to(z.dtype))
+def _repeat(x: Any, k: int) -> Any:
+    if k == 1:
+        return x
+    if isinstance(x, torch.Tensor):
+        return x.repeat(k, *([1] * (x.ndim - 1)))
+    if isinstance(x, tuple):
+        return tuple(_repeat(v, k) for v in x)
+    return x
 
 
-def _run_resume(model, tokens, edits, replacement, positions, w_o, on_edit) -> torch.Tensor:
-    """Clean pass once, then each single-layer edit resumed after its layer (``forward_from``).
+# ------------------------------------------------------------------------------ the loop
+def _loop_pass(model, tokens, chunk, replacement, pos_m, rows) -> list[torch.Tensor]:
+    out = []
+    for edit in chunk:
+        hooks = _edit_hooks([edit], replacement, pos_m, tokens.shape[0])
+        out.append(model.run_with_hooks(tokens, fwd_hooks=hooks))
+    return out
 
-    One hooked forward keeps, for each edited layer, ``hook_z`` and the residual
-    after the block; each edit then runs only the later blocks, at the
-    original batch size (small tensors stay in cache, unlike a grown batch).
-    ``on_edit(i, logits)`` receives each edit's logits ``[batch, pos, vocab]``.
-    Returns the clean logits.
+
+# ------------------------------------------------------- resume after the edited block
+class _AfterBlock:
+    """``resume-after-block``: our attention-only models, single-layer edits."""
+
+    name = "resume-after-block"
+
+    def __init__(self, model: Any, tokens: torch.Tensor, layers: set[int]):
+        self.model = model
+        kept: dict[str, torch.Tensor] = {}
+
+        def keep(x: torch.Tensor, hook: Any) -> None:
+            kept[hook.name] = x
+
+        names = [n for l in sorted(layers) for n in (hook_name("z", l), hook_name("resid_post", l))]
+        self.clean_logits = model.run_with_hooks(tokens, fwd_hooks=[(n, keep) for n in names])
+        self.kept = kept
+        self.w_o = {l: model.W_O[l].detach() for l in layers}
+
+    def run(self, chunk, replacement, pos_m, rows) -> list[torch.Tensor]:
+        k = len(chunk)
+        layer = chunk[0][0][0]
+        z = self.kept[hook_name("z", layer)]
+        resid = self.kept[hook_name("resid_post", layer)]
+        deltas = []
+        for edit in chunk:
+            hs = [h for _, h in edit]
+            target = (
+                torch.zeros_like(z[:, :, hs])
+                if replacement is None
+                else replacement[layer][:, :, hs].to(z.dtype)
+            )
+            diff = target - z[:, :, hs]  # [batch, pos, edited heads, d_head]
+            if pos_m is not None:
+                diff = diff * pos_m
+            W = self.w_o[layer][hs].to(z.dtype)  # [edited heads, d_head, d_model]
+            deltas.append(resid + torch.einsum("bphe,hed->bpd", diff, W).to(resid.dtype))
+        logits = self.model.forward_from(torch.cat(deltas) if k > 1 else deltas[0], layer)
+        return list(logits.split(resid.shape[0])) if k > 1 else [logits]
+
+
+# ----------------------------------------------------- resume at the first edited block
+def _blocks(model: Any) -> Any:
+    blocks = getattr(model, "blocks", None)
+    return blocks if isinstance(blocks, torch.nn.ModuleList) else None
+
+
+@contextmanager
+def _skipping(blocks: Any, upto: int, output: Any) -> Iterator[None]:
+    """Blocks ``0..upto-1`` return ``output`` (the clean output of block ``upto - 1``) unrun.
+
+    ``object.__setattr__`` puts the stub in each block's instance dict, so
+    ``Module.__call__`` finds it first; TransformerBridge components forward
+    ordinary attribute writes to the wrapped module, which this avoids.
     """
-    layers = sorted({e[0][0] for e in edits})
-    kept: dict[str, torch.Tensor] = {}
 
-    def keep(x: torch.Tensor, hook: Any) -> None:
-        kept[hook.name] = x
+    def stub(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return output
 
-    hooks = [(n, keep) for l in layers for n in (hook_name("z", l), hook_name("resid_post", l))]
-    clean = model.run_with_hooks(tokens, fwd_hooks=hooks)
-    pos_m = None if positions is None else positions.view(1, -1, 1, 1)
-    for i, e in enumerate(edits):
-        layer = e[0][0]
-        z, resid = kept[hook_name("z", layer)], kept[hook_name("resid_post", layer)]
-        delta = _edit_delta(z, e, replacement, pos_m, w_o[layer])
-        on_edit(i, model.forward_from(resid + delta.to(resid.dtype), layer))
-    return clean
+    patched = []
+    try:
+        for i in range(upto):
+            object.__setattr__(blocks[i], "forward", types.MethodType(stub, blocks[i]))
+            patched.append(blocks[i])
+        yield
+    finally:
+        for blk in patched:
+            object.__delattr__(blk, "forward")
 
 
-def _resume_supported(model: Any, tokens: torch.Tensor) -> bool:
-    """Does ``forward_from`` after a linear injection equal a hooked run? (checked once)"""
-    if not (callable(getattr(model, "forward_from", None)) and getattr(model.cfg, "attn_only", 0)):
-        return False
-    return _checked(model, "resume", lambda: _probe_resume(model, tokens))
+class _ResumeBlocks:
+    """``resume-blocks``: skip the blocks before each edit's first layer (module docstring)."""
+
+    name = "resume-blocks"
+
+    def __init__(self, model: Any, tokens: torch.Tensor, starts: set[int]):
+        self.model = model
+        self.tokens = tokens
+        self.native = callable(getattr(model, "forward_from", None))
+        blocks = _blocks(model)
+        kept: dict[int, Any] = {}
+        if self.native:  # our models: the residual entering block l is hook_resid_pre[l]
+
+            def keep(x: torch.Tensor, hook: Any) -> None:
+                kept[int(hook.name.split(".")[1])] = x
+
+            hooks = [(hook_name("resid_pre", l), keep) for l in sorted(starts) if l > 0]
+            self.clean_logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
+        else:
+            handles = []
+
+            def grab(i: int) -> Callable:
+                def hook(module: Any, args: Any, out: Any) -> None:
+                    kept[i + 1] = out
+
+                return hook
+
+            for l in sorted(starts):
+                if l > 0:
+                    handles.append(blocks[l - 1].register_forward_hook(grab(l - 1)))
+            try:
+                self.clean_logits = model(tokens)
+            finally:
+                for h in handles:
+                    h.remove()
+        self.kept = kept
+        hf = getattr(model, "interp_hf_model", None)
+        params = inspect.signature(hf.forward).parameters if hf is not None else {}
+        self.rows_ok = "logits_to_keep" in params
+
+    def run(self, chunk, replacement, pos_m, rows) -> list[torch.Tensor]:
+        k = len(chunk)
+        b, n = self.tokens.shape
+        start = min(l for edit in chunk for l, _ in edit)
+        hooks = _edit_hooks(chunk, replacement, pos_m, b)
+        if self.native:
+            with self.model.hooks(fwd_hooks=hooks):
+                if start == 0:
+                    logits = self.model(_repeat(self.tokens, k))
+                else:
+                    logits = self.model.forward_from(_repeat(self.kept[start], k), start - 1)
+        else:
+            kwargs = {}
+            if rows is not None and self.rows_ok:
+                kwargs["logits_to_keep"] = rows.to(self.tokens.device)
+            out = _repeat(self.kept[start], k) if start > 0 else None
+            with _skipping(_blocks(self.model), start, out):
+                logits = self.model.run_with_hooks(
+                    _repeat(self.tokens, k), fwd_hooks=hooks, **kwargs
+                )
+            if "logits_to_keep" in kwargs:  # scatter the kept rows back; other rows stay 0
+                full = logits.new_zeros(logits.shape[0], n, logits.shape[-1])
+                full[:, rows.to(logits.device)] = logits
+                logits = full
+        return list(logits.split(b)) if k > 1 else [logits]
 
 
-def _probe_resume(model: Any, tokens: torch.Tensor) -> bool:
-    layer = 0
-    probe = tokens[:1, : min(tokens.shape[1], 6)]
-    got: list[torch.Tensor] = []
+# ----------------------------------------------------------------------- choosing a path
+def _probe(model: Any, tokens: torch.Tensor, path_cls: Any, edit: Edit) -> tuple[bool, str]:
+    """Does ``path_cls`` give the plain loop's logits for ``edit`` on a slice of ``tokens``?"""
+    probe = tokens[:1, : min(tokens.shape[1], 8)]
     try:
         with torch.no_grad():
-            w_o = {layer: model.W_O[layer].detach()}
-            _run_resume(model, probe, [[(layer, 0)]], None, None, w_o, lambda i, x: got.append(x))
-
-            def zero(z, hook):
-                z = z.clone()
-                z[:, :, 0] = 0.0
-                return z
-
-            ref = model.run_with_hooks(probe, fwd_hooks=[(hook_name("z", layer), zero)])
-        return torch.allclose(got[0], ref, atol=1e-4, rtol=1e-4)
-    except Exception:  # noqa: BLE001 - any failure means "use another path"
-        return False
-
-
-def _growing_supported(model: Any, tokens: torch.Tensor) -> bool:
-    """Is the growing-batch path exact on this model? Checked once against a hooked run."""
-    return _checked(model, "grow", lambda: _probe_growing(model, tokens))
+            layers = {l for l, _ in edit}
+            engine = path_cls(model, probe, layers if path_cls is _AfterBlock else {min(layers)})
+            got = engine.run([edit], None, None, None)[0]
+            ref = _loop_pass(model, probe, [edit], None, None, None)[0]
+        if got.shape != ref.shape:
+            return False, f"{path_cls.name} gave logits of shape {tuple(got.shape)}"
+        if not torch.allclose(got.float(), ref.float(), atol=ATOL, rtol=RTOL):
+            diff = float((got.float() - ref.float()).abs().max())
+            return False, f"{path_cls.name} differed from the plain loop by {diff:.2e}"
+        return True, ""
+    except Exception as exc:  # noqa: BLE001 - any failure means "this path does not apply"
+        return False, f"{path_cls.name} failed its check ({type(exc).__name__}: {exc})"
 
 
-def _probe_growing(model: Any, tokens: torch.Tensor) -> bool:
-    ok = False
-    names = set(getattr(model, "hook_dict", {}) or {})
-    layer = model.cfg.n_layers - 1
-    if _inject_name(model, layer) in names and hook_name("z", layer) in names:
-        probe = tokens[:1, : min(tokens.shape[1], 6)]
-        try:
-            with torch.no_grad():
-                w_o = {layer: model.W_O[layer].detach()}
-                got = _run_growing(model, probe, [[(layer, 0)]], None, None, w_o)[1][0]
+def choose_path(model: Any, tokens: torch.Tensor, edits: Sequence[Edit]) -> tuple[str, str]:
+    """Which path :func:`sweep` will take for these edits, and why (if not the fastest)."""
+    cfg = model.cfg
+    single = all(len({l for l, _ in e}) == 1 for e in edits)
+    native = callable(getattr(model, "forward_from", None))
+    last = cfg.n_layers - 1
+    if native and single and getattr(cfg, "attn_only", False):
+        ok, why = _checked(
+            model, "after-block", lambda: _probe(model, tokens, _AfterBlock, [(0, 0)])
+        )
+        if ok:
+            return _AfterBlock.name, ""
+    else:
+        why = ""
+    if cfg.n_layers > 1 and (native or _blocks(model) is not None):
+        ok, why2 = _checked(
+            model, "resume-blocks", lambda: _probe(model, tokens, _ResumeBlocks, [(last, 0)])
+        )
+        if ok:
+            return _ResumeBlocks.name, why
+        why = why2
+    return "loop", why or "no faster exact path for this model"
 
-                def zero(z, hook):
-                    z = z.clone()
-                    z[:, :, 0] = 0.0
-                    return z
 
-                ref = model.run_with_hooks(probe, fwd_hooks=[(hook_name("z", layer), zero)])
-            ok = torch.allclose(got, ref, atol=1e-4, rtol=1e-4)
-        except Exception:  # noqa: BLE001 - any failure means "use the general path"
-            ok = False
-    return ok
+def plan(model: Any, tokens: torch.Tensor, edits: Sequence[Edit], batch_size: Any = None) -> dict:
+    """What a sweep will do: ``path``, ``note``, ``edits``, ``edits_per_pass``, ``passes``."""
+    path, note = choose_path(model, tokens, edits)
+    k = edits_per_pass(model, tokens, len(edits), batch_size, None)
+    n_chunks = len(_chunks(edits, k, path))
+    return {
+        "path": path,
+        "note": note,
+        "edits": len(edits),
+        "edits_per_pass": k,
+        "passes": n_chunks + 1,
+    }
+
+
+def _chunks(edits: Sequence[Edit], k: int, path: str) -> list[list[int]]:
+    """Edit indices packed ``k`` per pass; a pass only holds edits that start in one layer."""
+    order = sorted(range(len(edits)), key=lambda i: min(l for l, _ in edits[i]))
+    chunks: list[list[int]] = []
+    for i in order:
+        start = min(l for l, _ in edits[i])
+        same = chunks and min(l for l, _ in edits[chunks[-1][0]]) == start
+        if chunks and len(chunks[-1]) < k and (same or path == "loop"):
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    return chunks
 
 
 def sweep(
     model: Any,
     tokens: torch.Tensor,
-    edits: Sequence[Heads],
-    metric: Callable[[torch.Tensor, torch.Tensor], Any],
+    edits: Sequence[Edit],
+    metric: Metric,
     *,
     replacement: dict[int, torch.Tensor] | None = None,
     positions: torch.Tensor | None = None,
-    batch_size: int | None = None,
-    memory_budget: int | None = None,
+    batch_size: Any = None,
+    memory_budget: Any = None,
     progress: bool = False,
     desc: str = "sweep",
-    return_clean: bool = False,
-) -> list[Any] | tuple[list[Any], Any]:
-    """Metric values, one per edit, in the order given (and the unedited run's, if asked).
+) -> SweepResult:
+    """Metric values, one per edit in the order given, and the unedited value.
 
-    ``replacement[layer]`` (``[batch, pos, head, d_head]``) is spliced in for the
-    edited heads of that layer; missing layers are zeroed. ``positions`` (a
-    ``[pos]`` bool mask) restricts the edit to those positions. The caller
-    runs this in eval mode under no_grad.
+    ``replacement[layer]`` (``[batch, pos, head, d_head]``) is spliced in for
+    the edited heads of that layer; without it they are zeroed. ``positions``
+    (a ``[pos]`` bool mask) restricts every edit to those positions. The
+    caller runs this in eval mode under no_grad and has validated its inputs.
 
     Raises:
-        InterpError: for an empty edit list or a bad batch size or budget.
+        InterpError: for an empty edit list, a bad batch size or budget, or a
+            metric that returns a non-scalar or non-finite value.
     """
     from tqdm.auto import tqdm
 
     if not edits:
         raise InterpError("nothing to sweep: no edits given")
-    if _expand_supported(model, tokens):
-        groups = [(tokens, replacement)]
-    else:  # one sequence at a time, so per-sequence masks still broadcast
-        groups = [
-            (
-                tokens[b : b + 1],
-                None if replacement is None else {l: r[b : b + 1] for l, r in replacement.items()},
-            )
-            for b in range(tokens.shape[0])
-        ]
-    single = all(len({l for l, _ in e}) == 1 for e in edits)
-    if single and _resume_supported(model, tokens):
-        return _sweep_resume(
-            model, tokens, edits, metric, replacement, positions, progress, desc, return_clean
-        )
-    grow = single and _growing_supported(model, groups[0][0])
-    w_o = {l: model.W_O[l].detach() for l in {e[0][0] for e in edits}} if grow else None
-    k = _chunk_size(model, tokens, len(edits), batch_size, memory_budget)
-    order = sorted(range(len(edits)), key=lambda i: min(l for l, _ in edits[i]))
-    chunks = [order[i : i + k] for i in range(0, len(order), k)]
-    values: dict[int, Any] = {}
-    clean = None
-    bar = tqdm(total=len(chunks) * len(groups), disable=not progress, desc=desc, unit="pass")
+    k = edits_per_pass(model, tokens, len(edits), batch_size, memory_budget)
+    path, note = choose_path(model, tokens, edits)
+    n = tokens.shape[1]
+    rows = None
+    if metric.rows is not None:
+        rows = torch.tensor(sorted({p % n for p in metric.rows}), dtype=torch.long)
+    pos_m = None if positions is None else positions.to(tokens.device).view(1, -1, 1, 1)
+    starts = {min(l for l, _ in e) for e in edits}
+    chunks = _chunks(edits, k, path)
+    bar = tqdm(total=len(chunks) + 1, disable=not progress, desc=desc, unit="pass")
+    values: dict[int, float] = {}
     try:
+        if path == _AfterBlock.name:
+            engine: Any = _AfterBlock(model, tokens, starts)
+            clean_logits, run = engine.clean_logits, engine.run
+        elif path == _ResumeBlocks.name:
+            engine = _ResumeBlocks(model, tokens, starts)
+            clean_logits, run = engine.clean_logits, engine.run
+        else:
+            clean_logits = model(tokens)
+
+            def run(chunk, replacement, pos_m, rows):
+                return _loop_pass(model, tokens, chunk, replacement, pos_m, rows)
+
+        clean = scalar(metric(clean_logits, tokens), metric.name)
+        del clean_logits
+        bar.update(1)
         for chunk in chunks:
-            cleans, parts = [], []  # per group: [group batch, ...] and [k, group batch, ...]
-            chunk_edits = [edits[i] for i in chunk]
-            for toks, repl in groups:
-                c, p = (
-                    _run_growing(model, toks, chunk_edits, repl, positions, w_o)
-                    if grow
-                    else _run_chunk(model, toks, chunk_edits, repl, positions)
-                )
-                cleans.append(c)
-                parts.append(p)
-                bar.update(1)
-            if clean is None:  # every pass carries the unedited batch; score it once
-                clean = metric(torch.cat(cleans, dim=0), tokens)
-            logits = torch.cat(parts, dim=1)  # [k, batch, pos, vocab]
-            for j, i in enumerate(chunk):
-                values[i] = metric(logits[j], tokens)
-            del parts, cleans, logits
+            outs = run([edits[i] for i in chunk], replacement, pos_m, rows)
+            for i, logits in zip(chunk, outs):
+                values[i] = scalar(metric(logits, tokens), metric.name)
+            del outs
+            bar.update(1)
     finally:
         bar.close()
-    out = [values[i] for i in range(len(edits))]
-    return (out, clean) if return_clean else out
+    return SweepResult(
+        values=[values[i] for i in range(len(edits))],
+        clean=clean,
+        path=path,
+        note=note,
+        passes=len(chunks) + 1,
+    )
 
 
-def _sweep_resume(model, tokens, edits, metric, replacement, positions, progress, desc, with_clean):
-    """:func:`sweep` on models with ``forward_from``: see :func:`_run_resume`."""
-    from tqdm.auto import tqdm
+def logits_after(model: Any, tokens: torch.Tensor, resid: torch.Tensor, layer: int) -> torch.Tensor:
+    """The logits of a forward pass whose residual stream after block ``layer`` is ``resid``.
 
-    w_o = {l: model.W_O[l].detach() for l in {e[0][0] for e in edits}}
-    values: list[Any] = [None] * len(edits)
-    with tqdm(total=len(edits), disable=not progress, desc=desc, unit="edit") as bar:
+    Only the blocks after ``layer`` (and the unembedding) run: our models
+    resume with ``forward_from``; bridges run with blocks ``0..layer`` stubbed
+    to return ``resid`` (:func:`_skipping`), exactly as in a plain run.
 
-        def on_edit(i: int, logits: torch.Tensor) -> None:
-            values[i] = metric(logits, tokens)
-            bar.update(1)
-
-        clean = metric(
-            _run_resume(model, tokens, edits, replacement, positions, w_o, on_edit), tokens
-        )
-    return (values, clean) if with_clean else values
-
-
-def _run_chunk(model, tokens, chunk_edits, replacement, positions) -> torch.Tensor:
-    """General path: a growing batch with ``hook_z`` edited per copy.
-
-    The unedited batch runs through every layer; an edit's copy joins at the
-    ``hook_resid_pre`` of its earliest layer (a copy of the unedited residual
-    there) and has its heads' ``z`` replaced at each edited layer. Returns
-    logits ``[k, batch, pos, vocab]``.
+    Raises:
+        InterpError: for a model that can do neither.
     """
-    b = tokens.shape[0]
-    joins: dict[int, list[int]] = {}
-    for i, e in enumerate(chunk_edits):
-        joins.setdefault(min(l for l, _ in e), []).append(i)
-    slot: dict[int, int] = {}  # edit -> copy index (the unedited batch is copy 0)
-    pos_m = None if positions is None else positions.view(1, -1, 1, 1)
-
-    def join(layer):
-        def hook(x: torch.Tensor, hook: Any) -> torch.Tensor:
-            new = joins[layer]
-            for i in new:
-                slot[i] = len(slot) + 1
-            return torch.cat([x, x[:b].repeat(len(new), *([1] * (x.ndim - 1)))], dim=0)
-
-        return hook
-
-    def edit_z(layer):
-        def hook(z: torch.Tensor, hook: Any) -> torch.Tensor:
-            z = z.clone()
-            for i, e in enumerate(chunk_edits):
-                hs = [h for l, h in e if l == layer]
-                if not hs or i not in slot:
-                    continue
-                rows = slice(slot[i] * b, (slot[i] + 1) * b)
-                cur = z[rows][:, :, hs]
-                target = (
-                    torch.zeros_like(cur)
-                    if replacement is None
-                    else replacement[layer][:, :, hs].to(z.dtype)
-                )
-                z[rows, :, hs] = target if pos_m is None else torch.where(pos_m, target, cur)
-            return z
-
-        return hook
-
-    hooks = [(hook_name("resid_pre", l), join(l)) for l in sorted(joins)]
-    hooks += [
-        (hook_name("z", l), edit_z(l)) for l in sorted({l for e in chunk_edits for l, _ in e})
-    ]
-    logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
-    copies = logits.view(-1, b, *logits.shape[1:])
-    return copies[0], torch.stack([copies[slot[i]] for i in range(len(chunk_edits))])
+    if callable(getattr(model, "forward_from", None)):
+        return model.forward_from(resid, layer)
+    blocks = _blocks(model)
+    if blocks is None:
+        raise InterpError(
+            f"{type(model).__name__} cannot resume a forward pass from a cached residual; "
+            "call it without cache="
+        )
+    with _skipping(blocks, layer + 1, resid):
+        return model(tokens)

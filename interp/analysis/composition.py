@@ -18,8 +18,11 @@ LayerNorm between the heads is ignored (as in the paper): the scores describe
 the weights, not a particular input.
 
 Example:
-    >>> df = composition_scores(model, kind="K")              # doctest: +SKIP
-    >>> df.nlargest(1, "score")[["src_label", "label", "score", "baseline"]]  # doctest: +SKIP
+    >>> from interp.models import load_induction_model
+    >>> df = composition_scores(load_induction_model(), component="K")
+    >>> top = df.nlargest(1, "score")
+    >>> top["src_label"].item(), top["label"].item(), bool(top["ratio"].item() > 2)
+    ('L0H1', 'L1H1', True)
 """
 
 from __future__ import annotations
@@ -30,39 +33,58 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis._common import check_model, head_weight
+from interp.analysis._common import head_weight
 from interp.errors import InterpError
 from interp.hooks import head_label
+from interp.protocol import check_model
 
-Kind = Literal["Q", "K", "V"]
+Component = Literal["Q", "K", "V"]
 
 
-def _factors(model: Any, kind: Kind):
+def _factors(model: Any, component: Component) -> tuple[Any, Any]:
     from transformer_lens import FactoredMatrix
 
     W_V, W_O = head_weight(model, "W_V").float(), head_weight(model, "W_O").float()
     left = FactoredMatrix(W_V, W_O)  # [n_layers, n_heads, d_model, d_model]
-    if kind == "V":
+    if component == "V":
         return left, left
     W_Q, W_K = head_weight(model, "W_Q").float(), head_weight(model, "W_K").float()
     qk = FactoredMatrix(W_Q, W_K.transpose(-2, -1))
-    return left, (qk if kind == "Q" else qk.T)
+    return left, (qk if component == "Q" else qk.T)
 
 
 @cache
 def random_baseline(d_model: int, d_head: int, *, samples: int = 256, seed: int = 0) -> float:
-    """Mean composition score of random Gaussian rank-``d_head`` matrices in ``d_model`` dims."""
+    """Mean composition score of random Gaussian rank-``d_head`` matrices in ``d_model`` dims.
+
+    ``samples`` independent pairs, scored with the same formula as the heads
+    (:func:`pair_scores`; equal to TransformerLens's ``composition_scores``).
+    """
     from transformer_lens import FactoredMatrix
-    from transformer_lens.utilities.matrix import composition_scores as tl_scores
 
     gen = torch.Generator().manual_seed(seed)
 
-    def rand(*shape):
+    def rand(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen)
 
     left = FactoredMatrix(rand(samples, d_model, d_head), rand(samples, d_head, d_model))
     right = FactoredMatrix(rand(samples, d_model, d_head), rand(samples, d_head, d_model))
-    return float(tl_scores(left, right, broadcast_dims=False).mean())
+    return float(pair_scores(left, right).mean())
+
+
+def pair_scores(left: Any, right: Any) -> torch.Tensor:
+    """``[n]`` composition scores of matched pairs ``left[i]``, ``right[i]`` (``FactoredMatrix``).
+
+    ``||A1 B1 A2 B2||_F / (||A1 B1||_F ||A2 B2||_F)`` from ``d_head x d_head`` products only.
+    """
+    A1, B1, A2, B2 = left.A, left.B, right.A, right.B
+    M = B1 @ A2  # [n, d_head, d_head]
+    G1 = A1.transpose(-2, -1) @ A1
+    G2 = B2 @ B2.transpose(-2, -1)
+    num = torch.einsum("nij,njk,nkl,nli->n", G1, M, G2, M.transpose(-2, -1)).clamp(min=0).sqrt()
+    n1 = torch.einsum("nij,nji->n", G1, B1 @ B1.transpose(-2, -1)).clamp(min=0).sqrt()
+    n2 = torch.einsum("nij,nji->n", A2.transpose(-2, -1) @ A2, G2).clamp(min=0).sqrt()
+    return num / (n1 * n2).clamp(min=torch.finfo(A1.dtype).tiny)
 
 
 def _pairwise_scores(left: Any, right: Any) -> torch.Tensor:
@@ -95,38 +117,39 @@ def _pairwise_scores(left: Any, right: Any) -> torch.Tensor:
     return scores.reshape(n_layers, n_heads, n_layers, n_heads)
 
 
-def composition_tensor(model: Any, kind: Kind = "K") -> torch.Tensor:
+def composition_tensor(model: Any, *, component: Component = "K") -> torch.Tensor:
     """Scores ``[n_layers, n_heads, n_layers, n_heads]`` (earlier, later).
 
     Entries are zero unless the first head's layer is earlier.
 
     Raises:
-        InterpError: for an unknown kind.
+        InterpError: for an unknown component.
     """
-    if kind not in ("Q", "K", "V"):
-        raise InterpError(f"kind must be 'Q', 'K' or 'V', got {kind!r}")
+    if component not in ("Q", "K", "V"):
+        raise InterpError(f"component must be 'Q', 'K' or 'V', got {component!r}")
     cfg = check_model(model)
     with torch.no_grad():
-        left, right = _factors(model, kind)
+        left, right = _factors(model, component)
         scores = _pairwise_scores(left, right)
     layer = torch.arange(cfg.n_layers)
     mask = layer[:, None, None, None] < layer[None, None, :, None]
     return torch.where(mask, scores, torch.zeros_like(scores))
 
 
-def composition_scores(model: Any, kind: Kind = "K") -> pd.DataFrame:
+def composition_scores(model: Any, *, component: Component = "K") -> pd.DataFrame:
     """One row per (earlier head, later head) pair with the composition score and its baseline.
 
-    Columns: ``src_layer, src_head, src_label, layer, head, label, kind, score,
-    baseline, ratio`` (``score / baseline``).
+    ``component`` is the later head's input the earlier head's output feeds:
+    ``"Q"``, ``"K"`` or ``"V"``. Columns: ``src_layer, src_head, src_label,
+    layer, head, label, component, score, baseline, ratio`` (``score / baseline``).
 
     Raises:
-        InterpError: for an unknown kind or a model with a single layer.
+        InterpError: for an unknown component or a model with a single layer.
     """
     cfg = check_model(model)
     if cfg.n_layers < 2:
         raise InterpError("composition needs at least two layers")
-    scores = composition_tensor(model, kind)
+    scores = composition_tensor(model, component=component)
     base = random_baseline(int(cfg.d_model), int(cfg.d_head))
     rows = []
     for l1 in range(cfg.n_layers):
@@ -142,7 +165,7 @@ def composition_scores(model: Any, kind: Kind = "K") -> pd.DataFrame:
                             "layer": l2,
                             "head": h2,
                             "label": head_label(l2, h2),
-                            "kind": kind,
+                            "component": component,
                             "score": s,
                             "baseline": base,
                             "ratio": s / base,

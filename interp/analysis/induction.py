@@ -1,98 +1,111 @@
-"""Induction, previous-token and duplicate-token scores for every head.
+"""Induction, previous-token and duplicate-token scores for every head, in three conventions.
 
 A head's score is the attention it puts on a *stripe* of key positions
-defined by the tokens themselves, averaged over the query positions that have
-a non-empty stripe (Elhage et al. 2021; Olsson et al. 2022):
+defined by the tokens themselves (Elhage et al. 2021; Olsson et al. 2022):
 
 * **previous-token**: key ``q - 1``;
 * **duplicate-token**: keys ``k < q`` holding the same token as ``q``;
 * **induction**: keys ``k <= q`` whose *previous* token equals the token at
   ``q`` (the token that followed an earlier occurrence of the current one).
 
-Precisely, with ``S(b, q)`` the stripe of query ``q`` in sequence ``b`` and
-``V`` the set of ``(b, q)`` with ``S(b, q)`` non-empty (and inside
-``query_mask`` when given), ``score = mean_{(b,q) in V} sum_{k in S(b,q)} A[b, q, k]``.
-With ``exclude_bos=True`` (the default) key position 0 is removed from every
-stripe, so attention parked on BOS never counts and a previous-token stripe
-starts at query 2. Scores are in ``[0, 1]``; a perfect head scores 1.
+Three conventions for turning a pattern into a number (``convention=``):
 
-For a **bidirectional** model (``cfg.attention_dir == "bidirectional"``,
-e.g. BERT encoders) no causal assumption is made: duplicate-token keys are
-every other position holding the same token (earlier or later), and
-induction keys are every position ``k`` whose previous token equals the
-query's token, except ``k = q + 1`` (whose previous token *is* the query:
-that is the next-token stripe, not induction). ``causal=`` overrides the
-model's setting.
+``"interp"`` (default). With ``S(b, q)`` the stripe of query ``q`` in
+sequence ``b`` and ``V`` the ``(b, q)`` with a non-empty stripe (inside
+``loss_mask`` when given), ``score = mean_{(b,q) in V} sum_{k in S(b,q)} A[b,q,k]``.
+``exclude_bos=True`` (default) removes key 0 from every stripe without
+renormalising, so attention parked on BOS never counts. A perfect head scores 1.
 
-Because stripes come from token ids, not from a tokenizer or strings, these
-work on any hooked model and any tensor of ids. TransformerLens's
-``detect_head`` with ``error_measure="mul"`` divides the same stripe mass by
-*all* rows instead of the rows with a stripe; the tests relate the two exactly.
+``"transformer_lens"``: exactly TransformerLens's ``detect_head`` (4.3).
+Per sequence, ``"mul"`` divides the stripe mass by the attention of *all*
+rows (so a perfect induction head on BOS + 4 tokens twice scores 4/9);
+``exclude_bos`` zeroes key 0 of the pattern and divides by what is left,
+``exclude_current_token`` zeroes the diagonal; ``"abs"`` is
+``1 - round(mean |A - D| * pos, 3)``. Sequences are scored one by one and averaged.
+
+``"arena"``: ARENA chapter 1.2's fixed diagonals on the repeated probe
+(BOS, ``L`` tokens, the same ``L`` tokens): previous-token
+``A.diagonal(-1).mean()``, induction ``A.diagonal(1 - L).mean()`` (which also
+counts first-half entries). ARENA has no duplicate-token detector; the same
+rule on the duplicate stripe, ``A.diagonal(-L).mean()``, is used. Averaged over the batch.
+
+The three differ on the same pattern; the README's "Definitions" section
+works one 9-token example through all of them. Because stripes come from token
+ids, every convention works on any hooked model and any tensor of ids.
+
+For a **bidirectional** model (``cfg.attention_dir == "bidirectional"``) the
+``"interp"`` stripes make no causal assumption: duplicate-token keys are every
+other position holding the same token, and induction keys every ``k`` whose
+previous token is the query's token except ``k = q + 1``. ``causal=``
+overrides the model's setting. The other two conventions use their own
+(causal) definitions unchanged.
 
 Example:
-    >>> from interp.models import load_induction_model    # doctest: +SKIP
-    >>> model = load_induction_model()                      # doctest: +SKIP
-    >>> induction_scores(model).nlargest(1, "induction")    # doctest: +SKIP
+    >>> from interp.models import load_induction_model
+    >>> from interp.datasets import repeated_random_tokens
+    >>> model = load_induction_model()
+    >>> tokens = repeated_random_tokens(8, 20, d_vocab=64, seed=0).tokens
+    >>> scores = induction_scores(model, tokens)
+    >>> scores.nlargest(1, "induction")["label"].item()
+    'L1H1'
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import pandas as pd
 import torch
 
-from interp.analysis._common import (
-    bos_token_id,
-    check_model,
-    check_tokens,
-    head_frame,
-    is_causal,
-    patterns,
-)
+from interp.analysis._common import head_frame, patterns
 from interp.errors import InterpError
 from interp.hooks import hook_name
+from interp.protocol import (
+    bos_token_id,
+    check_int,
+    check_mask,
+    check_model,
+    check_seed,
+    check_tokens,
+    eval_no_grad,
+    is_causal,
+)
 
 Stripe = Literal["induction", "previous_token", "duplicate_token"]
 STRIPES: tuple[Stripe, ...] = ("induction", "previous_token", "duplicate_token")
+Convention = Literal["interp", "transformer_lens", "arena"]
+CONVENTIONS: tuple[str, ...] = ("interp", "transformer_lens", "arena")
 
 
 def stripe_mask(
-    tokens: torch.Tensor, kind: Stripe, *, exclude_bos: bool = True, causal: bool = True
+    tokens: torch.Tensor, stripe: Stripe, *, exclude_bos: bool = True, causal: bool = True
 ) -> torch.Tensor:
-    """``[batch, query_pos, key_pos]`` bool: the keys each query should attend to for ``kind``.
+    """``[batch, query_pos, key_pos]`` bool: the keys each query should attend to for ``stripe``.
 
     ``causal=False`` gives the bidirectional stripes (module docstring).
 
     Raises:
-        InterpError: for an unknown kind.
+        InterpError: for an unknown stripe.
     """
     b, n = tokens.shape
-    q = torch.arange(n)[:, None]
-    k = torch.arange(n)[None, :]
-    if kind == "previous_token":
+    q = torch.arange(n, device=tokens.device)[:, None]
+    k = torch.arange(n, device=tokens.device)[None, :]
+    if stripe == "previous_token":
         mask = (k == q - 1)[None].expand(b, n, n).clone()
-    elif kind == "duplicate_token":
+    elif stripe == "duplicate_token":
         allowed = (k < q) if causal else (k != q)
         mask = (tokens[:, :, None] == tokens[:, None, :]) & allowed[None]
-    elif kind == "induction":
+    elif stripe == "induction":
         prev = torch.full_like(tokens, -1)
         prev[:, 1:] = tokens[:, :-1]  # prev[b, k] = token before key k
         allowed = (k <= q) if causal else (k != q + 1)
         mask = (tokens[:, :, None] == prev[:, None, :]) & allowed[None] & (k >= 1)[None]
     else:
-        raise InterpError(f"unknown stripe {kind!r}; choose one of {', '.join(STRIPES)}")
+        raise InterpError(f"unknown stripe {stripe!r}; choose one of {', '.join(STRIPES)}")
     if exclude_bos:
         mask[:, :, 0] = False
     return mask
-
-
-def _reduce(pattern: torch.Tensor, mask: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    # pattern [batch, head, q, k]; mask [batch, q, k]; valid [batch, q] -> [head]
-    mass = torch.einsum("bhqk,bqk->bhq", pattern.float(), mask.float())
-    w = valid.float()
-    return (mass * w[:, None]).sum((0, 2)) / w.sum()
 
 
 def probe_tokens(
@@ -102,103 +115,289 @@ def probe_tokens(
 
     ``half_len`` defaults to 50, or less if the context is shorter. The BOS id
     is the tokenizer's BOS (or CLS for encoders) when there is one, else 0.
+
+    Raises:
+        InterpError: for ``n < 1``, ``half_len < 2`` or a probe longer than the context.
     """
     from interp.datasets import repeated_random_tokens
 
     cfg = check_model(model)
+    n = check_int(n, "n", minimum=1)
     n_ctx = getattr(cfg, "n_ctx", None) or 101
-    half_len = half_len or min(50, (n_ctx - 1) // 2)
-    bos = bos_token_id(model)
-    d_vocab = int(cfg.d_vocab)
-    return repeated_random_tokens(n, half_len, d_vocab=d_vocab, bos=bos, seed=seed).tokens
+    half_len = min(50, (n_ctx - 1) // 2) if half_len is None else check_int(half_len, "half_len")
+    if 1 + 2 * half_len > n_ctx:
+        raise InterpError(f"a probe of 1 + 2 x {half_len} tokens exceeds n_ctx={n_ctx}")
+    return repeated_random_tokens(
+        n, half_len, d_vocab=int(cfg.d_vocab), bos=bos_token_id(model), seed=check_seed(seed)
+    ).tokens
+
+
+Reducer = Callable[[torch.Tensor], torch.Tensor]  # pattern [batch, head, q, k] -> [head]
+
+
+def _interp_reducer(mask: torch.Tensor, valid: torch.Tensor) -> Reducer:
+    w = valid.float()
+
+    def reduce(pattern: torch.Tensor) -> torch.Tensor:
+        mass = torch.einsum("bhqk,bqk->bhq", pattern.float(), mask.float())
+        return (mass * w[:, None]).sum((0, 2)) / w.sum()
+
+    return reduce
+
+
+def _tl_reducer(
+    detection: torch.Tensor, exclude_bos: bool, exclude_current: bool, measure: str
+) -> Reducer:
+    D = detection.float()  # [batch, q, k], 0/1, lower triangular
+    n = D.shape[-1]
+    keep = torch.ones(n, n, device=D.device)
+    if exclude_bos:
+        keep[:, 0] = 0
+    if exclude_current:
+        keep.fill_diagonal_(0)
+
+    def reduce(pattern: torch.Tensor) -> torch.Tensor:
+        A = pattern.float()  # [batch, head, q, k]
+        if measure == "mul":
+            A = A * keep
+            per_seq = (A * D[:, None]).sum((-2, -1)) / A.sum((-2, -1))  # [batch, head]
+        else:
+            diff = (A - D[:, None]).abs() * keep
+            raw = diff.mean((-2, -1)).double() * n  # as TL: a float32 mean, then a Python float
+            per_seq = 1 - torch.round(raw * 1000) / 1000  # TL rounds to 3 decimals
+        return per_seq.mean(0)
+
+    return reduce
+
+
+def _arena_reducer(stripe: Stripe, half: int) -> Reducer:
+    offset = {"previous_token": -1, "induction": 1 - half, "duplicate_token": -half}[stripe]
+
+    def reduce(pattern: torch.Tensor) -> torch.Tensor:
+        diag = pattern.float().diagonal(offset=offset, dim1=-2, dim2=-1)  # [batch, head, n']
+        return diag.mean((0, 2))
+
+    return reduce
+
+
+def _arena_half(tokens: torch.Tensor) -> int:
+    n = tokens.shape[1]
+    half = (n - 1) // 2
+    if (
+        n != 1 + 2 * half
+        or half < 2
+        or not torch.equal(tokens[:, 1 : 1 + half], tokens[:, 1 + half :])
+    ):
+        raise InterpError(
+            "convention='arena' scores the repeated probe: BOS, L tokens, the same L tokens "
+            f"(length 2L + 1); these tokens (length {n}) are not that; use probe_tokens(model) "
+            "or interp.datasets.repeated_random_tokens"
+        )
+    return half
 
 
 def head_scores(
     model: Any,
     tokens: torch.Tensor | None = None,
     *,
-    kinds: tuple[Stripe, ...] = STRIPES,
-    exclude_bos: bool = True,
-    query_mask: torch.Tensor | None = None,
-    cache: Any = None,
+    stripes: Sequence[Stripe] = STRIPES,
+    convention: Convention = "interp",
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool = False,
+    error_measure: Literal["mul", "abs"] = "mul",
+    loss_mask: torch.Tensor | None = None,
     causal: bool | None = None,
+    cache: Any = None,
 ) -> pd.DataFrame:
-    """Several stripe scores from one forward pass: one row per head, one column per kind.
+    """Stripe scores from one forward pass: one row per head, one column per stripe.
 
     Runs the model once with reducing hooks on ``hook_pattern`` only (no
-    activations are kept), or reads patterns from ``cache``. ``causal``
-    defaults to the model's ``cfg.attention_dir`` (bidirectional models get
-    the stripes of the module docstring).
+    activations are kept), or reads the patterns from ``cache``. ``tokens``
+    defaults to :func:`probe_tokens`. ``exclude_bos`` defaults to the
+    convention's own default (True for ``"interp"``, False for
+    ``"transformer_lens"``); ``exclude_current_token`` and ``error_measure``
+    belong to ``"transformer_lens"``; ``loss_mask`` (``[batch, pos]`` bool:
+    which query rows count) and ``causal`` to ``"interp"``. ``df.attrs``
+    records the convention.
 
     Raises:
-        InterpError: for a model without attention patterns, bad tokens, a
-            ``query_mask`` of the wrong shape, or no query with a non-empty stripe.
+        InterpError: for an unknown stripe or convention, an option the
+            convention does not have, bad tokens, a ``loss_mask`` of the wrong
+            shape, no query with a non-empty stripe, tokens that are not the
+            repeated probe under ``"arena"``, or a model (or cache) without
+            attention patterns.
     """
     cfg = check_model(model)
-    tokens = probe_tokens(model) if tokens is None else check_tokens(model, tokens, min_len=2)
-    if query_mask is not None and tuple(query_mask.shape) != tuple(tokens.shape):
+    if convention not in CONVENTIONS:
         raise InterpError(
-            f"query_mask has shape {tuple(query_mask.shape)} but tokens are {tuple(tokens.shape)}"
+            f"unknown convention {convention!r}; choose one of {', '.join(CONVENTIONS)}"
         )
-    if causal is None:
-        causal = is_causal(model)
-    masks, valids = {}, {}
-    for kind in kinds:
-        m = stripe_mask(tokens, kind, exclude_bos=exclude_bos, causal=causal)
-        v = m.any(-1)
-        if query_mask is not None:
-            v = v & query_mask.bool()
-        if not v.any():
-            raise InterpError(
-                f"no query position has a {kind} stripe in these tokens; "
-                "use repeated tokens (interp.datasets.repeated_tokens)"
-            )
-        masks[kind], valids[kind] = m, v
-    out = {kind: torch.zeros(cfg.n_layers, cfg.n_heads) for kind in kinds}
+    stripes = tuple(stripes)
+    if not stripes or any(s not in STRIPES for s in stripes):
+        raise InterpError(
+            f"stripes must be a non-empty subset of {', '.join(STRIPES)}, got {stripes}"
+        )
+    tokens = probe_tokens(model) if tokens is None else check_tokens(model, tokens, min_len=2)
+    if convention != "transformer_lens" and (exclude_current_token or error_measure != "mul"):
+        raise InterpError(
+            "exclude_current_token and error_measure belong to convention='transformer_lens'"
+        )
+    if convention != "interp" and (loss_mask is not None or causal is not None):
+        raise InterpError("loss_mask and causal belong to convention='interp'")
+    if error_measure not in ("mul", "abs"):
+        raise InterpError(f"error_measure must be 'mul' or 'abs', got {error_measure!r}")
+    reducers: dict[str, Reducer] = {}
+    if convention == "interp":
+        bos = True if exclude_bos is None else bool(exclude_bos)
+        rows = None if loss_mask is None else check_mask(loss_mask, tokens, "loss_mask")
+        causal = is_causal(model) if causal is None else bool(causal)
+        for s in stripes:
+            m = stripe_mask(tokens, s, exclude_bos=bos, causal=causal)
+            v = m.any(-1) if rows is None else m.any(-1) & rows
+            if not v.any():
+                raise InterpError(
+                    f"no query position has a {s} stripe in these tokens; "
+                    "use repeated tokens (interp.datasets.repeated_tokens)"
+                )
+            reducers[s] = _interp_reducer(m, v)
+    elif convention == "transformer_lens":
+        bos = bool(exclude_bos) if exclude_bos is not None else False
+        for s in stripes:
+            D = stripe_mask(tokens, s, exclude_bos=False, causal=True)
+            reducers[s] = _tl_reducer(D, bos, exclude_current_token, error_measure)
+    else:
+        if exclude_bos is not None:
+            raise InterpError("convention='arena' has no exclude_bos (its diagonals are fixed)")
+        half = _arena_half(tokens)
+        reducers = {s: _arena_reducer(s, half) for s in stripes}
+    out = {s: torch.zeros(cfg.n_layers, cfg.n_heads) for s in stripes}
     if cache is not None:
         for layer, p in enumerate(patterns(model, tokens, cache=cache)):
-            for kind in kinds:
-                out[kind][layer] = _reduce(p, masks[kind], valids[kind])
+            for s, r in reducers.items():
+                out[s][layer] = r(p).cpu()
     else:
-        seen: set[int] = set()
-
-        def make_hook(layer: int) -> Callable:
-            def hook(pattern: torch.Tensor, hook: Any) -> None:
-                seen.add(layer)
-                for kind in kinds:
-                    out[kind][layer] = _reduce(pattern.detach(), masks[kind], valids[kind])
-
-            return hook
-
-        hooks = [(hook_name("pattern", l), make_hook(l)) for l in range(cfg.n_layers)]
-        try:
-            with torch.no_grad():
-                model.run_with_hooks(tokens, fwd_hooks=hooks)
-        except (KeyError, AttributeError) as exc:
-            if "hook_pattern" in str(exc):
-                raise InterpError("this model has no hook_pattern attention hooks") from exc
-            raise
-        if len(seen) != cfg.n_layers:
-            raise InterpError(
-                "this model did not produce attention patterns at every layer's hook_pattern"
-            )
-    return head_frame(out, cfg.n_layers, cfg.n_heads)
+        _scores_by_hooks(model, tokens, reducers, out)
+    df = head_frame(out, cfg.n_layers, cfg.n_heads)
+    df.attrs["convention"] = convention
+    return df
 
 
-def induction_scores(model: Any, tokens: torch.Tensor | None = None, **kwargs: Any) -> pd.DataFrame:
-    """Induction score per head (module docstring): ``layer, head, label, induction``."""
-    return head_scores(model, tokens, kinds=("induction",), **kwargs)
+def _scores_by_hooks(
+    model: Any, tokens: torch.Tensor, reducers: dict[str, Reducer], out: dict[str, torch.Tensor]
+) -> None:
+    seen: set[int] = set()
+
+    def make_hook(layer: int) -> Callable:
+        def hook(pattern: torch.Tensor, hook: Any) -> None:
+            seen.add(layer)
+            for s, r in reducers.items():
+                out[s][layer] = r(pattern.detach()).cpu()
+
+        return hook
+
+    n_layers = model.cfg.n_layers
+    hooks = [(hook_name("pattern", l), make_hook(l)) for l in range(n_layers)]
+    try:
+        with eval_no_grad(model):
+            model.run_with_hooks(tokens, fwd_hooks=hooks)
+    except (KeyError, AttributeError) as exc:
+        if "hook_pattern" in str(exc):
+            raise InterpError("this model has no hook_pattern attention hooks") from exc
+        raise
+    if len(seen) != n_layers:
+        raise InterpError(
+            "this model did not produce attention patterns at every layer's hook_pattern"
+        )
+
+
+def induction_scores(
+    model: Any,
+    tokens: torch.Tensor | None = None,
+    *,
+    convention: Convention = "interp",
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool = False,
+    error_measure: Literal["mul", "abs"] = "mul",
+    loss_mask: torch.Tensor | None = None,
+    causal: bool | None = None,
+    cache: Any = None,
+) -> pd.DataFrame:
+    """Induction score per head (module docstring): ``layer, head, label, induction``.
+
+    Raises:
+        InterpError: as :func:`head_scores`.
+    """
+    return head_scores(
+        model,
+        tokens,
+        stripes=("induction",),
+        convention=convention,
+        exclude_bos=exclude_bos,
+        exclude_current_token=exclude_current_token,
+        error_measure=error_measure,
+        loss_mask=loss_mask,
+        causal=causal,
+        cache=cache,
+    )
 
 
 def previous_token_scores(
-    model: Any, tokens: torch.Tensor | None = None, **kwargs: Any
+    model: Any,
+    tokens: torch.Tensor | None = None,
+    *,
+    convention: Convention = "interp",
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool = False,
+    error_measure: Literal["mul", "abs"] = "mul",
+    loss_mask: torch.Tensor | None = None,
+    causal: bool | None = None,
+    cache: Any = None,
 ) -> pd.DataFrame:
-    """Previous-token score per head: columns ``layer, head, label, previous_token``."""
-    return head_scores(model, tokens, kinds=("previous_token",), **kwargs)
+    """Previous-token score per head: columns ``layer, head, label, previous_token``.
+
+    Raises:
+        InterpError: as :func:`head_scores`.
+    """
+    return head_scores(
+        model,
+        tokens,
+        stripes=("previous_token",),
+        convention=convention,
+        exclude_bos=exclude_bos,
+        exclude_current_token=exclude_current_token,
+        error_measure=error_measure,
+        loss_mask=loss_mask,
+        causal=causal,
+        cache=cache,
+    )
 
 
 def duplicate_token_scores(
-    model: Any, tokens: torch.Tensor | None = None, **kwargs: Any
+    model: Any,
+    tokens: torch.Tensor | None = None,
+    *,
+    convention: Convention = "interp",
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool = False,
+    error_measure: Literal["mul", "abs"] = "mul",
+    loss_mask: torch.Tensor | None = None,
+    causal: bool | None = None,
+    cache: Any = None,
 ) -> pd.DataFrame:
-    """Duplicate-token score per head: columns ``layer, head, label, duplicate_token``."""
-    return head_scores(model, tokens, kinds=("duplicate_token",), **kwargs)
+    """Duplicate-token score per head: columns ``layer, head, label, duplicate_token``.
+
+    Raises:
+        InterpError: as :func:`head_scores`.
+    """
+    return head_scores(
+        model,
+        tokens,
+        stripes=("duplicate_token",),
+        convention=convention,
+        exclude_bos=exclude_bos,
+        exclude_current_token=exclude_current_token,
+        error_measure=error_measure,
+        loss_mask=loss_mask,
+        causal=causal,
+        cache=cache,
+    )

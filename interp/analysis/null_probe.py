@@ -19,47 +19,54 @@ on models without LayerNorm. (On such models this input also feeds the layer's
 other heads, which is why their queries can change.)
 
 Example:
-    >>> df = null_space_probe(model, tokens, layer=1, head=1, which="Q")   # doctest: +SKIP
-    >>> df.groupby("space")[["d_query", "d_pattern_fixed_keys", "d_output"]].max()  # doctest: +SKIP
+    >>> from interp.models import load_induction_model
+    >>> from interp.analysis.induction import probe_tokens
+    >>> model = load_induction_model()
+    >>> df = null_space_probe(model, probe_tokens(model, n=4), layer=1, head=1, component="Q")
+    >>> worst = df.groupby("space")["d_query"].max()
+    >>> bool(worst["null_space"] < 1e-5), bool(worst["row_space"] > 0.5)
+    (True, True)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
-from interp.analysis._common import (
-    check_layer_head,
-    check_model,
-    check_tokens,
-    head_frame,
-    per_query_heads,
-)
+from interp.analysis._common import cached, head_frame, hook_names, per_query_heads
 from interp.analysis.subspace import head_subspaces
 from interp.errors import InterpError
-from interp.hooks import hook_name
+from interp.hooks import head_label, hook_name
+from interp.protocol import (
+    check_finite,
+    check_int,
+    check_layer_head,
+    check_model,
+    check_seed,
+    check_tokens,
+    eval_no_grad,
+    position_mask,
+)
 
 
 def head_input_hook(model: Any, layer: int) -> str:
     """The hook whose value the layer's Q/K/V projections read (see module docstring)."""
-    names = set(getattr(model, "hook_dict", {}) or {})
-    if not names and hasattr(model, "hook_points"):
-        names = {h.name for h in model.hook_points()}
+    names = hook_names(model)
     for cand in (f"blocks.{layer}.ln1.hook_out", f"blocks.{layer}.ln1.hook_normalized"):
         if cand in names:
             return cand
     return hook_name("resid_pre", layer)
 
 
-def _input_vectors(model: Any, tokens: torch.Tensor, layer: int) -> torch.Tensor:
+def _input_vectors(model: Any, tokens: torch.Tensor, layer: int, cache: Any) -> torch.Tensor:
     name = head_input_hook(model, layer)
-    with torch.no_grad():
-        _, cache = model.run_with_cache(tokens, names_filter=[name])
-    return cache[name].float()  # [batch, pos, d_model]
+    if cache is None:
+        with torch.no_grad():
+            _, cache = model.run_with_cache(tokens, names_filter=[name])
+    return cached(cache, name, tokens).float()  # [batch, pos, d_model]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -68,11 +75,11 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm()) / denom if denom > 0 else float((a - b).norm())
 
 
-def _check_which(model: Any, which: str) -> None:
-    if which not in ("Q", "K", "V"):
+def _check_component(component: str) -> None:
+    if component not in ("Q", "K", "V"):
         raise InterpError(
-            f"null_space_probe adds directions to a head's input, so which must be Q, K or V; "
-            f"got {which!r} (use head_subspaces for O, QK and OV)"
+            "null_space_probe adds directions to a head's input, so component must be Q, K or "
+            f"V; got {component!r} (use head_subspaces for O, QK and OV)"
         )
 
 
@@ -82,101 +89,87 @@ def null_space_probe(
     *,
     layer: int,
     head: int,
-    which: str = "Q",
+    component: str = "Q",
     n_directions: int = 8,
     scale: float = 1.0,
-    positions: Sequence[int] | None = None,
+    positions: Any = None,
     seed: int = 0,
     control: bool = True,
+    cache: Any = None,
 ) -> pd.DataFrame:
     """Add random null-space (and row-space control) directions to a head's input; measure.
 
     Each direction is a random unit vector of the null space of the chosen map
     (``W_Q^T``, ``W_K^T`` or ``W_V^T`` of ``layer``/``head``), scaled to
     ``scale`` times the mean norm of the head's input at ``positions``
-    (default: the last position), and added there in every sequence.
+    (ints or a ``[pos]`` bool mask; default the last position), and added
+    there in every sequence. ``cache`` (of ``tokens``) supplies the clean
+    activations.
 
-    Columns (relative changes ``||new - clean|| / ||clean||`` unless noted):
-    ``space`` (null/row), ``direction``, ``d_query``, ``d_key``, ``d_value``
-    (this head, at the positions), ``d_other_queries`` (largest over the
-    layer's other heads), ``d_pattern`` (max absolute change of this head's
-    attention rows at the positions, keys free to change),
-    ``d_pattern_fixed_keys`` (the same with every key and value held at its
-    clean value, so only the query can move the pattern), ``d_output``
-    (model output after the first probed position).
+    Columns: ``layer, head, label, component, space`` (``null_space`` or ``row_space``),
+    ``direction``, then relative changes ``||new - clean|| / ||clean||``:
+    ``d_query``, ``d_key``, ``d_value`` (this head, at the positions),
+    ``d_other_queries`` (largest over the layer's other heads), ``d_pattern``
+    (max absolute change of this head's attention rows at the positions, keys
+    free to change), ``d_pattern_fixed_keys`` (the same with every key and
+    value held at its clean value, so only the query can move the pattern),
+    ``d_output`` (model output after the first probed position). ``df.attrs``
+    adds the hook, rank, nullity, scale and positions.
 
     Raises:
-        InterpError: for a layer/head out of range, ``which`` not Q/K/V, a map
-            with no null space (full rank: nothing is ignored), positions out of
-            range, or bad tokens.
+        InterpError: for a layer/head out of range, ``component`` not Q/K/V, a
+            map with no null space (full rank: nothing is ignored), positions
+            out of range, a non-finite or non-positive ``scale``, fewer than one
+            direction, or bad tokens.
     """
     cfg = check_model(model)
-    check_layer_head(model, layer, head)
-    _check_which(model, which)
+    layer, head = check_layer_head(model, layer, head)
+    _check_component(component)
     tokens = check_tokens(model, tokens)
     n = tokens.shape[1]
-    positions = [n - 1] if positions is None else [int(p) for p in positions]
-    if not positions or any(not -n <= p < n for p in positions):
-        raise InterpError(f"positions {positions} out of range for sequences of length {n}")
-    positions = sorted({p % n for p in positions})
-    if n_directions < 1:
-        raise InterpError(f"n_directions must be >= 1, got {n_directions}")
-    sub = head_subspaces(model, layer, head, which=which)
+    scale = check_finite(scale, "scale", positive=True)
+    n_directions = check_int(n_directions, "n_directions", minimum=1)
+    seed = check_seed(seed)
+    mask = position_mask(n, [n - 1] if positions is None else positions)
+    positions = [int(p) for p in torch.nonzero(mask).flatten()]
+    sub = head_subspaces(model, layer=layer, head=head, component=component)
     if sub.nullity == 0:
         raise InterpError(
-            f"W_{which} of L{layer}H{head} has full rank {sub.rank} on d_model={sub.shape[1]}: "
-            "its null space is empty, so there is no ignored direction to probe"
+            f"W_{component} of L{layer}H{head} has full rank {sub.rank} on d_model="
+            f"{sub.shape[1]}: its null space is empty, so there is no ignored direction to probe"
         )
     rng = np.random.default_rng(seed)
-    spaces = {"null": sub.null_space}
+    spaces = {"null_space": sub.null_space}
     if control:
-        spaces["row"] = sub.row_space
+        spaces["row_space"] = sub.row_space
     in_name = head_input_hook(model, layer)
     names = [hook_name(k, layer) for k in ("q", "k", "v", "pattern")]
-    pos_t = torch.tensor(positions)
-    was_training = bool(getattr(model, "training", False))
-    model.eval()
-    try:
-        with torch.no_grad():
+    pos_t = torch.tensor(positions, device=tokens.device)
+    rows = []
+    with eval_no_grad(model):
+        if cache is None:
             clean_out, clean = model.run_with_cache(tokens, names_filter=[in_name, *names])
-            x = clean[in_name]
-            size = float(x[:, pos_t].float().norm(dim=-1).mean()) * scale
-            rows = []
-            for space, basis in spaces.items():
-                for i in range(n_directions):
-                    coef = rng.standard_normal(basis.shape[0])
-                    d = coef @ basis
-                    d = torch.as_tensor(d / np.linalg.norm(d) * size, dtype=x.dtype)
-                    rows.append(
-                        {
-                            "space": space,
-                            "direction": i,
-                            **_measure(
-                                model,
-                                tokens,
-                                clean_out,
-                                clean,
-                                in_name,
-                                names,
-                                d,
-                                pos_t,
-                                head,
-                                cfg.n_heads,
-                            ),
-                        }
-                    )
-    finally:
-        model.train(was_training)
+        else:
+            clean = {nm: cached(cache, nm, tokens) for nm in (in_name, *names)}
+            clean_out = model(tokens)
+        x = clean[in_name]
+        size = float(x[:, pos_t].float().norm(dim=-1).mean()) * scale
+        for space, basis in spaces.items():
+            for i in range(n_directions):
+                coef = rng.standard_normal(basis.shape[0])
+                d = coef @ basis
+                d = torch.as_tensor(d / np.linalg.norm(d) * size, dtype=x.dtype, device=x.device)
+                measured = _measure(
+                    model, tokens, clean_out, clean, in_name, names, d, pos_t, head, cfg.n_heads
+                )
+                rows.append({"space": space, "direction": i, **measured})
     df = pd.DataFrame(rows)
+    df.insert(0, "component", component)
+    df.insert(0, "label", head_label(layer, head))
+    df.insert(0, "head", head)
+    df.insert(0, "layer", layer)
     df.attrs.update(
-        layer=layer,
-        head=head,
-        which=which,
-        hook=in_name,
-        nullity=sub.nullity,
-        rank=sub.rank,
-        scale=scale,
-        positions=positions,
+        hook=in_name, nullity=sub.nullity, rank=sub.rank, scale=scale, positions=positions
     )
     return df
 
@@ -242,44 +235,45 @@ def read_fraction(
     model: Any,
     tokens: torch.Tensor,
     *,
-    layer: int | None = None,
-    head: int | None = None,
-    which: str = "Q",
+    heads: Any = None,
+    component: str = "Q",
     exclude_bos: bool = True,
+    cache: Any = None,
 ) -> pd.DataFrame:
     """Fraction of the head input's variance that lies in the head's read subspace.
 
     For each head, ``X`` is the input its projections read (see module
     docstring) over all sequences and positions (position 0 dropped with
     ``exclude_bos``), centred; the read fraction is ``||X P||_F^2 / ||X||_F^2``
-    with ``P`` the orthogonal projector on the row space of ``W_which^T``.
+    with ``P`` the orthogonal projector on the row space of ``W_component^T``.
     ``baseline = rank / d_model`` is what isotropic inputs would give.
 
-    Returns one row per head (all heads unless ``layer``/``head`` narrow it):
-    ``layer, head, label, rank, read_fraction, baseline``.
+    Returns one row per head in ``heads`` (all by default): ``layer, head,
+    label, component, rank, read_fraction, baseline``.
 
     Raises:
-        InterpError: for a layer/head out of range, ``which`` not Q/K/V, or bad tokens.
+        InterpError: for a head out of range, ``component`` not Q/K/V, or bad tokens.
     """
+    from interp.protocol import parse_heads
+
     cfg = check_model(model)
-    _check_which(model, which)
+    _check_component(component)
     tokens = check_tokens(model, tokens)
-    layers = range(cfg.n_layers) if layer is None else [layer]
-    heads = range(cfg.n_heads) if head is None else [head]
-    for l in layers:
-        for h in heads:
-            check_layer_head(model, l, h)
+    chosen = parse_heads(model, heads)
+    by_layer: dict[int, list[int]] = {}
+    for l, h in chosen:
+        by_layer.setdefault(l, []).append(h)
     frac = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
     rank = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
-    for l in layers:
-        X = _input_vectors(model, tokens, l)
+    for l, heads_l in sorted(by_layer.items()):
+        X = _input_vectors(model, tokens, l, cache)
         if exclude_bos and X.shape[1] > 1:
             X = X[:, 1:]
         X = X.reshape(-1, X.shape[-1]).double()
         X = X - X.mean(0, keepdim=True)
         total = float((X**2).sum())
-        for h in heads:
-            sub = head_subspaces(model, l, h, which=which)
+        for h in heads_l:
+            sub = head_subspaces(model, layer=l, head=h, component=component)
             R = torch.as_tensor(sub.row_space, dtype=torch.float64)  # [rank, d_model]
             frac[l, h] = float(((X @ R.T) ** 2).sum()) / total if total > 0 else float("nan")
             rank[l, h] = sub.rank
@@ -287,5 +281,5 @@ def read_fraction(
     df = df.dropna(subset=["read_fraction"]).reset_index(drop=True)
     df["rank"] = df["rank"].astype(int)
     df["baseline"] = df["rank"] / cfg.d_model
-    df.attrs["which"] = which
+    df.insert(3, "component", component)
     return df

@@ -12,7 +12,12 @@ A high accuracy says the senses are *linearly findable* in that stage's
 vectors by this probe; it does not say the model itself reads them out.
 
 Example:
-    >>> nearest_neighbour_probe(states, words, senses)[["stage", "accuracy"]]  # doctest: +SKIP
+    >>> import torch
+    >>> x = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # two senses, far apart
+    >>> states = torch.stack([x[0], x[1], x[0] * 2, x[1] * 2])[:, None]  # one stage
+    >>> probe = nearest_neighbour_probe(states, words=["bat"] * 4, senses=["a", "b"] * 2)
+    >>> probe[["stage_name", "accuracy", "chance"]].values.tolist()
+    [['token embedding', 1.0, 0.5]]
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from interp.analysis.sense_states import _check_labels, by_word_sense, stage_names
+from interp.analysis.sense_states import by_word_sense, check_labels, stage_names
 from interp.errors import InterpError
+from interp.protocol import check_int, check_seed
 
 TIE = 1e-6
 
@@ -42,26 +48,27 @@ def _split_table(words: Sequence[str], senses: Sequence[str]) -> dict[str, dict[
 
 def nearest_neighbour_probe(
     states: torch.Tensor,
+    *,
     words: Sequence[str],
     senses: Sequence[str],
-    *,
     n_splits: int = 20,
     seed: int = 0,
 ) -> pd.DataFrame:
     """Held-out sense accuracy of a 1-nearest-neighbour probe at every stage.
 
     ``states`` is ``[sentence, stage, d_model]`` (from
-    :func:`interp.analysis.sense_states.word_states`). Columns: ``layer``,
-    ``stage``, ``accuracy`` (mean over splits), ``accuracy_std``, ``chance``
+    :func:`interp.analysis.sense_states.word_states`). Columns: ``stage``
+    (0 = token embedding), ``stage_name``, ``accuracy`` (mean over splits),
+    ``accuracy_std``, ``chance``
     (1 / number of senses of a word, averaged) and ``n_test`` per split.
 
     Raises:
         InterpError: for mismatched labels, or a word with one sense or fewer
             than two sentences in a sense.
     """
-    _check_labels(states, words, senses)
-    if n_splits < 1:
-        raise InterpError(f"n_splits must be at least 1, got {n_splits}")
+    check_labels(states, words, senses)
+    n_splits = check_int(n_splits, "n_splits", minimum=1)
+    seed = check_seed(seed)
     table = _split_table(words, senses)
     gen = torch.Generator().manual_seed(seed)
     n_stages = states.shape[1]
@@ -91,8 +98,8 @@ def nearest_neighbour_probe(
     names = stage_names(n_stages - 1)
     return pd.DataFrame(
         {
-            "layer": range(n_stages),
-            "stage": names,
+            "stage": range(n_stages),
+            "stage_name": names,
             "accuracy": acc.mean(0).tolist(),
             "accuracy_std": (acc.std(0) if n_splits > 1 else torch.zeros(n_stages)).tolist(),
             "chance": chance,

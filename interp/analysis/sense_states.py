@@ -17,9 +17,12 @@ vector. It does not show *which* component moved it, or that the model
 uses the difference.
 
 Example:
-    >>> items = [encode_word(model, s, w) for s, w in zip(sentences, words)]  # doctest: +SKIP
-    >>> states = word_states(model, items)       # [sentence, stage, d_model]  # doctest: +SKIP
-    >>> sense_similarity(states, words, senses)  # one row per stage           # doctest: +SKIP
+    >>> import torch
+    >>> states = torch.tensor([[[1.0, 0.0], [1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]],
+    ...                        [[1.0, 0.0], [1.0, 0.1]], [[1.0, 0.0], [0.1, 1.0]]])
+    >>> table = sense_similarity(states, words=["bank"] * 4, senses=["river", "money"] * 2)
+    >>> table[["stage", "stage_name", "cross_sense", "same_sense"]].round(2).values.tolist()
+    [[0, 'token embedding', 1.0, 1.0], [1, 'after block 0', 0.1, 1.0]]
 """
 
 from __future__ import annotations
@@ -32,11 +35,11 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis._common import check_model
-from interp.analysis.ablation import eval_no_grad
+from interp.analysis._common import cached
 from interp.analysis.words import WordTokens
 from interp.errors import InterpError
 from interp.hooks import hook_name
+from interp.protocol import check_model, eval_no_grad, model_device
 
 
 def stage_names(n_layers: int) -> list[str]:
@@ -57,15 +60,19 @@ def word_states(
     items: Sequence[WordTokens],
     *,
     fwd_hooks: Sequence[tuple[str, Callable]] = (),
+    cache: Any = None,
 ) -> torch.Tensor:
     """``[sentence, n_layers + 1, d_model]``: each item's word vector at every stage.
 
     Sentences of equal length run together (no padding, so bidirectional
     models see exactly their own sentence). ``fwd_hooks`` (e.g.
     :func:`interp.analysis.ablation.zero_head_hooks`) are applied to every run.
+    ``cache`` is the cache of all items' tokens stacked (so they must share
+    one length), read instead of running the model.
 
     Raises:
-        InterpError: for no items, or a model without ``W_E``.
+        InterpError: for no items, a model without ``W_E``, a cache for items
+            of different lengths, or a cache together with ``fwd_hooks``.
     """
     cfg = check_model(model)
     if not items:
@@ -75,23 +82,40 @@ def word_states(
         raise InterpError("this model has no W_E token embedding")
     L = cfg.n_layers
     out = torch.zeros(len(items), L + 1, W_E.shape[-1])
+    if cache is not None:
+        return _states_from_cache(model, items, cache, fwd_hooks, out)
     with eval_no_grad(model):
         for idx in batches_by_length(items).values():
-            tokens = torch.cat([items[i].tokens for i in idx])  # [batch, pos]
+            tokens = torch.cat([items[i].tokens for i in idx]).to(model_device(model))
             pos = torch.tensor([items[i].word_pos for i in idx])
             rows = torch.arange(len(idx))
-            out[idx, 0] = W_E[tokens[rows, pos]].detach().float()
+            out[idx, 0] = W_E[tokens[rows, pos].to(W_E.device)].detach().float().cpu()
 
             def grab(resid: torch.Tensor, hook: Any, idx=idx, pos=pos, rows=rows) -> None:
                 layer = int(hook.name.split(".")[1])
-                out[idx, layer + 1] = resid[rows, pos].detach().float()  # resid [batch, pos, d]
+                out[idx, layer + 1] = resid[rows, pos].detach().float().cpu()  # [batch, pos, d]
 
             hooks = [(hook_name("resid_post", l), grab) for l in range(L)]
             model.run_with_hooks(tokens, fwd_hooks=[*fwd_hooks, *hooks])
     return out
 
 
-def _check_labels(states: torch.Tensor, words: Sequence[str], senses: Sequence[str]) -> None:
+def _states_from_cache(model, items, cache, fwd_hooks, out) -> torch.Tensor:
+    if fwd_hooks:
+        raise InterpError("a cache holds one unedited run; pass fwd_hooks or cache, not both")
+    if len({it.n_tokens for it in items}) != 1:
+        raise InterpError("cache= needs items of one length (the cache of their stacked tokens)")
+    tokens = torch.cat([it.tokens for it in items])
+    pos = torch.tensor([it.word_pos for it in items])
+    rows = torch.arange(len(items))
+    out[:, 0] = model.W_E[tokens[rows, pos]].detach().float().cpu()
+    for l in range(model.cfg.n_layers):
+        resid = cached(cache, hook_name("resid_post", l), tokens)
+        out[:, l + 1] = resid[rows, pos].detach().float().cpu()
+    return out
+
+
+def check_labels(states: torch.Tensor, words: Sequence[str], senses: Sequence[str]) -> None:
     if states.ndim != 3:
         raise InterpError(f"states must be [sentence, stage, d_model], got {tuple(states.shape)}")
     if not len(words) == len(senses) == states.shape[0]:
@@ -137,15 +161,15 @@ def _mean_cos(x: torch.Tensor, pairs: list) -> float:
 
 def sense_similarity(
     states: torch.Tensor,
+    *,
     words: Sequence[str],
     senses: Sequence[str],
-    *,
     by_word: bool = False,
 ) -> pd.DataFrame:
     """Cosine between a word's uses in different senses (and in the same sense), per stage.
 
-    Columns: ``layer`` (stage index, 0 = token embedding), ``stage``,
-    ``cross_sense`` and ``same_sense`` (mean raw cosine), the same two
+    Columns: ``stage`` (0 = token embedding, ``l + 1`` = after block ``l``),
+    ``stage_name``, ``cross_sense`` and ``same_sense`` (mean raw cosine), the same two
     ``_centred``, and ``gap_centred`` = same minus cross (how far the senses
     have separated beyond what a change of context does). With ``by_word``
     there is one row per word and stage (a ``word`` column first).
@@ -153,7 +177,7 @@ def sense_similarity(
     Raises:
         InterpError: for mismatched labels or a word with a single sense.
     """
-    _check_labels(states, words, senses)
+    check_labels(states, words, senses)
     n_stages = states.shape[1]
     names = stage_names(n_stages - 1)
     groups = {"all": list(range(len(words)))}
@@ -169,8 +193,8 @@ def sense_similarity(
             raw, cen = states[idx, s], centred[idx, s]
             row = {"word": w} if by_word else {}
             row.update(
-                layer=s,
-                stage=names[s],
+                stage=s,
+                stage_name=names[s],
                 cross_sense=_mean_cos(raw, cross),
                 same_sense=_mean_cos(raw, same),
                 cross_sense_centred=_mean_cos(cen, cross),

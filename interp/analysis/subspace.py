@@ -182,13 +182,13 @@ def factored_subspaces(A: Any, B: Any, *, tol: float | None = None) -> Subspaces
     )
 
 
-WHICH = ("Q", "K", "V", "O", "QK", "OV")
+COMPONENTS = ("Q", "K", "V", "O", "QK", "OV")
 
 
-def head_subspaces(model: Any, layer: int, head: int, *, which: str = "Q") -> Subspaces:
+def head_subspaces(model: Any, *, layer: int, head: int, component: str = "Q") -> Subspaces:
     """Subspaces of one head's map, in residual-stream coordinates (column convention).
 
-    ``which`` selects the map ``M`` (input on the right, ``y = M x``):
+    ``component`` selects the map ``M`` (input on the right, ``y = M x``):
 
     * ``Q``, ``K``, ``V``: ``W^T [d_head, d_model]``; the null space holds the
       residual directions this head's queries / keys / values ignore.
@@ -203,22 +203,29 @@ def head_subspaces(model: Any, layer: int, head: int, *, which: str = "Q") -> Su
     On models with LayerNorm these are maps of the *normalised* input
     (``blocks.{l}.ln1.hook_normalized``), which is what the head reads.
 
-    Raises:
-        InterpError: for a layer or head out of range, or an unknown ``which``.
-    """
-    from interp.analysis._common import check_layer_head, head_weight
+    Example:
+        >>> from interp.models import load_induction_model
+        >>> s = head_subspaces(load_induction_model(), layer=1, head=1, component="Q")
+        >>> s.rank, s.nullity  # d_head = 32 read directions of d_model = 128
+        (32, 96)
 
-    check_layer_head(model, layer, head)
-    if which not in WHICH:
-        raise InterpError(f"which must be one of {', '.join(WHICH)}, got {which!r}")
+    Raises:
+        InterpError: for a layer or head out of range, or an unknown ``component``.
+    """
+    from interp.analysis._common import head_weight
+    from interp.protocol import check_layer_head
+
+    layer, head = check_layer_head(model, layer, head)
+    if component not in COMPONENTS:
+        raise InterpError(f"component must be one of {', '.join(COMPONENTS)}, got {component!r}")
 
     def w(name: str) -> np.ndarray:
         return _to_numpy(head_weight(model, name)[layer, head].double())
 
-    if which in ("Q", "K", "V"):
-        return subspaces(w(f"W_{which}").T)
-    if which == "O":
+    if component in ("Q", "K", "V"):
+        return subspaces(w(f"W_{component}").T)
+    if component == "O":
         return subspaces(w("W_O").T)
-    if which == "QK":
+    if component == "QK":
         return factored_subspaces(w("W_K"), w("W_Q").T)
     return factored_subspaces(w("W_O").T, w("W_V").T)

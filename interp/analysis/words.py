@@ -8,9 +8,11 @@ mapping), so a word that splits into several tokens (``moneylender`` ->
 the whole word.
 
 Example:
-    >>> w = encode_word(model, "We sat on the river bank.", "bank", clue="river")  # doctest: +SKIP
-    >>> w.str_tokens[w.word_pos], w.clue_pos                  # doctest: +SKIP
-    (' bank', (5,))
+    >>> from interp.models.hf import random_gpt2
+    >>> model = random_gpt2(2, vocab=30)  # word-level tokens t0 .. t29
+    >>> w = encode_word(model, "t5 t7 t9 t3", word="t9", clue="t5")
+    >>> w.str_tokens[w.word_pos], w.word_pos, w.clue_pos
+    ('t9', 3, (1,))
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Any
 
 import torch
 
-from interp.analysis._common import check_model, is_causal, model_n_ctx
 from interp.errors import InterpError
+from interp.protocol import check_int, check_model, is_causal, model_n_ctx
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +65,8 @@ def _token_positions(offsets: list[tuple[int, int]], span: tuple[int, int]) -> l
 def encode_word(
     model: Any,
     text: str,
-    word: str,
     *,
+    word: str,
     clue: str | None = None,
     occurrence: int = -1,
     truncate: bool = False,
@@ -93,6 +95,7 @@ def encode_word(
         )
     if not isinstance(text, str) or not text.strip():
         raise InterpError("text must be a non-empty string")
+    occurrence = check_int(occurrence, "occurrence")
     spans = _spans(text, word)
     if not spans:
         raise InterpError(f"the word {word!r} does not occur in the sentence {text!r}")

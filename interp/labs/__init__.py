@@ -1,0 +1,127 @@
+"""The labs: each computes frozen findings, turns them into tables, figures and a report.
+
+Every lab module has the same shape:
+
+* ``analyse(...) -> Findings``: all computation, into a frozen dataclass that
+  holds everything the report shows (attention patterns included); labs on
+  models take the model(s) first (aliases, folders or loaded models), every
+  lab takes ``seed`` and ``progress``;
+* ``tables(findings)``, ``figures(findings)``, ``report(findings)``,
+  ``summary(findings)``: pure functions of the findings, no model calls.
+
+:func:`run_lab` checks every option before any work, runs ``analyse`` and
+writes the output with :func:`interp.labs.writer.write_lab`.
+
+Example:
+    >>> check_options("induction", seed=3)
+    {'seed': 3, 'model': 'induction-2l'}
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+from interp.errors import InterpError
+
+TABLE_FORMATS = ("csv", "parquet", "md", "json")
+
+# name -> (module, which models it takes: "none" | "one" | "many", default models).
+# Kept here, not read from the modules, so options are checked without importing torch.
+LABS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "induction": ("interp.labs.induction", "one", ("induction-2l",)),
+    "bank-sense": ("interp.labs.bank_sense", "none", ()),
+    "feature-recovery": ("interp.labs.feature_recovery", "none", ()),
+    "pretrained": ("interp.labs.pretrained", "many", ("smollm2-135m", "minilm-l6")),
+    "name-movers": ("interp.labs.name_movers", "one", ("smollm2-135m",)),
+}
+
+
+def lab_module(name: str) -> Any:
+    """The module of the lab called ``name``.
+
+    Raises:
+        InterpError: for an unknown lab.
+    """
+    if name not in LABS:
+        raise InterpError(f"unknown lab {name!r}; choose one of {', '.join(LABS)}")
+    return importlib.import_module(LABS[name][0])
+
+
+def default_out(name: str) -> Path:
+    """``reports/<name>``."""
+    return Path("reports") / name
+
+
+def check_options(name: str, *, models: Any = None, seed: Any = 0, fmt: str = "csv") -> dict:
+    """Check a lab's options (nothing loaded or computed) and return its ``analyse`` arguments.
+
+    Raises:
+        InterpError: for an unknown lab or format, a bad seed, models given to a
+            lab that has none, several models for a one-model lab, or a model
+            name that cannot be loaded.
+    """
+    from interp.protocol import check_seed
+
+    if name not in LABS:
+        raise InterpError(f"unknown lab {name!r}; choose one of {', '.join(LABS)}")
+    _, kind, defaults = LABS[name]
+    if fmt not in TABLE_FORMATS:
+        raise InterpError(f"unknown table format {fmt!r}; choose one of {', '.join(TABLE_FORMATS)}")
+    kwargs: dict[str, Any] = {"seed": check_seed(seed)}
+    if models is None:
+        given: list[Any] = []
+    elif isinstance(models, (str, os.PathLike)):
+        given = [models]
+    else:
+        given = list(models)
+    if kind == "none":
+        if given:
+            raise InterpError(f"the {name} lab builds its own models; drop --model")
+        return kwargs
+    if kind == "one" and len(given) > 1:
+        raise InterpError(f"the {name} lab analyses one model; pass --model once")
+    from interp.models.loader import check_model_name
+
+    for m in given:
+        if isinstance(m, (str, os.PathLike)):
+            check_model_name(m)
+    if kind == "one":
+        kwargs["model"] = given[0] if given else defaults[0]
+    else:
+        kwargs["models"] = tuple(given) if given else defaults
+    return kwargs
+
+
+def run_lab(
+    name: str,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    fmt: str = "csv",
+    models: Any = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> Any:
+    """Run a lab and write its report, tables and figures (to ``reports/<name>`` by default).
+
+    Every option, and the output folder, is checked before any work.
+
+    Raises:
+        InterpError: as :func:`check_options`, or for an output folder that
+            cannot be written or holds files that are not an earlier lab output.
+    """
+    from interp.files import check_output_dir, check_replaceable
+    from interp.labs.writer import write_lab
+
+    kwargs = check_options(name, models=models, seed=seed, fmt=fmt)
+    target = Path(out) if out is not None else default_out(name)
+    check_replaceable(check_output_dir(target))
+    lab = lab_module(name)
+    findings = lab.analyse(**kwargs, progress=progress)
+    meta = {"seed": kwargs["seed"]}
+    if "model" in kwargs or "models" in kwargs:
+        names = kwargs.get("models", (kwargs.get("model"),))
+        meta["models"] = [m if isinstance(m, str) else type(m).__name__ for m in names]
+    return write_lab(lab, findings, target, fmt=fmt, meta=meta)

@@ -1,21 +1,30 @@
 """The induction lab: find, and test, the induction circuit of a trained two-layer model.
 
 On held-out repeated sequences (segment lengths never used in training) this
-computes, for the shipped checkpoint or any model passed in:
+computes, for the shipped checkpoint or any model with a fixed context:
 
-1. per-head previous-token, induction and duplicate-token scores;
+1. per-head previous-token, induction and duplicate-token scores, and the key
+   heads' scores in all three conventions (interp, TransformerLens, ARENA);
 2. the previous-token head (best layer-0 previous-token score) and the
-   induction head (best layer-1 induction score);
-3. K-composition scores between every layer-0 and layer-1 head, against the
+   induction head (best last-layer induction score);
+3. K-composition scores between every earlier and later head, against the
    random baseline, and the K-composition circuit through the chosen pair
    (fraction of query tokens whose best key is the one preceded by the same token);
-4. each head's OV copying score and how often a token's top output is itself;
-5. first-half vs repeated-half loss, and the in-context-learning score;
-6. zero-ablation of every head alone, and of the two chosen heads together.
+4. each head's OV copying score; the previous-token head's positional circuit
+   with LayerNorm folded in and on the raw weights;
+5. first-half vs repeated-half loss, loss per position with each key head
+   ablated (the induction bump), and the in-context-learning score;
+6. zero-ablation of every head alone, and of the key heads together.
 
 A high attention score names a *hypothesis*; the ablations test it. A head can
 attend like an induction head and do nothing (its output projection may be
 near zero), which is why the lab reports both.
+
+Example (the held-out data; :func:`analyse` runs the lab):
+    >>> from interp.models import load_model
+    >>> data = eval_data(load_model("induction-2l"), n=4)
+    >>> data.tokens.shape, sorted(set(data.segment_len.tolist())) <= [8, 12, 16]
+    (torch.Size([4, 48]), True)
 """
 
 from __future__ import annotations
@@ -27,36 +36,65 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis.ablation import ablate_head_groups, ablate_heads
-from interp.analysis.circuits import copying_scores, diagonal_fraction, k_composition_circuit
+from interp.analysis.ablation import ablate_head_groups, ablate_heads, zero_head_hooks
+from interp.analysis.circuits import (
+    copying_scores,
+    diagonal_fraction,
+    k_composition_circuit,
+    previous_position_attention,
+    qk_circuit,
+)
 from interp.analysis.composition import composition_scores
-from interp.analysis.icl import half_losses, in_context_learning_score
-from interp.analysis.induction import head_scores
+from interp.analysis.icl import in_context_learning_score, per_token_loss
+from interp.analysis.induction import CONVENTIONS, head_scores
+from interp.analysis.metrics import next_token_nll
+from interp.analysis.patterns import attention_patterns
 from interp.datasets import BOS, HELD_OUT_LENGTHS, RepeatedTokens, repeated_random_tokens
 from interp.datasets import repeated_tokens as make_repeated
 from interp.errors import InterpError
 from interp.hooks import head_label
+from interp.labs.common import half_losses, load, progress_bar
 
+NAME = "induction"
+TITLE = "Induction heads in a two-layer attention-only model"
+MODELS = "one"
+DEFAULT_MODELS = ("induction-2l",)
 EVAL_SEED = 20_000  # distinct from the training run's own held-out batch
+STRIPE_NAMES = {
+    "previous_token": "previous-token",
+    "induction": "induction",
+    "duplicate_token": "duplicate-token",
+}
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class InductionFindings:
-    """Everything the induction lab computes (tables are tidy DataFrames)."""
+    """Everything the induction lab computes and its report shows."""
 
+    model_name: str
+    n_layers: int
+    n_heads: int
+    d_vocab: int
+    seed: int
     data: RepeatedTokens
     scores: pd.DataFrame
+    conventions: pd.DataFrame
     prev_head: tuple[int, int]
     induction_head: tuple[int, int]
     composition: pd.DataFrame
     composition_q: pd.DataFrame
     composition_v: pd.DataFrame
     kcomp_diagonal_fraction: float
+    positional: pd.DataFrame
     copying: pd.DataFrame
     losses: dict[str, float]
-    icl: dict[str, float]
+    loss_by_position: pd.DataFrame
+    icl: pd.DataFrame
     ablation: pd.DataFrame
     group_ablation: pd.DataFrame
+    example_tokens: list[str]
+    example_patterns: torch.Tensor  # [layer * head, query_pos, key_pos]
+    probe_size: int
 
     @property
     def prev_label(self) -> str:
@@ -70,17 +108,18 @@ class InductionFindings:
         row = self.scores[(self.scores["layer"] == head[0]) & (self.scores["head"] == head[1])]
         return float(row[column].iloc[0])
 
-    def summary(self) -> pd.DataFrame:
+    def summary_table(self) -> pd.DataFrame:
         """The lab's claims as one table: quantity, value, and what it is compared against."""
         kc = self.composition
         top = kc.loc[kc["score"].idxmax()]
         abl = self.ablation.set_index("label")
         least = abl["delta"].abs().idxmin()
         copy = self.copying.set_index("label").loc[self.induction_label]
+        icl = float(self.icl["score"].iloc[0])
         rows = [
             ("previous-token head", self.prev_label, "best layer-0 previous-token score"),
             ("previous-token score", self.score_of(self.prev_head, "previous_token"), "> 0.8"),
-            ("induction head", self.induction_label, "best layer-1 induction score"),
+            ("induction head", self.induction_label, "best last-layer induction score"),
             ("induction score", self.score_of(self.induction_head, "induction"), "> 0.8"),
             (
                 "top K-composition pair",
@@ -95,7 +134,11 @@ class InductionFindings:
             ("K-circuit diagonal fraction", self.kcomp_diagonal_fraction, "1.0 = perfect"),
             ("induction head copying score", float(copy["copying_score"]), "close to 1"),
             ("induction head top-1 self fraction", float(copy["top1_self_fraction"]), "> 0.5"),
-            ("first-half loss", self.losses["first_half"], f"log(63) = {math.log(63):.3f}"),
+            (
+                "first-half loss",
+                self.losses["first_half"],
+                f"log({self.d_vocab - 1}) = {math.log(self.d_vocab - 1):.3f} (uniform guess)",
+            ),
             ("repeated-half loss", self.losses["repeated"], "near 0"),
             (
                 "ablate induction head: delta loss",
@@ -112,7 +155,7 @@ class InductionFindings:
                 float(abl.loc[least, "delta"]),
                 "much less than 1 nat",
             ),
-            ("in-context learning score", self.icl["score"], "< 0 (late loss below early)"),
+            ("in-context learning score", icl, "< 0 (late loss below early)"),
         ]
         return pd.DataFrame(rows, columns=["quantity", "value", "reference"]).astype(
             {"value": object}
@@ -122,7 +165,11 @@ class InductionFindings:
 def eval_data(
     model: Any, *, n: int = 256, seed: int = EVAL_SEED, lengths: tuple[int, ...] = HELD_OUT_LENGTHS
 ) -> RepeatedTokens:
-    """Held-out repeated sequences for ``model`` (two copies, random filler)."""
+    """Held-out repeated sequences for ``model`` (two copies, random filler).
+
+    Raises:
+        InterpError: for a model without a fixed context.
+    """
     cfg = model.cfg
     if cfg.n_ctx is None:
         raise InterpError("the induction lab needs a model with a fixed context (n_ctx)")
@@ -131,54 +178,250 @@ def eval_data(
     )
 
 
-def analyse(model: Any, data: RepeatedTokens | None = None) -> InductionFindings:
-    """Run the whole lab on ``model`` (see the module docstring).
+def _conventions(
+    model: Any, probe: torch.Tensor, heads: dict[str, tuple[int, int]]
+) -> pd.DataFrame:
+    """The key heads' scores on the classic probe, in every convention."""
+    rows = []
+    for convention in CONVENTIONS:
+        df = head_scores(model, probe, convention=convention).set_index("label")
+        for role, head in heads.items():
+            for stripe in ("previous_token", "induction", "duplicate_token"):
+                rows.append(
+                    {
+                        "convention": convention,
+                        "role": role,
+                        "label": head_label(*head),
+                        "stripe": stripe,
+                        "score": float(df.loc[head_label(*head), stripe]),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _loss_by_position(
+    model: Any, probe: RepeatedTokens, heads: dict[str, tuple[int, int]]
+) -> pd.DataFrame:
+    """Mean loss at each predicting position, clean and with each key head zero-ablated."""
+    columns = {"clean": per_token_loss(model, probe.tokens).mean(0)}
+    with torch.no_grad():
+        for role, head in heads.items():
+            logits = model.run_with_hooks(
+                probe.tokens, fwd_hooks=zero_head_hooks(model, heads=[head])
+            )
+            columns[f"{role} {head_label(*head)} ablated"] = next_token_nll(
+                logits, probe.tokens
+            ).mean(0)
+    n = probe.tokens.shape[1] - 1
+    df = pd.DataFrame({"position": range(n), **{k: v.cpu().numpy() for k, v in columns.items()}})
+    first = probe.first_half_mask[0, :n].tolist()
+    repeated = probe.loss_mask[0, :n].tolist()
+    df.insert(
+        1, "half", ["first" if f else "repeated" if r else "other" for f, r in zip(first, repeated)]
+    )
+    return df
+
+
+def analyse(
+    model: Any = "induction-2l", *, seed: int = 0, progress: bool = False
+) -> InductionFindings:
+    """Run the whole lab on ``model`` (alias, folder or loaded model); see the module docstring.
+
+    ``seed`` moves the held-out sequences and the probes (seed 0 gives the
+    numbers quoted in the README).
 
     Raises:
-        InterpError: for a model with fewer than two layers.
+        InterpError: for a model with fewer than two layers or no fixed context.
     """
+    model, name = load(model)
     cfg = model.cfg
     if cfg.n_layers < 2:
         raise InterpError("the induction lab needs a model with at least two layers")
-    data = data or eval_data(model)
-    scores = head_scores(model, data.tokens, query_mask=data.loss_mask)
+    bar = progress_bar(8, progress, "induction lab")
+    data = eval_data(model, seed=EVAL_SEED + seed)
+    scores = head_scores(model, data.tokens, loss_mask=data.loss_mask)
     first = scores[scores.layer == 0]
     last = scores[scores.layer == cfg.n_layers - 1]
     p = first.loc[first["previous_token"].idxmax()]
     i = last.loc[last["induction"].idxmax()]
-    prev_head = (int(p["layer"]), int(p["head"]))
-    ind_head = (int(i["layer"]), int(i["head"]))
-    with torch.no_grad():
-        kfrac = diagonal_fraction(k_composition_circuit(model, prev_head, ind_head), exclude=[BOS])
-    losses = half_losses(model, data)
-    probe = repeated_random_tokens(
-        data.tokens.shape[0], (cfg.n_ctx - 1) // 2, d_vocab=cfg.d_vocab, seed=EVAL_SEED + 1
+    prev_head, ind_head = (int(p["layer"]), int(p["head"])), (int(i["layer"]), int(i["head"]))
+    key = {"previous-token": prev_head, "induction": ind_head}
+    # The classic probe (BOS, L random tokens, the same L), at a held-out segment length,
+    # and aligned sequences (no prefix) for the loss at each position.
+    half = min(max(HELD_OUT_LENGTHS), (cfg.n_ctx - 1) // 2)
+    probe = repeated_random_tokens(64, half, d_vocab=cfg.d_vocab, seed=EVAL_SEED + 1 + seed)
+    aligned = make_repeated(
+        64,
+        d_vocab=cfg.d_vocab,
+        seq_len=cfg.n_ctx,
+        segment_lengths=(half,),
+        max_prefix=0,
+        seed=EVAL_SEED + 2 + seed,
     )
-    ablation = ablate_heads(model, data.tokens, positions=data.loss_mask)
+    bar.update()
+    conventions = _conventions(model, probe.tokens, key)
+    bar.update()
+    with torch.no_grad():
+        kfrac = diagonal_fraction(
+            k_composition_circuit(model, prev=prev_head, induction=ind_head), exclude=[BOS]
+        )
+        positional = pd.DataFrame(
+            [
+                {
+                    "label": head_label(*prev_head),
+                    "ln_folded": fold,
+                    "previous_position_attention": previous_position_attention(
+                        qk_circuit(
+                            model,
+                            layer=prev_head[0],
+                            head=prev_head[1],
+                            embedding="positional",
+                            fold_ln=fold,
+                        )
+                    ),
+                }
+                for fold in (True, False)
+            ]
+        )
+    comp = {c: composition_scores(model, component=c) for c in ("K", "Q", "V")}
+    bar.update()
+    copying = copying_scores(model)
+    losses = half_losses(model, data)
+    icl = in_context_learning_score(model, probe.tokens)
+    bar.update()
+    curves = _loss_by_position(model, aligned, key)
+    bar.update()
+    ablation = ablate_heads(model, data.tokens, loss_mask=data.loss_mask)
+    bar.update()
     groups = {
         "previous-token + induction": [prev_head, ind_head],
         "previous-token head": [prev_head],
         "induction head": [ind_head],
         f"all layer-{cfg.n_layers - 1} heads": [(cfg.n_layers - 1, h) for h in range(cfg.n_heads)],
     }
-    group_ablation = ablate_head_groups(model, data.tokens, groups, positions=data.loss_mask)
+    group_ablation = ablate_head_groups(model, data.tokens, groups=groups, loss_mask=data.loss_mask)
+    bar.update()
+    example = data.tokens[:1]
+    labels = ["BOS" if j == 0 else t for j, t in enumerate(model.to_str_tokens(example[0]))]
+    pats = attention_patterns(model, example)[0].cpu()  # [layer * head, q, k], layer-major
+    bar.update()
+    bar.close()
     return InductionFindings(
+        model_name=name,
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        d_vocab=int(cfg.d_vocab),
+        seed=seed,
         data=data,
         scores=scores,
+        conventions=conventions,
         prev_head=prev_head,
         induction_head=ind_head,
-        composition=composition_scores(model, "K"),
-        composition_q=composition_scores(model, "Q"),
-        composition_v=composition_scores(model, "V"),
+        composition=comp["K"],
+        composition_q=comp["Q"],
+        composition_v=comp["V"],
         kcomp_diagonal_fraction=kfrac,
-        copying=copying_scores(model),
+        positional=positional,
+        copying=copying,
         losses=losses,
-        icl=in_context_learning_score(model, probe.tokens),
+        loss_by_position=curves,
+        icl=icl,
         ablation=ablation,
         group_ablation=group_ablation,
+        example_tokens=labels,
+        example_patterns=pats,
+        probe_size=int(probe.tokens.shape[0]),
     )
 
 
-def example_sequence(findings: InductionFindings, index: int = 0) -> torch.Tensor:
-    """One held-out sequence ``[1, pos]`` to draw attention patterns on."""
-    return findings.data.tokens[index : index + 1]
+def tables(f: InductionFindings) -> dict[str, pd.DataFrame]:
+    """The lab's tables by name (tidy: one row per head, pair, position or claim)."""
+    return {
+        "summary": f.summary_table().astype({"value": str}),
+        "head_scores": f.scores,
+        "score_conventions": f.conventions,
+        "composition_k": f.composition,
+        "composition_q": f.composition_q,
+        "composition_v": f.composition_v,
+        "positional_circuit": f.positional,
+        "copying": f.copying,
+        "ablation": f.ablation,
+        "group_ablation": f.group_ablation,
+        "loss_by_position": f.loss_by_position,
+        "losses": pd.DataFrame([{**f.losses, **{f"icl_{k}": v for k, v in f.icl.iloc[0].items()}}]),
+    }
+
+
+def figures(f: InductionFindings) -> dict[str, Any]:
+    """The lab's figures by name (:class:`interp.figures.Plot`)."""
+    from interp.figures import heatmap, lines
+
+    curves = f.loss_by_position
+    rep = curves[curves["half"] == "repeated"]["position"]
+    series = {c: curves[c].tolist() for c in curves.columns if c not in ("position", "half")}
+    out = {
+        "loss_by_position": lines(
+            curves["position"].tolist(),
+            series,
+            xlabel="position in the sequence (predicting the next token)",
+            ylabel="mean next-token loss (nats)",
+            shade=(float(rep.min()) - 0.5, float(rep.max()) + 0.5),
+            shade_label="second copy (predictable)",
+            caption=f"Loss at each position on {f.probe_size} sequences of BOS, a segment of "
+            "random tokens, the segment again, then random filler: clean, and with each key head "
+            "zero-ablated. The drop on the second copy is the induction bump; ablating either "
+            "head removes it. (With the segment right after BOS, the second copy's first two "
+            "predictions are missed.) It shows what the "
+            "loss depends on, not how the heads compute it.",
+        )
+    }
+    for stripe, nice in STRIPE_NAMES.items():
+        pivot = f.scores.pivot(index="layer", columns="head", values=stripe)
+        out[f"scores_{stripe}"] = heatmap(
+            pivot.to_numpy(),
+            row_labels=list(pivot.index),
+            col_labels=list(pivot.columns),
+            xlabel="head",
+            ylabel="layer",
+            colorbar=f"{nice} score",
+            vmin=0,
+            vmax=1,
+            caption=f"{nice.capitalize()} score of every head (interp convention, held-out "
+            "sequences). A high score says where a head looks; the ablations say whether it "
+            "matters.",
+        )
+    kc = f.composition.pivot(index="src_label", columns="label", values="score")
+    out["k_composition"] = heatmap(
+        kc.to_numpy(),
+        row_labels=list(kc.index),
+        col_labels=list(kc.columns),
+        xlabel="later head (keys)",
+        ylabel="earlier head (OV output)",
+        colorbar="K-composition score",
+        caption=f"K-composition: how much an earlier head's output is read by a later head's keys, "
+        f"from the weights alone (random baseline {f.composition['baseline'].iloc[0]:.3f}). "
+        "Weights "
+        "say which paths exist, not which the model uses on data.",
+    )
+    return out
+
+
+def report(f: InductionFindings) -> Any:
+    """The lab's HTML report (:class:`interp.render.Report`)."""
+    from interp.labs.induction_report import build
+
+    return build(f, figures(f))
+
+
+def summary(f: InductionFindings) -> list[str]:
+    """Lines for the terminal."""
+    abl = f.ablation.set_index("label")["delta"]
+    return [
+        f"previous-token head {f.prev_label} "
+        f"(score {f.score_of(f.prev_head, 'previous_token'):.3f}), "
+        f"induction head {f.induction_label} "
+        f"(score {f.score_of(f.induction_head, 'induction'):.3f})",
+        f"loss: first half {f.losses['first_half']:.3f} nats, repeated half "
+        f"{f.losses['repeated']:.3f} nats",
+        "ablation delta (nats): " + ", ".join(f"{k} {v:+.3f}" for k, v in abl.items()),
+    ]

@@ -22,50 +22,44 @@ Two parts, each run on any model :func:`interp.models.load_model` gives:
    random heads, measured on how well the final stage separates the senses.
 
 Attention scores name candidates; the ablations test them.
+:func:`analyse` runs both parts on each model and keeps the attention
+patterns the report draws; the report computes nothing.
 
 Example:
-    >>> from interp.models import load_model                  # doctest: +SKIP
-    >>> model = load_model("smollm2-135m")                     # doctest: +SKIP
-    >>> induction_in(model).top                                # doctest: +SKIP
+    >>> from interp.models import load_model
+    >>> found = induction_in(load_model("induction-2l"), half_len=20, k=2, n_random=1)
+    >>> found.top["label"].tolist(), found.group_ablation["kind"].tolist()
+    (['L1H1', 'L1H0'], ['top induction', 'random'])
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 import torch
 
-from interp.analysis._common import bos_token_id, is_causal
-from interp.analysis.ablation import ablate_head_groups, loss_metric, zero_head_hooks
+from interp.analysis.ablation import ablate_head_groups, zero_head_hooks
 from interp.analysis.circuits import copying_scores
-from interp.analysis.clue_attention import clue_attention
+from interp.analysis.clue import clue_attention
 from interp.analysis.composition import composition_scores
-from interp.analysis.icl import half_losses
 from interp.analysis.induction import head_scores
+from interp.analysis.metrics import loss_metric
+from interp.analysis.patterns import attention_patterns
 from interp.analysis.sense_probe import nearest_neighbour_probe
 from interp.analysis.sense_states import sense_similarity, word_states
 from interp.analysis.words import WordTokens, encode_word, ordinary_word_ids
 from interp.datasets import RepeatedTokens, ambiguous_words, repeated_random_tokens
+from interp.errors import InterpError
+from interp.labs.common import half_losses, load, progress_bar, random_head_groups
+from interp.protocol import bos_token_id, is_causal
 
-
-def random_head_groups(
-    model: Any, exclude: list[str], k: int, n_draws: int, seed: int
-) -> dict[str, list[str]]:
-    """``n_draws`` seeded sets of ``k`` heads, none in ``exclude`` (labels ``L{l}H{h}``)."""
-    cfg = model.cfg
-    pool = [
-        f"L{l}H{h}"
-        for l in range(cfg.n_layers)
-        for h in range(cfg.n_heads)
-        if f"L{l}H{h}" not in exclude
-    ]
-    gen = torch.Generator().manual_seed(seed)
-    return {
-        f"random {k} (draw {d})": [pool[i] for i in torch.randperm(len(pool), generator=gen)[:k]]
-        for d in range(n_draws)
-    }
+NAME = "pretrained"
+TITLE = "Real heads: induction and word sense in pretrained transformers"
+MODELS = "many"
+DEFAULT_MODELS = ("smollm2-135m", "minilm-l6")
 
 
 def top_by_kind(scores: pd.DataFrame, n: int = 3) -> pd.DataFrame:
@@ -103,7 +97,7 @@ def strong_heads(scores: pd.DataFrame, labels: list[str], threshold: float = 0.5
     return ", ".join(found)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class InductionInModel:
     """What :func:`induction_in` found (``None`` where the model has no meaningful logits)."""
 
@@ -111,11 +105,15 @@ class InductionInModel:
     scores: pd.DataFrame
     top: pd.DataFrame
     causal: bool
+    composition: pd.DataFrame
+    str_tokens: list[str]  # the first sequence, for the attention widgets
+    leader_patterns: torch.Tensor  # [head, q, k]: the best head of each stripe, first sequence
+    leader_labels: list[str]
+    top_patterns: torch.Tensor | None  # [k, q, k]: the top induction heads, first sequence
     losses: dict[str, float] | None = None
     group_ablation: pd.DataFrame | None = None
     copying: pd.DataFrame | None = None
     skipped: str | None = None
-    composition: pd.DataFrame | None = None
 
 
 def induction_in(
@@ -133,33 +131,55 @@ def induction_in(
         InterpError: for a probe longer than the model's context.
     """
     cfg = model.cfg
+    if 1 + 2 * half_len > (getattr(cfg, "n_ctx", None) or 1 + 2 * half_len):
+        raise InterpError(f"a probe of 1 + 2 x {half_len} tokens exceeds n_ctx={cfg.n_ctx}")
     ids = ordinary_word_ids(model) if getattr(model, "tokenizer", None) is not None else None
     data = repeated_random_tokens(
         n, half_len, d_vocab=int(cfg.d_vocab), bos=bos_token_id(model), seed=seed, token_ids=ids
     )
     scores = head_scores(model, data.tokens)
     top = scores.nlargest(k, "induction").reset_index(drop=True)
-    found = InductionInModel(data=data, scores=scores, top=top, causal=is_causal(model))
-    # weights only: meaningful with or without a language-model head
-    found.composition = composition_scores(model, "K").nlargest(10, "score").reset_index(drop=True)
-    if not getattr(model, "interp_logits_meaningful", True):
-        found.skipped = (
-            "this model has no language-model head, so loss, ablation-by-loss and "
-            "copying scores (which read the unembedding) are meaningless and skipped"
-        )
-        return found
-    found.losses = half_losses(model, data)
     labels = top["label"].tolist()
+    # weights only: meaningful with or without a language-model head
+    composition = (
+        composition_scores(model, component="K").nlargest(10, "score").reset_index(drop=True)
+    )
+    leaders = top_by_kind(scores)
+    best = list(dict.fromkeys(leaders[leaders["rank"] == 1]["label"]))
+    first = data.tokens[:1]
+    common = dict(
+        data=data,
+        scores=scores,
+        top=top,
+        causal=is_causal(model),
+        composition=composition,
+        str_tokens=list(model.to_str_tokens(first[0])),
+        leader_patterns=attention_patterns(model, first, heads=best)[0].cpu(),
+        leader_labels=best,
+    )
+    if not getattr(model, "interp_logits_meaningful", True):
+        return InductionInModel(
+            **common,
+            top_patterns=None,
+            skipped="this model has no language-model head, so loss, ablation-by-loss and "
+            "copying scores (which read the unembedding) are meaningless and skipped",
+        )
     groups = {f"top {k} induction": labels, **random_head_groups(model, labels, k, n_random, seed)}
-    ablation = ablate_head_groups(model, data.tokens, groups, metric=loss_metric(data.loss_mask))
+    ablation = ablate_head_groups(
+        model, data.tokens, groups=groups, metric=loss_metric(data.loss_mask)
+    )
     ablation.insert(1, "kind", ["top induction"] + ["random"] * n_random)
     ablation["strong_heads"] = [strong_heads(scores, hs.split(",")) for hs in ablation["heads"]]
-    found.group_ablation = ablation
-    found.copying = copying_scores(model, heads=labels, top1=False).dropna().reset_index(drop=True)
-    return found
+    return InductionInModel(
+        **common,
+        top_patterns=attention_patterns(model, first, heads=labels)[0].cpu(),
+        losses=half_losses(model, data),
+        group_ablation=ablation,
+        copying=copying_scores(model, heads=labels, top1=False).reset_index(drop=True),
+    )
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class SenseInModel:
     """What :func:`sense_in` found. ``sentences`` has one row per sentence."""
 
@@ -171,17 +191,19 @@ class SenseInModel:
     clue_heads: pd.DataFrame
     clue_ablation: pd.DataFrame
     causal: bool
+    example_patterns: dict[int, torch.Tensor]  # sentence index -> [k, q, k] top clue heads
+    top_clue_heads: list[str]
 
-    def stage_row(self, table: str, layer: int) -> pd.Series:
+    def stage_row(self, table: str, stage: int) -> pd.Series:
         df = getattr(self, table)
-        return df[df["layer"] == layer].iloc[0]
+        return df[df["stage"] == stage].iloc[0]
 
 
 def _separation(states: torch.Tensor, words, senses, seed: int) -> dict[str, float]:
     """How well the final stage separates the senses (the intervention's metric)."""
     last = states.shape[1] - 1
-    sim = sense_similarity(states, words, senses).iloc[last]
-    acc = nearest_neighbour_probe(states, words, senses, seed=seed).iloc[last]
+    sim = sense_similarity(states, words=words, senses=senses).iloc[last]
+    acc = nearest_neighbour_probe(states, words=words, senses=senses, seed=seed).iloc[last]
     return {
         "gap_centred": float(sim["gap_centred"]),
         "cross_sense": float(sim["cross_sense"]),
@@ -204,7 +226,7 @@ def sense_in(
             after the word in a causal model, or text longer than the context.
     """
     data = ambiguous_words() if data is None else data.reset_index(drop=True)
-    items = [encode_word(model, r.sentence, r.word, clue=r.clue) for r in data.itertuples()]
+    items = [encode_word(model, r.sentence, word=r.word, clue=r.clue) for r in data.itertuples()]
     words, senses = data["word"].tolist(), data["sense"].tolist()
     sentences = data.assign(
         n_tokens=[it.n_tokens for it in items],
@@ -213,9 +235,9 @@ def sense_in(
         clue_distance=[it.word_positions[0] - it.clue_pos[-1] for it in items],
     )
     states = word_states(model, items)
-    similarity = sense_similarity(states, words, senses)
-    by_word = sense_similarity(states, words, senses, by_word=True)
-    probe = nearest_neighbour_probe(states, words, senses, seed=seed)
+    similarity = sense_similarity(states, words=words, senses=senses)
+    by_word = sense_similarity(states, words=words, senses=senses, by_word=True)
+    probe = nearest_neighbour_probe(states, words=words, senses=senses, seed=seed)
     distant = [it for it, d in zip(items, sentences["clue_distance"]) if d > 1]
     heads = clue_attention(model, distant or items)
     heads.attrs["sentences"] = "clue not adjacent" if distant else "all"
@@ -224,7 +246,9 @@ def sense_in(
     groups.update(random_head_groups(model, top, k, n_random, seed))
     rows = []
     for name, hs in groups.items():
-        edited = word_states(model, items, fwd_hooks=zero_head_hooks(model, hs)) if hs else states
+        edited = (
+            word_states(model, items, fwd_hooks=zero_head_hooks(model, heads=hs)) if hs else states
+        )
         rows.append(
             {
                 "group": name,
@@ -237,6 +261,8 @@ def sense_in(
     clean = ablation.iloc[0]
     for col in ("gap_centred", "probe_accuracy"):
         ablation[f"delta_{col}"] = ablation[col] - clean[col]
+    examples = [int(i) for i in sentences.index[sentences["word"] == "bank"][::2][:2]]
+    patterns = {i: attention_patterns(model, items[i].tokens, heads=top)[0].cpu() for i in examples}
     return SenseInModel(
         sentences=sentences,
         items=items,
@@ -246,4 +272,125 @@ def sense_in(
         clue_heads=heads,
         clue_ablation=ablation,
         causal=is_causal(model),
+        example_patterns=patterns,
+        top_clue_heads=top,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFindings:
+    """One model's part of the lab."""
+
+    name: str
+    n_layers: int
+    n_heads: int
+    induction: InductionInModel
+    sense: SenseInModel
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainedFindings:
+    """The lab's findings: one :class:`ModelFindings` per model, in order."""
+
+    seed: int
+    k: int
+    models: dict[str, ModelFindings]
+
+
+def analyse(
+    models: Sequence[Any] = DEFAULT_MODELS, *, k: int = 6, seed: int = 0, progress: bool = False
+) -> PretrainedFindings:
+    """Both parts of the lab for each model (aliases, folders or loaded models).
+
+    Every name is checked before any model loads. Shows a progress bar
+    (three steps per model: load, induction, word sense).
+
+    Raises:
+        InterpError: for no models, an unknown name, or a model without a fast
+            Hugging Face tokenizer (the sense part reads real text).
+    """
+    from interp.models.loader import check_model_name
+    from interp.protocol import check_int, check_seed
+
+    seed, k = check_seed(seed), check_int(k, "k", minimum=1)
+    models = list(models)
+    if not models:
+        raise InterpError("no models given; name at least one of " + ", ".join(DEFAULT_MODELS))
+    for m in models:  # every name, before any slow work
+        if isinstance(m, str):
+            check_model_name(m)
+    out: dict[str, ModelFindings] = {}
+    bar = progress_bar(3 * len(models), progress, "pretrained lab")
+    for m in models:
+        bar.set_postfix_str(f"{m if isinstance(m, str) else 'model'}: loading")
+        model, name = load(m)
+        if not getattr(getattr(model, "tokenizer", None), "is_fast", False):
+            raise InterpError(
+                f"{name} has no Hugging Face tokenizer; the pretrained lab needs real text "
+                f"models ({', '.join(DEFAULT_MODELS)} or a local Hugging Face folder)"
+            )
+        bar.update()
+        bar.set_postfix_str(f"{name}: induction")
+        ind = induction_in(model, k=k, seed=seed)
+        bar.update()
+        bar.set_postfix_str(f"{name}: word sense")
+        sense = sense_in(model, k=k, seed=seed)
+        bar.update()
+        out[name] = ModelFindings(
+            name=name,
+            n_layers=model.cfg.n_layers,
+            n_heads=model.cfg.n_heads,
+            induction=ind,
+            sense=sense,
+        )
+    bar.close()
+    return PretrainedFindings(seed=seed, k=k, models=out)
+
+
+def tables(f: PretrainedFindings) -> dict[str, pd.DataFrame]:
+    """Every table, named ``<model>_<table>``."""
+    out = {}
+    for name, mf in f.models.items():
+        stem = name.replace("/", "_")
+        ind, sense = mf.induction, mf.sense
+        parts = {
+            "induction_scores": ind.scores,
+            "induction_top": ind.top,
+            "head_leaders": top_by_kind(ind.scores),
+            "induction_composition_k": ind.composition,
+            "sense_sentences": sense.sentences,
+            "sense_similarity": sense.similarity,
+            "sense_similarity_by_word": sense.similarity_by_word,
+            "sense_probe": sense.probe,
+            "clue_heads": sense.clue_heads,
+            "clue_ablation": sense.clue_ablation,
+        }
+        if ind.losses is not None:
+            parts["induction_losses"] = pd.DataFrame([ind.losses])
+        if ind.group_ablation is not None:
+            parts["induction_ablation"] = ind.group_ablation
+        if ind.copying is not None:
+            parts["induction_copying"] = ind.copying
+        out.update({f"{stem}_{k}": v for k, v in parts.items()})
+    return out
+
+
+def figures(f: PretrainedFindings) -> dict[str, Any]:
+    """Induction-score heatmaps, the sense curves of both models, and the group ablations."""
+    from interp.labs.pretrained_report import figures as make
+
+    return make(f)
+
+
+def report(f: PretrainedFindings) -> Any:
+    """The lab's HTML report."""
+    from interp.labs.pretrained_report import build
+
+    return build(f, figures(f))
+
+
+def summary(f: PretrainedFindings) -> list[str]:
+    """Lines for the terminal."""
+    from interp.labs.pretrained_report import summary_lines
+
+    return summary_lines(f)

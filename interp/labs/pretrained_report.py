@@ -1,38 +1,12 @@
-"""Write the pretrained-heads lab's report: ``interp lab pretrained``.
-
-For each model (default: ``smollm2-135m`` and ``minilm-l6``) this runs
-:func:`interp.labs.pretrained.induction_in` and
-:func:`interp.labs.pretrained.sense_in` and writes ``OUT/report.html``
-(self-contained, renders offline) plus every table as
-``OUT/<model>_<table>.csv``, all atomically.
-"""
+"""The pretrained-heads lab's figures and report: they lay out findings and compute nothing."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import pandas as pd
-import torch
-
-from interp._export import export, styled_html
-from interp.analysis._common import parse_heads, patterns
-from interp.errors import InterpError
-from interp.labs._output import LabOutput, prepare_out_dir
-from interp.labs.pretrained import (
-    InductionInModel,
-    SenseInModel,
-    induction_in,
-    sense_in,
-    top_by_kind,
-)
+from interp.labs.pretrained import top_by_kind
 from interp.render import Report
-
-DEFAULT_OUT = Path("reports") / "pretrained"
-DEFAULT_MODELS = ("smollm2-135m", "minilm-l6")
-Results = dict[str, tuple[Any, InductionInModel, SenseInModel]]
+from interp.tables import styled_html
 
 CAUTIONS = [
     "A heatmap is not an explanation. An attention score says where a head looks on this "
@@ -55,55 +29,84 @@ CAUTIONS = [
 ]
 
 
-def _check_models(models: Sequence[Any]) -> list[Any]:
-    if not models:
-        raise InterpError("no models given; name at least one of " + ", ".join(DEFAULT_MODELS))
-    return list(models)
+def _stem(name: str) -> str:
+    return name.replace("/", "_")
 
 
-def induction_tables(f: InductionInModel) -> dict[str, pd.DataFrame]:
-    out = {
-        "induction_scores": f.scores,
-        "induction_top": f.top,
-        "head_leaders": top_by_kind(f.scores),
-    }
-    if f.composition is not None:
-        out["induction_composition_k"] = f.composition
-    if f.losses is not None:
-        out["induction_losses"] = pd.DataFrame([f.losses])
-    if f.group_ablation is not None:
-        out["induction_ablation"] = f.group_ablation
-    if f.copying is not None:
-        out["induction_copying"] = f.copying
+def figures(f: Any) -> dict[str, Any]:
+    """Per model: induction-score heatmap and group ablation; both models' sense curves."""
+    from interp.figures import bars, heatmap, line_panels
+
+    out: dict[str, Any] = {}
+    cos_series: dict[str, Any] = {}
+    probe_series: dict[str, Any] = {}
+    for i, (name, mf) in enumerate(f.models.items()):
+        ind, sense = mf.induction, mf.sense
+        pivot = ind.scores.pivot(index="layer", columns="head", values="induction")
+        out[f"{_stem(name)}_induction_scores"] = heatmap(
+            pivot.to_numpy(),
+            row_labels=list(pivot.index),
+            col_labels=list(pivot.columns),
+            xlabel="head",
+            ylabel="layer",
+            colorbar="induction score",
+            vmin=0,
+            vmax=1,
+            caption=f"{name}: induction score of each of its {mf.n_layers} x {mf.n_heads} heads "
+            "on BOS + random ordinary word tokens repeated once. It shows where heads look; the "
+            "ablation shows whether they matter.",
+        )
+        depth = [s / mf.n_layers for s in sense.similarity["stage"]]
+        cos_series[f"{name} cross-sense"] = (
+            depth,
+            sense.similarity["cross_sense_centred"],
+            {"colour": i},
+        )
+        cos_series[f"{name} same-sense"] = (
+            depth,
+            sense.similarity["same_sense_centred"],
+            {"colour": i, "dashed": True},
+        )
+        probe_series[f"{name}"] = (depth, sense.probe["accuracy"], {"colour": i})
+        if ind.group_ablation is not None:
+            abl = ind.group_ablation
+            top = abl[abl["kind"] == "top induction"]["delta"].tolist()
+            rand = abl[abl["kind"] == "random"]["delta"].tolist()
+            out[f"{_stem(name)}_group_ablation"] = bars(
+                [f"top {len(ind.top)} induction", f"random {len(ind.top)} (median)"],
+                [top[0], float(sorted(rand)[len(rand) // 2])],
+                points={f"random {len(ind.top)} (median)": rand},
+                highlight=[f"top {len(ind.top)} induction"],
+                xlabel="heads zero-ablated together",
+                ylabel="change of repeated-half loss (nats)",
+                caption=f"{name}: zero-ablating the top induction heads together against random "
+                "sets of as many heads (dots: each draw). A costly random draw usually holds a "
+                "strong previous-token head (see strong_heads in the table).",
+            )
+    chance = float(next(iter(f.models.values())).sense.probe["chance"].iloc[0])
+    probe_series["chance"] = ([0, 1], [chance, chance], {"colour": 6, "dashed": True})
+    out["sense_by_stage"] = line_panels(
+        [
+            {"title": "centred cosine between uses", "ylabel": "mean cosine", "series": cos_series},
+            {"title": "held-out sense probe", "ylabel": "accuracy", "series": probe_series},
+        ],
+        xlabel="stage / number of layers (0 = token embedding, 1 = last block)",
+        caption="Left: a word's vectors in different senses (solid) against the same sense in "
+        "different sentences (dashed), centred per stage; the gap is sense beyond context. "
+        "Right: a 1-nearest-neighbour sense probe on held-out sentences. Both say the senses "
+        "are separable in the vectors, not that the model uses them.",
+    )
     return out
 
 
-def sense_tables(s: SenseInModel) -> dict[str, pd.DataFrame]:
-    return {
-        "sense_sentences": s.sentences,
-        "sense_similarity": s.similarity,
-        "sense_similarity_by_word": s.similarity_by_word,
-        "sense_probe": s.probe,
-        "clue_heads": s.clue_heads,
-        "clue_ablation": s.clue_ablation,
-    }
-
-
-def _patterns(model: Any, tokens: torch.Tensor, labels: list[str]) -> torch.Tensor:
-    """``[head, q, k]`` patterns of the heads ``labels`` on one ``[1, pos]`` sequence."""
-    wanted = parse_heads(model, labels)
-    layers = sorted({l for l, _ in wanted})
-    per_layer = dict(zip(layers, patterns(model, tokens, layers=layers)))
-    return torch.stack([per_layer[l][0, h] for l, h in wanted])
-
-
-def _induction_section(report: Report, model: Any, f: InductionInModel) -> None:
+def _induction_section(report: Report, name: str, mf: Any, plots: dict[str, Any]) -> None:
+    f = mf.induction
     report.heading("Induction heads on repeated random tokens", 3)
     n, length = f.data.tokens.shape
     report.text(
         f"{n} sequences of BOS then {(length - 1) // 2} random ordinary word tokens (no "
         "special tokens or word pieces), repeated once. Scores are the mean attention on each "
-        "stripe (interp.analysis.induction)"
+        "stripe (interp convention, interp.analysis.induction)"
         + (
             "."
             if f.causal
@@ -111,41 +114,30 @@ def _induction_section(report: Report, model: Any, f: InductionInModel) -> None:
             "assumption (keys on both sides count)."
         )
     )
-    report.heatmap(f.scores.pivot(index="layer", columns="head", values="induction"), "induction")
+    report.figure(plots[f"{_stem(name)}_induction_scores"], f"{_stem(name)}_induction_scores")
     report.table(f.top, caption=f"top {len(f.top)} heads by induction score")
     leaders = top_by_kind(f.scores)
     report.table(leaders, caption="best three heads for each stripe")
-    tokens = f.data.tokens[:1]
-    strs = model.to_str_tokens(tokens[0])
-    best = list(dict.fromkeys(leaders[leaders["rank"] == 1]["label"]))
     report.text(
         "Patterns of the best head for each stripe on the first sequence: "
         + ", ".join(f"{r.kind} {r.label}" for r in leaders[leaders["rank"] == 1].itertuples())
         + "."
     )
-    report.attention(strs, _patterns(model, tokens, best), head_names=best, causal=f.causal)
-    if f.composition is not None:
-        report.table(
-            f.composition,
-            caption="strongest K-composition pairs (earlier head's OV into later head's keys; "
-            "weights only, no data)",
-        )
+    report.attention(f.str_tokens, f.leader_patterns, head_names=f.leader_labels, causal=f.causal)
+    report.table(
+        f.composition,
+        caption="strongest K-composition pairs (earlier head's OV into later head's keys; "
+        "weights only, no data)",
+    )
     if f.skipped:
         report.text(f"Skipped: {f.skipped}.")
         return
-    assert f.losses is not None and f.group_ablation is not None and f.copying is not None
     report.text(
         f"Mean next-token loss: first half {f.losses['first_half']:.3f} nats (random tokens are "
         f"unpredictable), repeated half {f.losses['repeated']:.3f} nats (predictable by "
         "copying from the first half)."
     )
-    report.text(
-        "Zero-ablation at hook_z, the top heads together against random heads drawn from the "
-        "rest (delta = change of repeated-half loss, nats). strong_heads lists the heads of a "
-        "group that score at least 0.5 on some stripe: a random draw that costs as much as the "
-        "induction heads usually holds a strong previous-token head, the other half of the "
-        "induction circuit."
-    )
+    report.figure(plots[f"{_stem(name)}_group_ablation"], f"{_stem(name)}_group_ablation")
     report.raw(styled_html(f.group_ablation))
     report.table(
         f.copying,
@@ -153,10 +145,11 @@ def _induction_section(report: Report, model: Any, f: InductionInModel) -> None:
     )
     labels = f.top["label"].tolist()
     report.text(f"Patterns of the top {len(labels)} induction heads on the first sequence.")
-    report.attention(strs, _patterns(model, tokens, labels), head_names=labels, causal=f.causal)
+    report.attention(f.str_tokens, f.top_patterns, head_names=labels, causal=f.causal)
 
 
-def _sense_section(report: Report, model: Any, s: SenseInModel, k: int) -> None:
+def _sense_section(report: Report, mf: Any) -> None:
+    s = mf.sense
     report.heading("Bank sense: one word, two meanings", 3)
     n_words = s.sentences["word"].nunique()
     report.text(
@@ -178,15 +171,11 @@ def _sense_section(report: Report, model: Any, s: SenseInModel, k: int) -> None:
         caption=f"heads attending from the word to its clue ({heads.attrs.get('sentences')} "
         "sentences): clue_attention = mass on the clue; lift = per clue token / per other token",
     )
-    top = heads.nlargest(k, "clue_attention")["label"].tolist()
-    for i in s.sentences.index[s.sentences["word"] == "bank"][::2][:2]:
+    for i, pattern in s.example_patterns.items():
         item = s.items[i]
         report.text(f"{item.text!r}: the word is {item.str_tokens[item.word_pos]!r}")
         report.attention(
-            list(item.str_tokens),
-            _patterns(model, item.tokens, top),
-            head_names=top,
-            causal=s.causal,
+            list(item.str_tokens), pattern, head_names=s.top_clue_heads, causal=s.causal
         )
     report.text(
         "Intervention: zero-ablate the top clue heads together, against random heads; "
@@ -196,117 +185,47 @@ def _sense_section(report: Report, model: Any, s: SenseInModel, k: int) -> None:
     report.raw(styled_html(s.clue_ablation, colour="delta_gap_centred"))
 
 
-def build_report(results: Results, k: int) -> Report:
+def build(f: Any, plots: dict[str, Any]) -> Report:
+    """The report of :class:`interp.labs.pretrained.PretrainedFindings` ``f``."""
     report = Report("Real heads: induction and word sense in pretrained transformers")
     report.text(
         "The article's last step: watch real heads. Every number below is computed from the "
-        "model's own activations and weights; read the cautions before quoting one."
+        "model's own activations and weights; read the cautions before quoting one. "
+        f"Seed {f.seed}."
     )
-    report.heading("Cautions: what these numbers do not show")
-    for line in CAUTIONS:
-        report.text(line)
-    for alias, (model, ind, sense) in results.items():
-        cfg = model.cfg
-        kind = "causal" if ind.causal else "bidirectional encoder"
-        report.heading(f"{alias}: {cfg.n_layers} layers x {cfg.n_heads} heads, {kind}")
-        _induction_section(report, model, ind)
-        _sense_section(report, model, sense, k)
+    report.cautions(CAUTIONS)
+    report.figure(plots["sense_by_stage"], "sense_by_stage")
+    for name, mf in f.models.items():
+        kind = "causal" if mf.induction.causal else "bidirectional encoder"
+        report.heading(f"{name}: {mf.n_layers} layers x {mf.n_heads} heads, {kind}")
+        _induction_section(report, name, mf, plots)
+        _sense_section(report, mf)
     return report
 
 
-def _summary(alias: str, ind: InductionInModel, sense: SenseInModel) -> list[str]:
-    lead = top_by_kind(ind.scores, 1).set_index("kind")
-    lines = [
-        f"{alias}: best heads: "
-        + ", ".join(f"{k} {r['label']} ({r['score']:.3f})" for k, r in lead.iterrows())
-    ]
-    if ind.group_ablation is not None and ind.losses is not None:
-        abl = ind.group_ablation
-        rand = abl[abl["kind"] == "random"]["delta"]
+def summary_lines(f: Any) -> list[str]:
+    """Lines for the terminal."""
+    lines = []
+    for name, mf in f.models.items():
+        ind, sense = mf.induction, mf.sense
+        lead = top_by_kind(ind.scores, 1).set_index("kind")
         lines.append(
-            f"  loss first half {ind.losses['first_half']:.3f}, repeated half "
-            f"{ind.losses['repeated']:.3f}; ablating the top {len(ind.top)}: "
-            f"{abl['delta'].iloc[0]:+.3f} nats, random (median of {len(rand)}): "
-            f"{rand.median():+.3f}"
+            f"{name}: best heads: "
+            + ", ".join(f"{k} {r['label']} ({r['score']:.3f})" for k, r in lead.iterrows())
         )
-    sim, probe = sense.similarity, sense.probe
-    lines.append(
-        f"  bank-sense cosine across senses: {sim['cross_sense'].iloc[0]:.3f} (embedding) -> "
-        f"{sim['cross_sense'].iloc[-1]:.3f} (last layer); probe accuracy "
-        f"{probe['accuracy'].iloc[0]:.3f} -> {probe['accuracy'].max():.3f} (best stage)"
-    )
+        if ind.group_ablation is not None and ind.losses is not None:
+            abl = ind.group_ablation
+            rand = abl[abl["kind"] == "random"]["delta"]
+            lines.append(
+                f"  loss first half {ind.losses['first_half']:.3f}, repeated half "
+                f"{ind.losses['repeated']:.3f}; ablating the top {len(ind.top)}: "
+                f"{abl['delta'].iloc[0]:+.3f} nats, random (median of {len(rand)}): "
+                f"{rand.median():+.3f}"
+            )
+        sim, probe = sense.similarity, sense.probe
+        lines.append(
+            f"  bank-sense cosine across senses: {sim['cross_sense'].iloc[0]:.3f} (embedding) -> "
+            f"{sim['cross_sense'].iloc[-1]:.3f} (last layer); probe accuracy "
+            f"{probe['accuracy'].iloc[0]:.3f} -> {probe['accuracy'].max():.3f} (best stage)"
+        )
     return lines
-
-
-def analyse(
-    models: Sequence[Any] = DEFAULT_MODELS, *, k: int = 6, seed: int = 0, progress: bool = True
-) -> Results:
-    """Both parts of the lab for each model: ``{name: (model, induction, sense)}``.
-
-    Shows a progress bar (three steps per model: load, induction, sense).
-
-    Raises:
-        InterpError: for no models or an unknown alias.
-    """
-    from tqdm.auto import tqdm
-
-    from interp.models import load_model
-    from interp.models.pretrained import check_model_name
-
-    models = _check_models(models)
-    for m in models:  # every name, before any slow work or output
-        if isinstance(m, str):
-            check_model_name(m)
-    results: Results = {}
-    with tqdm(total=3 * len(models), disable=not progress, desc="pretrained lab") as bar:
-        for m in models:
-            name = str(m if isinstance(m, str) else getattr(m.cfg, "model_name", "model"))
-            bar.set_postfix_str(f"{name}: loading")
-            model = load_model(m) if isinstance(m, str) else m
-            if not getattr(getattr(model, "tokenizer", None), "is_fast", False):
-                raise InterpError(
-                    f"{name} has no Hugging Face tokenizer; the pretrained lab needs real text "
-                    f"models ({', '.join(DEFAULT_MODELS)} or a local Hugging Face directory)"
-                )
-            bar.update()
-            bar.set_postfix_str(f"{name}: induction")
-            ind = induction_in(model, k=k, seed=seed)
-            bar.update()
-            bar.set_postfix_str(f"{name}: word sense")
-            results[name] = (model, ind, sense_in(model, k=k, seed=seed))
-            bar.update()
-    return results
-
-
-def write(out_dir: str | os.PathLike[str], results: Results, *, k: int = 6) -> LabOutput:
-    """Write the report and the tables of :func:`analyse`'s ``results`` (atomically).
-
-    Raises:
-        InterpError: for an output path that is a file.
-    """
-    out = prepare_out_dir(out_dir)
-    paths, summary = {}, []
-    for name, (_, ind, sense) in results.items():
-        stem = name.replace("/", "_")
-        for table, df in {**induction_tables(ind), **sense_tables(sense)}.items():
-            paths[f"{stem}_{table}"] = export(df, out / f"{stem}_{table}.csv")
-        summary += _summary(name, ind, sense)
-    report_path = build_report(results, k).write(out / "report.html")
-    summary.append(f"wrote {report_path} and {len(paths)} csv tables")
-    return LabOutput(out_dir=out, report=report_path, tables=paths, summary=summary)
-
-
-def run(
-    out_dir: str | os.PathLike[str] = DEFAULT_OUT,
-    *,
-    models: Sequence[Any] = DEFAULT_MODELS,
-    k: int = 6,
-    seed: int = 0,
-) -> LabOutput:
-    """Run the lab on ``models`` (aliases, local paths, or loaded models) and write the report.
-
-    Raises:
-        InterpError: for no models, an unknown alias, or an output path that is a file.
-    """
-    prepare_out_dir(out_dir)  # fail before loading anything
-    return write(out_dir, analyse(models, k=k, seed=seed), k=k)

@@ -298,6 +298,17 @@ class SGDWalkthrough:
             self.apply_update()
         return pd.DataFrame(rows)
 
+    def mixtures(self) -> dict[str, np.ndarray]:
+        """Bank's current mixture ``H[-1]`` (``[d]``) for each example (no update)."""
+        out = {}
+        with torch.no_grad():
+            for tokens, _ in self.EXAMPLES:
+                m = self.model
+                X = m.emb(m.encode(list(tokens)))
+                A = torch.softmax(m.Wq(X) @ m.Wk(X).T / self.d**0.5, -1)
+                out[" ".join(tokens)] = (A @ m.Wv(X))[-1].numpy().copy()
+        return out
+
     def losses(self) -> dict[str, float]:
         """Current loss on each example (no update)."""
         out = {}

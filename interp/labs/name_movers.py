@@ -1,0 +1,384 @@
+"""The name-mover lab: which heads move the indirect object's name to the answer, in SmolLM2.
+
+ARENA's indirect-object-identification exercises need GPT-2 from the hub;
+this lab runs offline on SmolLM2-135M. Prompts such as "When Mary and John
+went to the store, John gave a drink to" are answered with the indirect
+object (`` Mary``); the corrupted twin repeats the other name ("..., Mary gave
+a drink to") so the answer flips (:func:`interp.datasets.name_mover_prompts`).
+
+1. The model must do the task first: the logit difference IO - S and the
+   fraction of prompts it gets right, per template (train and held-out); a
+   template the model fails is dropped, and the report says so.
+2. Exact activation patching of every head (:func:`interp.analysis.patch_heads`):
+   the clean head output spliced into the corrupted run, as a fraction of
+   the clean-minus-corrupted logit difference it restores; and attribution
+   patching (:func:`interp.analysis.attribute_heads`) beside it, with their
+   agreement (Spearman correlation, overlap of the top heads).
+3. The top heads' attention from the final position to the names (name
+   movers attend to the indirect object).
+4. The top heads mean-ablated together on the clean prompts against random
+   sets of as many heads.
+
+Example (on a random model, so the numbers mean nothing; the lab runs SmolLM2):
+    >>> from interp.models.hf import random_gpt2
+    >>> model = random_gpt2(2, vocab=30)
+    >>> p = name_mover_prompts(4, tokenizer=model.tokenizer,
+    ...                        templates=["t2 {A} t3 {B} t4 {S} t5"], names=["t10", "t11", "t12"])
+    >>> p.texts[0], logit_diffs(model, p).shape
+    ('t2 t12 t3 t10 t4 t10 t5', torch.Size([4]))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from interp.analysis.ablation import ablate_head_groups
+from interp.analysis.attribution import attribute_heads
+from interp.analysis.metrics import logit_diff_metric
+from interp.analysis.patching import patch_heads
+from interp.analysis.patterns import attention_patterns
+from interp.datasets import NameMoverPrompts, name_mover_prompts, name_mover_templates
+from interp.errors import InterpError
+from interp.labs.common import load, progress_bar, random_head_groups
+from interp.protocol import eval_no_grad
+
+NAME = "name-movers"
+TITLE = "Name movers: indirect-object identification in SmolLM2-135M"
+MODELS = "one"
+DEFAULT_MODELS = ("smollm2-135m",)
+MIN_LOGIT_DIFF = 0.5  # a template is kept when the model's mean logit difference exceeds this
+MIN_CORRECT = 0.6  # ... and it gets at least this fraction of prompts right
+
+
+@dataclasses.dataclass(frozen=True)
+class NameMoverFindings:
+    """Everything the name-mover lab computes and its report shows."""
+
+    model_name: str
+    n_layers: int
+    n_heads: int
+    seed: int
+    prompts: NameMoverPrompts
+    performance: pd.DataFrame
+    dropped: list[str]
+    patching: pd.DataFrame
+    attribution: pd.DataFrame
+    agreement: pd.DataFrame
+    top_heads: list[str]
+    name_attention: pd.DataFrame
+    group_ablation: pd.DataFrame
+    example_tokens: list[str]
+    example_patterns: torch.Tensor  # [k, q, k] the top heads on prompt 0
+
+    @property
+    def clean_logit_diff(self) -> float:
+        return float(self.patching["clean"].iloc[0])
+
+    @property
+    def corrupted_logit_diff(self) -> float:
+        return float(self.patching["corrupted"].iloc[0])
+
+
+def logit_diffs(model: Any, prompts: NameMoverPrompts, *, corrupted: bool = False) -> torch.Tensor:
+    """``[n]`` per-prompt logit difference ``logit[io] - logit[s]`` at the last position."""
+    tokens = prompts.corrupted if corrupted else prompts.clean
+    with eval_no_grad(model):
+        last = model(tokens)[:, -1].float()
+    rows = torch.arange(len(prompts))
+    return (last[rows, prompts.io_ids] - last[rows, prompts.s_ids]).cpu()
+
+
+def check_performance(model: Any, *, n_per_template: int = 8, seed: int = 0) -> pd.DataFrame:
+    """Per template (train and held-out): mean logit difference, fraction right, kept or not."""
+    rows = []
+    for split in ("train", "held_out"):
+        for template in name_mover_templates(split):
+            p = name_mover_prompts(
+                n_per_template, seed=seed, tokenizer=model.tokenizer, templates=[template]
+            )
+            ld = logit_diffs(model, p)
+            mean, right = float(ld.mean()), float((ld > 0).float().mean())
+            kept = mean > MIN_LOGIT_DIFF and right >= MIN_CORRECT
+            rows.append(
+                {
+                    "split": split,
+                    "template": template,
+                    "prompts": len(p),
+                    "mean_logit_diff": mean,
+                    "fraction_correct": right,
+                    "corrupted_logit_diff": float(logit_diffs(model, p, corrupted=True).mean()),
+                    "kept": kept,
+                    "reason": ""
+                    if kept
+                    else f"mean logit difference {mean:.2f} or accuracy {right:.2f} too low",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _agreement(exact: pd.DataFrame, est: pd.DataFrame) -> pd.DataFrame:
+    x = exact.set_index("label")["delta"]
+    y = est.set_index("label")["estimate"].reindex(x.index)
+    rank = pd.Series(x).rank().corr(pd.Series(y).rank())
+    top10 = set(x.abs().nlargest(10).index)
+    rows = [{"measure": "Spearman (estimate vs exact, all heads)", "value": float(rank)}]
+    for k in (10, 30):
+        hits = len(top10 & set(y.abs().nlargest(k).index))
+        rows.append({"measure": f"exact top 10 in estimate's top {k}", "value": float(hits)})
+    return pd.DataFrame(rows)
+
+
+def _name_attention(
+    pats: torch.Tensor, prompts: NameMoverPrompts, heads: list[str]
+) -> pd.DataFrame:
+    """Mean attention from the final position to IO, S1 and S2, per head. ``pats [b, k, q, k]``."""
+    last = pats[:, :, -1]  # [batch, head, key]
+    rows = torch.arange(len(prompts))
+    out = []
+    for i, label in enumerate(heads):
+        a = last[:, i]
+        out.append(
+            {
+                "label": label,
+                "to_io": float(a[rows, prompts.io_pos].mean()),
+                "to_s1": float(a[rows, prompts.s1_pos].mean()),
+                "to_s2": float(a[rows, prompts.s2_pos].mean()),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def analyse(
+    model: Any = "smollm2-135m",
+    *,
+    n: int = 12,
+    k: int = 5,
+    n_random: int = 5,
+    seed: int = 0,
+    progress: bool = False,
+) -> NameMoverFindings:
+    """Run the lab (module docstring) on ``n`` training prompts.
+
+    Raises:
+        InterpError: for a model without a Hugging Face tokenizer, or one that
+            fails every template.
+    """
+    from interp.protocol import check_int, check_seed
+
+    seed, n, k = check_seed(seed), check_int(n, "n", minimum=2), check_int(k, "k", minimum=1)
+    model, name = load(model)
+    if getattr(model, "tokenizer", None) is None:
+        raise InterpError(f"{name} has no tokenizer; the name-mover lab reads real text")
+    bar = progress_bar(6, progress, "name-mover lab")
+    performance = check_performance(model, seed=seed)
+    train = performance[performance["split"] == "train"]
+    kept = train[train["kept"]]["template"].tolist()
+    dropped = train[~train["kept"]]["template"].tolist()
+    if not kept:
+        raise InterpError(f"{name} fails every name-mover template; nothing to analyse")
+    prompts = name_mover_prompts(n, seed=seed, tokenizer=model.tokenizer, templates=kept)
+    metric = logit_diff_metric(prompts.io_ids, prompts.s_ids)
+    bar.update()
+    patching = patch_heads(
+        model, prompts.clean, corrupted_tokens=prompts.corrupted, metric=metric, progress=progress
+    )
+    bar.update()
+    attribution = attribute_heads(
+        model, prompts.clean, method="patch", corrupted_tokens=prompts.corrupted, metric=metric
+    )
+    bar.update()
+    top = patching.nlargest(k, "normalized")["label"].tolist()
+    pats = attention_patterns(model, prompts.clean, heads=top).cpu()
+    name_att = _name_attention(pats, prompts, top)
+    bar.update()
+    groups = {f"top {k} by patching": top, **random_head_groups(model, top, k, n_random, seed)}
+    ablation = ablate_head_groups(model, prompts.clean, groups=groups, method="mean", metric=metric)
+    ablation.insert(1, "kind", ["top"] + ["random"] * n_random)
+    bar.update()
+    tokens = list(model.to_str_tokens(prompts.clean[0]))
+    bar.update()
+    bar.close()
+    return NameMoverFindings(
+        model_name=name,
+        n_layers=model.cfg.n_layers,
+        n_heads=model.cfg.n_heads,
+        seed=seed,
+        prompts=prompts,
+        performance=performance,
+        dropped=dropped,
+        patching=patching,
+        attribution=attribution,
+        agreement=_agreement(patching, attribution),
+        top_heads=top,
+        name_attention=name_att,
+        group_ablation=ablation,
+        example_tokens=tokens,
+        example_patterns=pats[0],
+    )
+
+
+def tables(f: NameMoverFindings) -> dict[str, pd.DataFrame]:
+    """The lab's tables by name."""
+    merged = f.patching.merge(
+        f.attribution[["layer", "head", "estimate"]], on=["layer", "head"], how="left"
+    )
+    merged["estimate_normalized"] = merged["estimate"] / (
+        f.clean_logit_diff - f.corrupted_logit_diff
+    )
+    p = f.prompts
+    return {
+        "performance": f.performance,
+        "prompts": pd.DataFrame(
+            {
+                "template": p.templates,
+                "clean": p.texts,
+                "corrupted": p.corrupted_texts,
+                "io_id": p.io_ids.tolist(),
+                "s_id": p.s_ids.tolist(),
+            }
+        ),
+        "patching": merged,
+        "attribution": f.attribution,
+        "agreement": f.agreement,
+        "name_attention": f.name_attention,
+        "group_ablation": f.group_ablation,
+    }
+
+
+def figures(f: NameMoverFindings) -> dict[str, Any]:
+    """Recovery per head (exact and estimate), estimate vs exact, name attention, ablations."""
+    from interp.figures import bars, grouped_bars, heatmap, scatter
+
+    t = tables(f)["patching"]
+    out = {}
+    span = float(np.nanmax(np.abs(t["normalized"]))) or 1.0
+    for col, what in (
+        ("normalized", "exact patching"),
+        ("estimate_normalized", "attribution estimate"),
+    ):
+        pivot = t.pivot(index="layer", columns="head", values=col)
+        out[f"recovery_{'exact' if col == 'normalized' else 'estimate'}"] = heatmap(
+            pivot.to_numpy(),
+            row_labels=list(pivot.index),
+            col_labels=list(pivot.columns),
+            xlabel="head",
+            ylabel="layer",
+            colorbar="fraction of logit difference restored",
+            cmap="RdBu_r",
+            vmin=-span,
+            vmax=span,
+            caption=f"{what.capitalize()}: each head's clean output patched into the corrupted "
+            "run, as a fraction of the clean - corrupted logit difference it restores. One head at "
+            "a time: heads that matter only together, or that compensate, are not visible here.",
+        )
+    out["estimate_vs_exact"] = scatter(
+        t["normalized"],
+        t["estimate_normalized"],
+        labels=t["label"].tolist(),
+        xlabel="exact (fraction restored)",
+        ylabel="attribution estimate",
+        caption="Attribution patching's first-order estimate against the exact patch, every head. "
+        "Points far from the diagonal are heads where the linear estimate misleads.",
+    )
+    na = f.name_attention
+    out["name_attention"] = grouped_bars(
+        na["label"].tolist(),
+        {
+            "to the indirect object": na["to_io"],
+            "to the subject (1st)": na["to_s1"],
+            "to the subject (2nd)": na["to_s2"],
+        },
+        xlabel="top heads by exact patching",
+        ylabel="attention from the final position",
+        caption="Where the top heads look from the final position, averaged over prompts: name "
+        "movers attend to the indirect object. Looking is not moving: the patching says the "
+        "output matters.",
+    )
+    abl = f.group_ablation
+    top = abl[abl["kind"] == "top"]["delta"].tolist()
+    rand = abl[abl["kind"] == "random"]["delta"].tolist()
+    k = len(f.top_heads)
+    out["group_ablation"] = bars(
+        [f"top {k}", f"random {k} (median)"],
+        [top[0], float(np.median(rand))],
+        points={f"random {k} (median)": rand},
+        highlight=[f"top {k}"],
+        xlabel="heads mean-ablated together (clean prompts)",
+        ylabel="change of logit difference IO - S",
+        caption="Mean-ablating the top heads together against random sets of as many heads "
+        "(dots: each draw). Other heads can compensate, so the drop can be smaller than the "
+        "single-head patching suggests.",
+    )
+    return out
+
+
+CAUTIONS = [
+    "The prompts come from a few templates and 30 names; numbers are about these prompts and "
+    "this model. Held-out templates are checked for the task, not re-analysed.",
+    "Patching one head at a time measures what that head's output alone restores; heads that "
+    "act together (or back each other up) can each look small.",
+    "Attribution patching is a first-order estimate: it ranks heads cheaply, and can miss heads "
+    "whose effect passes through another head's attention. Its rows are marked as estimates; "
+    "the exact table is beside it.",
+    "Attention to a name is a hypothesis about what a head moves, not a demonstration.",
+]
+
+
+def report(f: NameMoverFindings) -> Any:
+    """The lab's HTML report."""
+    from interp.render import Report
+    from interp.tables import styled_html
+
+    plots = figures(f)
+    t = tables(f)
+    r = Report(TITLE)
+    r.text(
+        f"Model {f.model_name}: {f.n_layers} layers x {f.n_heads} heads. {len(f.prompts)} prompt "
+        f"pairs, seed {f.seed}. Clean logit difference {f.clean_logit_diff:.3f}, corrupted "
+        f"{f.corrupted_logit_diff:.3f}."
+    )
+    r.cautions(CAUTIONS)
+    r.heading("Does the model do the task?")
+    r.table(f.performance)
+    if f.dropped:
+        r.text("Dropped (the model fails them): " + "; ".join(f.dropped))
+    r.heading("Exact patching and its attribution estimate")
+    r.figure(plots["recovery_exact"], "recovery_exact")
+    r.figure(plots["recovery_estimate"], "recovery_estimate")
+    r.figure(plots["estimate_vs_exact"], "estimate_vs_exact")
+    r.table(f.agreement)
+    r.raw(styled_html(t["patching"].nlargest(15, "normalized"), colour="normalized"))
+    r.heading("Where the top heads look")
+    r.figure(plots["name_attention"], "name_attention")
+    r.table(f.name_attention)
+    io = f.example_tokens[int(f.prompts.io_pos[0])]
+    r.text(f"Prompt 0: {f.prompts.texts[0]!r}; the answer is the indirect object {io!r}.")
+    r.attention(f.example_tokens, f.example_patterns, head_names=f.top_heads, causal=True)
+    r.heading("Ablating the top heads together")
+    r.figure(plots["group_ablation"], "group_ablation")
+    r.raw(styled_html(f.group_ablation))
+    return r
+
+
+def summary(f: NameMoverFindings) -> list[str]:
+    """Lines for the terminal."""
+    perf = f.performance[f.performance["split"] == "train"]
+    ag = f.agreement.set_index("measure")["value"]
+    top = f.patching.nlargest(3, "normalized")
+    abl = f.group_ablation
+    return [
+        f"{f.model_name}: logit difference clean {f.clean_logit_diff:.3f}, corrupted "
+        f"{f.corrupted_logit_diff:.3f}; {perf['fraction_correct'].mean():.2f} of training prompts "
+        f"right, {len(f.dropped)} template(s) dropped",
+        "top heads by exact patching: "
+        + ", ".join(f"{r.label} {r.normalized:.2f}" for r in top.itertuples()),
+        f"attribution vs exact: Spearman {ag.iloc[0]:.2f}, exact top 10 in estimate top 10: "
+        f"{ag.iloc[1]:.0f}, in top 30: {ag.iloc[2]:.0f}",
+        f"mean-ablating the top {len(f.top_heads)} together: {abl['delta'].iloc[0]:+.3f}, random "
+        f"(median of {len(abl) - 1}): {abl[abl['kind'] == 'random']['delta'].median():+.3f}",
+    ]

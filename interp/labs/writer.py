@@ -1,0 +1,87 @@
+"""One writer for every lab: its tables through :func:`interp.export`, its figures, its report.
+
+A lab's output folder is built as a temporary sibling and swapped in at the
+end (:func:`interp.files.atomic_dir`): an interrupted run leaves the previous
+complete output or the new complete one, and a failed run leaves no folder.
+
+Layout: ``report.html`` (self-contained, renders offline), one table per
+name as ``<name>.<format>``, one figure per name as ``figures/<name>.svg``,
+and ``interp-lab.json`` (which lab, seed, models, files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from interp.errors import InterpError
+from interp.files import LAB_MARKER, atomic_dir
+from interp.labs import TABLE_FORMATS
+
+
+@dataclasses.dataclass(frozen=True)
+class LabOutput:
+    """What a lab run wrote: the report, tables and figures, and summary lines for the terminal."""
+
+    out_dir: Path
+    report: Path
+    tables: dict[str, Path]
+    figures: dict[str, Path]
+    summary: list[str]
+
+
+def check_format(fmt: str) -> str:
+    """Raises InterpError unless ``fmt`` is a table format."""
+    if fmt not in TABLE_FORMATS:
+        raise InterpError(f"unknown table format {fmt!r}; choose one of {', '.join(TABLE_FORMATS)}")
+    return fmt
+
+
+def write_lab(
+    lab: Any,
+    findings: Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    fmt: str = "csv",
+    meta: dict[str, Any] | None = None,
+) -> LabOutput:
+    """Write ``lab``'s tables, figures and report of ``findings`` into ``out_dir`` atomically.
+
+    Raises:
+        InterpError: for an unknown format, or an output folder that cannot be
+            written or holds files that are not an earlier lab output.
+    """
+    from interp.tables import export
+
+    check_format(fmt)
+    out = Path(out_dir)
+    tables = lab.tables(findings)
+    plots = lab.figures(findings)
+    report = lab.report(findings)
+    marker = {"lab": lab.NAME, **(meta or {}), "tables": sorted(tables), "figures": sorted(plots)}
+    with atomic_dir(out, marker=marker) as tmp:
+        for name, df in tables.items():
+            export(df, tmp / f"{name}.{fmt}")
+        (tmp / "figures").mkdir()
+        for name, plot in plots.items():
+            (tmp / "figures" / f"{name}.svg").write_text(plot.svg(), encoding="utf-8")
+        report.write(tmp / "report.html")
+    lines = [
+        *lab.summary(findings),
+        f"wrote {out / 'report.html'}, {len(tables)} {fmt} tables and {len(plots)} figures",
+    ]
+    return LabOutput(
+        out_dir=out,
+        report=out / "report.html",
+        tables={n: out / f"{n}.{fmt}" for n in tables},
+        figures={n: out / "figures" / f"{n}.svg" for n in plots},
+        summary=lines,
+    )
+
+
+def read_marker(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``interp-lab.json`` of a lab output folder."""
+    return json.loads((Path(out_dir) / LAB_MARKER).read_text())

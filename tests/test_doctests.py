@@ -1,0 +1,31 @@
+"""The examples in the docstrings run, and print what they say (as einops checks its own)."""
+
+import doctest
+import importlib
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "interp"
+MODULES = sorted(
+    ".".join(p.relative_to(PKG.parent).with_suffix("").parts).removesuffix(".__init__")
+    for p in PKG.rglob("*.py")
+)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    result = doctest.testmod(module, optionflags=flags, verbose=False)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name}"
+
+
+def test_examples_are_not_skipped():
+    skipped = [
+        f"{p.relative_to(PKG.parent)}:{i}"
+        for p in PKG.rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "doctest: +SKIP" in line
+    ]
+    assert skipped == []

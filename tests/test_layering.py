@@ -1,0 +1,93 @@
+"""Dependencies point one way, and no module reaches into another package's private parts.
+
+Layers, lowest first: errors / paths / files / tables, then hooks / protocol,
+then models, then analysis / datasets, then training / render / figures /
+labs, then the CLI. Every ``import`` in the package (module-level or inside a
+function) is parsed; one that points upward fails, as does importing a
+private module (``_x``) from another package or a private name from another module.
+"""
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "interp"
+
+LAYERS = [
+    ("interp", "interp.errors", "interp.paths", "interp.files", "interp.tables"),
+    ("interp.hooks", "interp.protocol"),
+    ("interp.models",),
+    ("interp.analysis", "interp.datasets"),
+    ("interp.training", "interp.render", "interp.figures", "interp.labs"),
+    ("interp.cli", "interp.cli_heads"),
+]
+
+
+def layer_of(module: str) -> int:
+    best, depth = None, -1
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > depth:
+                best, depth = i, len(p)
+    assert best is not None, module
+    return best
+
+
+def modules():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        name = ".".join(rel.parts)
+        if name.endswith(".__init__"):
+            name = name[: -len(".__init__")]
+        yield name, path
+
+
+def imports(path: Path, module: str):
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, None, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            for a in node.names:
+                yield base, a.name, node.lineno
+
+
+def _package(module: str, is_pkg: bool) -> str:
+    return module if is_pkg else module.rsplit(".", 1)[0]
+
+
+def test_imports_point_down_and_respect_privacy():
+    problems = []
+    for module, path in modules():
+        mine = layer_of(module)
+        my_pkg = _package(module, path.name == "__init__.py")
+        for target, name, line in imports(path, module):
+            if not target.startswith("interp"):
+                continue
+            where = f"{path.relative_to(PKG.parent)}:{line}"
+            if layer_of(target) > mine:
+                problems.append(
+                    f"{where}: {module} (layer {mine}) imports {target} (layer {layer_of(target)})"
+                )
+            parts = target.split(".")
+            private = [i for i, p in enumerate(parts) if p.startswith("_") and p != "__init__"]
+            if private and ".".join(parts[: private[0]]) != my_pkg:
+                problems.append(f"{where}: {module} imports private module {target}")
+            if name and name.startswith("_") and name != "__version__":
+                full = f"{target}.{name}"
+                is_module = (PKG.parent / Path(*full.split("."))).with_suffix(".py").exists()
+                if not is_module and target != module:
+                    problems.append(f"{where}: {module} imports private name {name} from {target}")
+                elif is_module and target != my_pkg:
+                    problems.append(f"{where}: {module} imports private module {full}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_module_is_in_a_layer():
+    for module, _ in modules():
+        layer_of(module)

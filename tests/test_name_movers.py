@@ -1,0 +1,74 @@
+"""The name-mover lab on SmolLM2: the task is done, patching finds the heads, attribution agrees.
+
+Read from the lab's one run in this session (its notebook, conftest.lab_run).
+"""
+
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def out(lab_run):
+    return lab_run("name-movers")
+
+
+def table(out, name):
+    return pd.read_csv(out / f"{name}.csv")
+
+
+def test_the_model_does_the_task(out):
+    perf = table(out, "performance")
+    assert set(perf["split"]) == {"train", "held_out"}
+    assert (perf["split"] == "train").sum() >= 5 and (perf["split"] == "held_out").sum() >= 3
+    kept = perf[perf["kept"]]
+    assert (kept["mean_logit_diff"] > 1).all() and (kept["fraction_correct"] >= 0.6).all()
+    assert (perf["corrupted_logit_diff"] < 0).all()  # the corrupted twin flips the answer
+    prompts = table(out, "prompts")
+    assert set(prompts["template"]) <= set(perf[perf["split"] == "train"]["template"])
+
+
+def test_patching_finds_heads_that_restore_the_answer(out):
+    p = table(out, "patching")
+    assert len(p) == 270 and list(p.columns[:3]) == ["layer", "head", "label"]
+    assert (p["clean"] > 1).all() and (p["corrupted"] < 0).all()
+    assert p["normalized"].max() > 0.2
+    assert {"estimate", "estimate_normalized"} <= set(p.columns)
+
+
+def test_attribution_agrees_with_exact_patching(out):
+    ag = table(out, "agreement").set_index("measure")["value"]
+    assert ag["Spearman (estimate vs exact, all heads)"] > 0.5
+    assert (
+        0
+        <= ag["exact top 10 in estimate's top 10"]
+        <= ag["exact top 10 in estimate's top 30"]
+        <= 10
+    )
+    att = table(out, "attribution")
+    assert (att["source"] == "estimate").all()
+
+
+def test_ablating_the_top_heads_hurts_more_than_random_heads(out):
+    abl = table(out, "group_ablation")
+    top, rand = abl.iloc[0]["delta"], abl[abl["kind"] == "random"]["delta"]
+    assert top < rand.median() - 1.0  # the logit difference falls
+
+
+@pytest.mark.browser
+def test_report_renders_offline(out, chromium_paths):
+    from browser import render_page
+
+    result = render_page(out / "report.html", chromium_paths)
+    assert result["widgets"] == 1 and result["rendered"] == 1, result
+    assert set(result["figures"]) == {
+        "recovery_exact",
+        "recovery_estimate",
+        "estimate_vs_exact",
+        "name_attention",
+        "group_ablation",
+    }
+    for name, (w, h, caption) in result["figures"].items():
+        assert w > 100 and h > 100 and caption > 40, name
+    assert result["severe_logs"] == []

@@ -1,0 +1,94 @@
+"""Activation patching equals TransformerLens's patching and the plain loop."""
+
+import numpy as np
+import pytest
+import torch
+
+from interp import InterpError
+from interp.analysis.metrics import logit_diff_metric
+from interp.analysis.patching import patch_heads
+from interp.datasets import repeated_random_tokens
+from interp.models.hf import random_gpt2
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model = random_gpt2(2, vocab=40, seed=3)
+    clean = repeated_random_tokens(3, 6, d_vocab=40, seed=1).tokens
+    corrupted = repeated_random_tokens(3, 6, d_vocab=40, seed=2).tokens
+    return model, clean, corrupted, logit_diff_metric(5, 7)
+
+
+def test_equals_transformer_lens(setup):
+    from transformer_lens.patching import get_act_patch_attn_head_out_all_pos
+
+    model, clean, corrupted, metric = setup
+    df = patch_heads(model, clean, corrupted_tokens=corrupted, metric=metric)
+    _, cache = model.run_with_cache(clean)
+    tl = get_act_patch_attn_head_out_all_pos(
+        model, corrupted, cache, lambda lg: metric(lg, corrupted)
+    )
+    np.testing.assert_allclose(df["patched"], tl.flatten().numpy(), rtol=1e-5, atol=1e-6)
+    assert list(df.columns) == [
+        "layer",
+        "head",
+        "label",
+        "clean",
+        "corrupted",
+        "patched",
+        "delta",
+        "normalized",
+    ]
+    assert df.attrs["engine"] == "resume-blocks"
+    again = patch_heads(model, clean, corrupted_tokens=corrupted, metric=metric, cache=cache)
+    np.testing.assert_allclose(again["patched"], df["patched"], rtol=1e-6)
+
+
+def test_positions_restrict_the_patch(setup):
+    model, clean, corrupted, metric = setup
+    one = patch_heads(
+        model, clean, corrupted_tokens=corrupted, metric=metric, heads=["L1H0"], positions=[2, -1]
+    )
+    _, cache = model.run_with_cache(clean)
+    z_clean = cache["blocks.1.attn.hook_z"]
+    mask = torch.zeros(clean.shape[1], dtype=torch.bool)
+    mask[[2, -1]] = True
+
+    def hook(z, hook):
+        z = z.clone()
+        z[:, mask, 0] = z_clean[:, mask, 0]
+        return z
+
+    with torch.no_grad():
+        want = float(
+            metric(
+                model.run_with_hooks(corrupted, fwd_hooks=[("blocks.1.attn.hook_z", hook)]),
+                corrupted,
+            )
+        )
+    assert one["patched"].item() == pytest.approx(want, rel=1e-5)
+
+
+def test_bad_input(setup):
+    model, clean, corrupted, metric = setup
+    with pytest.raises(InterpError, match="must have the same shape"):
+        patch_heads(model, clean, corrupted_tokens=corrupted[:, :5], metric=metric)
+    with pytest.raises(InterpError, match="same metric"):
+        patch_heads(model, clean, corrupted_tokens=clean, metric=metric)
+    with pytest.raises(InterpError, match="outside the vocabulary"):
+        patch_heads(model, clean, corrupted_tokens=corrupted, metric=logit_diff_metric(5, 999))
+    with pytest.raises(InterpError, match="positions .* out of range"):
+        patch_heads(model, clean, corrupted_tokens=corrupted, metric=metric, positions=[40])
+    with pytest.raises(InterpError, match="has 2 ids but there are 3"):
+        patch_heads(
+            model,
+            clean,
+            corrupted_tokens=corrupted,
+            metric=logit_diff_metric(torch.tensor([1, 2]), torch.tensor([3, 4])),
+        )
+
+
+def test_refused_on_a_model_without_an_lm_head(minilm):
+    t = torch.tensor([[101, 2000, 2001, 102]])
+    with pytest.raises(InterpError, match="logits are meaningless"):
+        patch_heads(minilm, t, corrupted_tokens=t.flip(1), metric=logit_diff_metric(5, 7))
