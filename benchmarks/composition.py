@@ -53,9 +53,9 @@ def _row(name: str, model, kind: str) -> str:
             s = tl_scores(left, right, broadcast_dims=True)
             return torch.where(mask, s, torch.zeros_like(s))
 
-        ours_t = best_time(lambda: composition_tensor(model, kind), repeat=2)
+        ours_t = best_time(lambda: composition_tensor(model, component=kind), repeat=2)
         theirs_t = best_time(theirs, repeat=1)
-        diff = float((composition_tensor(model, kind) - theirs()).abs().max())
+        diff = float((composition_tensor(model, component=kind) - theirs()).abs().max())
     return (
         f"{name:<24}{kind:>5}{ours_t:>9.2f}{theirs_t:>9.2f}{theirs_t / ours_t:>8.1f}x{diff:>12.2e}"
     )

@@ -11,7 +11,9 @@ for name in (
     "time_to_induction",
     "score_functions",
     "ablation_sweep",
+    "attribution",
     "composition",
+    "load",
 ):
     print(f"\n== {name} ==")
     runpy.run_path(str(HERE / f"{name}.py"), run_name="__main__")

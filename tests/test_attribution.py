@@ -133,3 +133,49 @@ def test_bad_input(case):
         attribute_heads(model, t, verify=-1)
     with pytest.raises(InterpError, match="not differentiable"):
         attribute_heads(model, t, metric=lambda logits, tokens: float(logits.sum()))
+
+
+def test_the_qk_correction_is_the_exact_first_hop_pattern_change():
+    """correction(h) = [M(A_1 from the edited residual) - M] - d/de M(A_1 from x + e D) at 0,
+    computed here independently with hooks and autograd (2 layers, no LayerNorm, a metric
+    linear in the output, so M is linear in layer 1's pattern given the clean values)."""
+    model = attn_only(normalization_type=None, init_range=0.4, seed=1)
+    data = repeated_random_tokens(2, 6, d_vocab=30, seed=2)
+    t = data.tokens
+    metric = logit_diff_metric(3, 4)
+    plain = attribute_heads(model, t, metric=metric).set_index("label")["estimate"]
+    fixed = attribute_heads(model, t, metric=metric, correction="qk").set_index("label")["estimate"]
+    _, cache = model.run_with_cache(t)
+    x1 = cache["blocks.1.hook_resid_pre"]
+
+    def pattern_from(resid):
+        out = {}
+
+        def swap(x, hook):
+            return resid
+
+        def grab(p, hook):
+            out["p"] = p
+
+        model.run_with_hooks(
+            t, fwd_hooks=[("blocks.1.hook_resid_pre", swap), ("blocks.1.attn.hook_pattern", grab)]
+        )
+        return out["p"]
+
+    def metric_with_pattern(p):
+        hooks = [("blocks.1.attn.hook_pattern", lambda a, hook: p)]
+        return metric(model.run_with_hooks(t, fwd_hooks=hooks), t)
+
+    clean = float(metric(model(t), t))
+    for h in range(3):
+        delta = -cache["blocks.0.attn.hook_z"][:, :, h] @ model.W_O[0, h]  # zeroing head (0, h)
+        with torch.no_grad():
+            exact_term = float(metric_with_pattern(pattern_from(x1 + delta))) - clean
+        eps = torch.zeros((), requires_grad=True)
+        with torch.enable_grad():
+            (slope,) = torch.autograd.grad(metric_with_pattern(pattern_from(x1 + eps * delta)), eps)
+        want = exact_term - float(slope)
+        got = fixed[f"L0H{h}"] - plain[f"L0H{h}"]
+        assert got == pytest.approx(want, abs=1e-4, rel=1e-4), h
+    # the last layer has no later attention: nothing to correct
+    assert np.allclose(fixed.filter(like="L1H"), plain.filter(like="L1H"))

@@ -164,3 +164,18 @@ def test_lab_report_renders_offline(lab_run, chromium_paths):
     for name, (w, h, caption) in result["figures"].items():
         assert w > 100 and h > 100 and caption > 40, name
     assert len(result["figures"]) == 3 and result["severe_logs"] == []
+
+
+def test_data_files_come_from_interp_data(tmp_path, monkeypatch):
+    """$INTERP_DATA moves every shipped data file, the toy experiments' included."""
+    import shutil
+
+    from interp import InterpError
+    from interp.paths import data_dir
+
+    src = data_dir() / "tired_cat_attention.csv"
+    monkeypatch.setenv("INTERP_DATA", str(tmp_path))
+    with pytest.raises(InterpError, match="not found at"):
+        bs.tired_cat()
+    shutil.copy(src, tmp_path / "tired_cat_attention.csv")
+    assert len(bs.tired_cat()["tokens"]) == 5

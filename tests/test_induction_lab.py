@@ -170,3 +170,13 @@ def test_train_cli_writes_a_checkpoint_that_loads(tmp_path):
     assert meta["history"][-1]["step"] == 30 and model.cfg.n_layers == 2
     bad = run_cli("train", "induction", "--out", str(out / "config.json"), "--steps", "2")
     assert bad.returncode == 2 and "is a file" in bad.stderr
+
+
+def test_the_seed_moves_the_held_out_data(lab, induction_model):
+    """--seed is used, not silently ignored: another seed, other sequences, other numbers."""
+    from interp.labs import induction
+
+    other = induction.analyse(induction_model, seed=1)
+    seed0 = table(lab, "head_scores")
+    assert not (other.scores["induction"].to_numpy() == seed0["induction"].to_numpy()).all()
+    assert (other.prev_label, other.induction_label) == ("L0H1", "L1H1")  # the same circuit

@@ -20,6 +20,17 @@ elsewhere moves that head's keys, and the softmax's gradient at a confident
 pattern is near zero (Kramar et al. 2024, AtP*). Estimates rank heads; they
 are not effects. ``verify`` makes the exact numbers one argument away.
 
+``correction="qk"`` applies AtP*'s QK fix to the heads an edit reaches
+through their queries and keys: for each edited head and each later layer
+``j``, the change of ``j``'s attention pattern caused directly by the edit's
+change of the residual stream (the first hop) is computed exactly, by the
+model's own layer ``j`` (its normalisation, rotary embeddings and grouped
+keys) on the edited residual, and replaces that term's linearisation; every
+other path stays first-order. It costs one resumed, early-stopped pass of
+layer ``j`` per edited head, batched: far less than the exact sweep, more
+than the plain estimate (``df.attrs["forward_equivalents"]`` counts only the
+plain part; ``benchmarks/attribution.py`` measures both in wall time).
+
 The table has the rows and columns of :func:`ablate_heads` (or
 :func:`patch_heads` for ``"patch"``) plus ``estimate``, ``exact`` and
 ``source``: ``delta`` is the exact value where it was computed (``verify=k``
@@ -62,7 +73,7 @@ from interp.protocol import (
 
 Method = Literal["zero", "mean", "patch"]
 METHODS: tuple[str, ...] = ("zero", "mean", "patch")
-CORRECTIONS: tuple[str, ...] = ("none",)
+CORRECTIONS: tuple[str, ...] = ("none", "qk")
 
 
 class _FrozenParams:
@@ -85,19 +96,32 @@ class _FrozenParams:
 
 
 def _gradients(
-    model: Any, tokens: torch.Tensor, metric: Metric, layers: list[int]
-) -> tuple[float, dict[int, torch.Tensor], dict[int, torch.Tensor]]:
-    """One forward and one backward pass: the metric, and ``z`` and ``dM/dz`` per layer."""
+    model: Any,
+    tokens: torch.Tensor,
+    metric: Metric,
+    layers: list[int],
+    pattern_layers: list[int] = (),
+) -> tuple[float, dict[int, torch.Tensor], dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+    """One forward and one backward pass: the metric, ``z`` and ``dM/dz`` per layer,
+    and ``dM/dA`` of the attention patterns of ``pattern_layers``."""
     zs: dict[int, torch.Tensor] = {}
+    pats: dict[int, torch.Tensor] = {}
 
-    def keep_z(z: torch.Tensor, hook: Any) -> torch.Tensor:
+    def root(x: torch.Tensor) -> torch.Tensor:
         # The first hooked activation becomes a leaf that requires grad (parameters are
         # frozen); later ones depend on it, so each of them is in the graph.
-        z = z if z.requires_grad else z.detach().requires_grad_(True)
-        zs[int(hook.name.split(".")[1])] = z
+        return x if x.requires_grad else x.detach().requires_grad_(True)
+
+    def keep_z(z: torch.Tensor, hook: Any) -> torch.Tensor:
+        zs[int(hook.name.split(".")[1])] = z = root(z)
         return z
 
+    def keep_pattern(p: torch.Tensor, hook: Any) -> torch.Tensor:
+        pats[int(hook.name.split(".")[1])] = p = root(p)
+        return p
+
     hooks = [(hook_name("z", l), keep_z) for l in layers]
+    hooks += [(hook_name("pattern", j), keep_pattern) for j in pattern_layers]
     with eval_mode(model), _FrozenParams(model), torch.enable_grad():
         logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
         value = metric(logits, tokens)
@@ -106,9 +130,121 @@ def _gradients(
                 f"metric {metric.name!r} is not differentiable in the model's output; "
                 "attribution needs a metric computed from the logits with torch operations"
             )
-        grads = torch.autograd.grad(value, [zs[l] for l in layers], allow_unused=True)
-    g_z = {l: (g if g is not None else torch.zeros_like(zs[l])) for l, g in zip(layers, grads)}
-    return scalar(value.detach(), metric.name), {l: zs[l].detach() for l in layers}, g_z
+        inputs = [zs[l] for l in layers] + [pats[j] for j in pattern_layers]
+        grads = torch.autograd.grad(value, inputs, allow_unused=True)
+    grads = [g if g is not None else torch.zeros_like(x) for g, x in zip(grads, inputs)]
+    g_z = dict(zip(layers, grads[: len(layers)]))
+    g_p = dict(zip(pattern_layers, grads[len(layers) :]))
+    return scalar(value.detach(), metric.name), {l: zs[l].detach() for l in layers}, g_z, g_p
+
+
+class _Stop(Exception):
+    """Raised from a pattern hook to end a forward pass once the pattern is known."""
+
+    def __init__(self, pattern: torch.Tensor):
+        super().__init__("pattern captured")
+        self.pattern = pattern
+
+
+def _block_inputs(model: Any, tokens: torch.Tensor, layers: list[int]) -> dict[int, Any]:
+    """The clean residual stream entering each block of ``layers`` (as the next block sees it)."""
+    from interp.analysis._sweep import _blocks
+
+    kept: dict[int, Any] = {}
+    with torch.no_grad():
+        if callable(getattr(model, "forward_from", None)):
+
+            def keep(x: torch.Tensor, hook: Any) -> None:
+                kept[int(hook.name.split(".")[1])] = x
+
+            model.run_with_hooks(
+                tokens, fwd_hooks=[(hook_name("resid_pre", j), keep) for j in layers]
+            )
+        else:
+            blocks = _blocks(model)
+            handles = [
+                blocks[j - 1].register_forward_hook(
+                    lambda mod, args, out, j=j: kept.__setitem__(j, out)
+                )
+                for j in layers
+            ]
+            try:
+                model(tokens)
+            finally:
+                for h in handles:
+                    h.remove()
+    return kept
+
+
+def _pattern_of(model: Any, tokens: torch.Tensor, layer: int, resid: Any) -> torch.Tensor:
+    """Layer ``layer``'s attention pattern ``[batch, head, q, k]`` for the residual ``resid``
+    entering it, computed by the model itself (its normalisation, rotary embeddings,
+    grouped keys) with every earlier block skipped and the pass stopped at the pattern."""
+    from interp.analysis._sweep import _blocks, _skipping
+
+    def stop(p: torch.Tensor, hook: Any) -> None:
+        raise _Stop(p)
+
+    hooks = [(hook_name("pattern", layer), stop)]
+    try:
+        if callable(getattr(model, "forward_from", None)):
+            with model.hooks(fwd_hooks=hooks):
+                model.forward_from(resid, layer - 1)
+        else:
+            with _skipping(_blocks(model), layer, resid):
+                model.run_with_hooks(tokens, fwd_hooks=hooks)
+    except _Stop as done:
+        return done.pattern
+    raise InterpError(f"layer {layer}'s hook_pattern never fired; the QK correction needs it")
+
+
+def _qk_correction(
+    model: Any,
+    tokens: torch.Tensor,
+    chosen: list[tuple[int, int]],
+    diff: dict[int, torch.Tensor],
+    g_pattern: dict[int, torch.Tensor],
+    per_pass: int,
+) -> dict[tuple[int, int], float]:
+    """AtP*'s QK fix: for each head and each later layer ``j``, the first-hop change of
+    ``j``'s pattern computed exactly instead of linearly (module docstring).
+
+    ``correction = sum_j <A_j(x_j + D) - A_j(x_j), dM/dA_j> - <D, d<A_j(x), dM/dA_j>/dx>``
+    with ``D = (z' - z) W_O`` the head's change of the residual stream, ``x_j`` the clean
+    residual entering block ``j``. Both terms use the same function ``A_j(x)``, so
+    the fix replaces exactly the linear term it corrects.
+    """
+    from interp.analysis._common import head_weight
+
+    W_O = head_weight(model, "W_O")  # [layer, head, d_head, d_model]
+    later = sorted(g_pattern)
+    inputs = _block_inputs(model, tokens, later)
+    out = {k: 0.0 for k in chosen}
+    b = tokens.shape[0]
+    with eval_mode(model), _FrozenParams(model):
+        for j in later:
+            x = inputs[j]
+            g = g_pattern[j]
+            with torch.enable_grad():
+                x_req = x.detach().clone().requires_grad_(True)
+                clean = _pattern_of(model, tokens, j, x_req)
+                (r,) = torch.autograd.grad((clean * g).sum(), x_req)
+            clean = clean.detach()
+            upstream = [(l, h) for l, h in chosen if l < j]
+            with torch.no_grad():
+                for start in range(0, len(upstream), per_pass):
+                    part = upstream[start : start + per_pass]
+                    deltas = torch.stack(
+                        [diff[l][:, :, h].to(W_O.dtype) @ W_O[l, h] for l, h in part]
+                    ).to(x.dtype)  # [k, batch, pos, d_model]
+                    k = len(part)
+                    A = _pattern_of(model, tokens.repeat(k, 1), j, (x[None] + deltas).flatten(0, 1))
+                    dA = A.view(k, b, *A.shape[1:]).float() - clean[None].float()
+                    exact = (dA * g[None].float()).flatten(1).sum(1)
+                    linear = (deltas.float() * r[None].float()).flatten(1).sum(1)
+                    for key, e, lin in zip(part, exact.tolist(), linear.tolist()):
+                        out[key] += e - lin
+    return out
 
 
 def _first_order(
@@ -129,7 +265,7 @@ def attribute_heads(
     loss_mask: torch.Tensor | None = None,
     positions: Any = None,
     reference_tokens: torch.Tensor | None = None,
-    correction: Literal["none"] = "none",
+    correction: Literal["none", "qk"] = "none",
     verify: int = 0,
     cache: Any = None,
     seed: int = 0,
@@ -205,7 +341,8 @@ def attribute_heads(
                 cache=cache,
                 seed=seed,
             )
-    value, z, g_z = _gradients(model, run_tokens, m, layers)
+    pattern_layers = list(range(min(layers) + 1, model.cfg.n_layers)) if correction == "qk" else []
+    value, z, g_z, g_p = _gradients(model, run_tokens, m, layers, pattern_layers)
     diff = {}
     for l in layers:
         t = torch.zeros_like(z[l]) if target is None else target[l].to(z[l].dtype)
@@ -213,6 +350,12 @@ def attribute_heads(
         diff[l] = d if pos is None else d * pos.to(d.device).view(1, -1, 1, 1)
     estimate = _first_order(chosen, diff, g_z)
     passes = 2.0 + (1.0 if patching or method == "mean" else 0.0)
+    if correction == "qk" and pattern_layers:
+        from interp.analysis._sweep import CPU_TOKENS_PER_PASS
+
+        per_pass = max(1, CPU_TOKENS_PER_PASS // run_tokens.numel())
+        fix = _qk_correction(model, run_tokens, chosen, diff, g_p, per_pass)
+        estimate = {k: estimate[k] + fix[k] for k in chosen}
     est = [estimate[k] for k in chosen]
     exact: dict[tuple[int, int], float] = {}
     if verify:

@@ -209,7 +209,7 @@ def diagonal_fraction(fm: Any, *, chunk: int = 2048, exclude: Iterable[int] = ()
         rows = A[start : start + chunk] @ B  # [chunk, n]
         idx = torch.arange(start, start + rows.shape[0])
         keep = torch.tensor([int(i) not in skip for i in idx])
-        hits += int((rows.argmax(-1) == idx)[keep].sum())
+        hits += int((rows.argmax(-1).cpu() == idx)[keep].sum())
         total += int(keep.sum())
     return hits / max(total, 1)
 

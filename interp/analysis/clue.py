@@ -95,7 +95,8 @@ def clue_attention(model: Any, items: Sequence[WordTokens], *, cache: Any = None
             n_other = other_m.sum(-1).clamp(min=1)  # [batch]
 
             def add(layer: int, pattern: torch.Tensor, pos=pos, c=clue_m, o=other_m, n=n_other):
-                rows = pattern[torch.arange(len(pos)), :, pos].float().cpu()  # [batch, head, key]
+                at = torch.arange(len(pos), device=pattern.device)
+                rows = pattern[at, :, pos.to(pattern.device)].float().cpu()  # [batch, head, key]
                 on_clue = torch.einsum("bhk,bk->bh", rows, c)
                 clue_sum[layer] += on_clue.sum(0)
                 per_clue_token[layer] += (on_clue / c.sum(-1)[:, None]).sum(0)

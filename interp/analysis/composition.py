@@ -131,7 +131,7 @@ def composition_tensor(model: Any, *, component: Component = "K") -> torch.Tenso
     with torch.no_grad():
         left, right = _factors(model, component)
         scores = _pairwise_scores(left, right)
-    layer = torch.arange(cfg.n_layers)
+    layer = torch.arange(cfg.n_layers, device=scores.device)
     mask = layer[:, None, None, None] < layer[None, None, :, None]
     return torch.where(mask, scores, torch.zeros_like(scores))
 

@@ -274,7 +274,7 @@ def read_fraction(
         total = float((X**2).sum())
         for h in heads_l:
             sub = head_subspaces(model, layer=l, head=h, component=component)
-            R = torch.as_tensor(sub.row_space, dtype=torch.float64)  # [rank, d_model]
+            R = torch.as_tensor(sub.row_space, dtype=torch.float64, device=X.device)  # [rank, d]
             frac[l, h] = float(((X @ R.T) ** 2).sum()) / total if total > 0 else float("nan")
             rank[l, h] = sub.rank
     df = head_frame({"rank": rank, "read_fraction": frac}, cfg.n_layers, cfg.n_heads)

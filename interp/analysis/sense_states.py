@@ -87,8 +87,8 @@ def word_states(
     with eval_no_grad(model):
         for idx in batches_by_length(items).values():
             tokens = torch.cat([items[i].tokens for i in idx]).to(model_device(model))
-            pos = torch.tensor([items[i].word_pos for i in idx])
-            rows = torch.arange(len(idx))
+            pos = torch.tensor([items[i].word_pos for i in idx], device=tokens.device)
+            rows = torch.arange(len(idx), device=tokens.device)
             out[idx, 0] = W_E[tokens[rows, pos].to(W_E.device)].detach().float().cpu()
 
             def grab(resid: torch.Tensor, hook: Any, idx=idx, pos=pos, rows=rows) -> None:
@@ -106,8 +106,9 @@ def _states_from_cache(model, items, cache, fwd_hooks, out) -> torch.Tensor:
     if len({it.n_tokens for it in items}) != 1:
         raise InterpError("cache= needs items of one length (the cache of their stacked tokens)")
     tokens = torch.cat([it.tokens for it in items])
-    pos = torch.tensor([it.word_pos for it in items])
-    rows = torch.arange(len(items))
+    tokens = tokens.to(model.W_E.device)
+    pos = torch.tensor([it.word_pos for it in items], device=tokens.device)
+    rows = torch.arange(len(items), device=tokens.device)
     out[:, 0] = model.W_E[tokens[rows, pos]].detach().float().cpu()
     for l in range(model.cfg.n_layers):
         resid = cached(cache, hook_name("resid_post", l), tokens)

@@ -398,6 +398,7 @@ def figures(f: InductionFindings) -> dict[str, Any]:
         xlabel="later head (keys)",
         ylabel="earlier head (OV output)",
         colorbar="K-composition score",
+        vmin=0.0,
         caption=f"K-composition: how much an earlier head's output is read by a later head's keys, "
         f"from the weights alone (random baseline {f.composition['baseline'].iloc[0]:.3f}). "
         "Weights "
