@@ -72,6 +72,12 @@ def add_parsers(sub: Any) -> None:
     at.add_argument("--heads", help="comma-separated labels (default: all)")
     _add_metric(at, "loss")
     at.add_argument("--verify", type=count_arg(0), default=0, help="exact values for the top K")
+    at.add_argument(
+        "--correction",
+        default="none",
+        choices=("none", "qk"),
+        help="qk: AtP*'s fix for effects through later heads' queries and keys (slower)",
+    )
     at.add_argument("--top", type=count_arg(0), default=10, help="heads to print, by |estimate|")
     at.set_defaults(func=run_attribute)
 
@@ -359,6 +365,7 @@ def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any) 
         verify=args.verify,
         seed=args.seed,
         progress=True,
+        correction=getattr(args, "correction", "none"),  # interp ablate --estimate has none
     )
     _print_top(df, "estimate", args.top)
     export(df, out)

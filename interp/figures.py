@@ -74,6 +74,14 @@ class Plot:
         return self.html()
 
 
+def _label(ax: Any, xlabel: str, ylabel: str, title: str | None) -> None:
+    """Axis labels (every figure has both) and an optional title."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+
+
 def _check_2d(values: Any, name: str) -> np.ndarray:
     arr = np.asarray(values, dtype=float)
     if arr.ndim != 2 or arr.size == 0:
@@ -114,10 +122,7 @@ def heatmap(
     ax.set_xticks(range(arr.shape[1]), [str(c) for c in col_labels])
     step = max(1, arr.shape[0] // 16)
     ax.set_yticks(range(0, arr.shape[0], step), [str(r) for r in row_labels][::step])
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
+    _label(ax, xlabel, ylabel, title)
     fig.colorbar(im, ax=ax, label=colorbar)
     if annotate if annotate is not None else arr.size <= 64:
         lo, hi = np.nanmin(arr), np.nanmax(arr)
@@ -164,10 +169,7 @@ def lines(
         ax.axvspan(*shade, color="0.9", zorder=0, label=shade_label)
     if logy:
         ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
+    _label(ax, xlabel, ylabel, title)
     if len(series) > 1 or shade_label:
         ax.legend(frameon=False, fontsize=8)
     return Plot(fig, caption)
@@ -237,10 +239,7 @@ def bars(
             ax.scatter([i + j for j in jitter], pts, color="black", s=14, zorder=3)
     ax.axhline(0, color="0.4", linewidth=0.8)
     ax.set_xticks(range(len(labels)), labels, rotation=0)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
+    _label(ax, xlabel, ylabel, title)
     return Plot(fig, caption)
 
 
@@ -275,10 +274,7 @@ def grouped_bars(
     if logy:
         ax.set_yscale("log")
     ax.set_xticks(range(len(categories)), list(categories))
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
+    _label(ax, xlabel, ylabel, title)
     ax.legend(frameon=False, fontsize=8)
     return Plot(fig, caption)
 
@@ -322,10 +318,7 @@ def scatter(
                 xytext=(3, 3),
                 textcoords="offset points",
             )
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
+    _label(ax, xlabel, ylabel, title)
     return Plot(fig, caption)
 
 
@@ -352,9 +345,6 @@ def trace_2d(
         ax.plot(p[:, 0], p[:, 1], color=colour, linewidth=1.2, label=name)
         ax.scatter(p[:1, 0], p[:1, 1], color=colour, marker="o", s=18)
         ax.scatter(p[-1:, 0], p[-1:, 1], color=colour, marker="x", s=28)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
+    _label(ax, xlabel, ylabel, title)
     ax.legend(frameon=False, fontsize=8)
     return Plot(fig, caption)

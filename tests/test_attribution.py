@@ -120,6 +120,7 @@ def test_near_linear_model_estimate_matches_exact():
     np.testing.assert_allclose(est["estimate"], exact["delta"], atol=0.01 * scale)
 
 
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 def test_bad_input(case):
     model, data = case
     t = data.tokens

@@ -5,7 +5,6 @@ ablation against random heads, sense curves) are checked on the pretrained
 lab's own run in test_pretrained_lab.py; here the analyses run on the models.
 """
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -70,8 +69,21 @@ def test_minilm_loads_and_scores_but_refuses_loss(minilm):
     assert len(df) == 72 and df["previous_token"].between(0, 1).all()
     with pytest.raises(InterpError, match="logits are meaningless"):
         ablate_heads(minilm, toks)
-    custom = ablate_heads(minilm, toks, heads=["L0H0"], metric=lambda lg, t: lg[:, -1].norm())
-    assert np.isfinite(custom["delta"]).all()  # a metric of the user's own is theirs to define
+    metric = lambda lg, t: lg[:, -1].norm()  # noqa: E731 - the user's own metric is theirs to define
+    custom = ablate_heads(minilm, toks, heads=["L0H0", "L5H11"], metric=metric)
+    assert custom.attrs["engine"] == "resume-blocks"  # the encoder's layers resume exactly too
+    for r in custom.itertuples():
+
+        def hook(z, hook, h=r.head):
+            z = z.clone()
+            z[:, :, h] = 0.0
+            return z
+
+        with torch.no_grad():
+            logits = minilm.run_with_hooks(
+                toks, fwd_hooks=[(f"blocks.{r.layer}.attn.hook_z", hook)]
+            )
+        assert r.ablated == pytest.approx(float(metric(logits, toks)), rel=1e-6)
 
 
 def test_circuits_and_patching_run_on_smollm(smollm):

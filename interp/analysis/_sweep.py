@@ -216,13 +216,13 @@ class _AfterBlock:
 
 
 # ----------------------------------------------------- resume at the first edited block
-def _blocks(model: Any) -> Any:
+def blocks_of(model: Any) -> Any:
     blocks = getattr(model, "blocks", None)
     return blocks if isinstance(blocks, torch.nn.ModuleList) else None
 
 
 @contextmanager
-def _skipping(blocks: Any, upto: int, output: Any) -> Iterator[None]:
+def skipping_blocks(blocks: Any, upto: int, output: Any) -> Iterator[None]:
     """Blocks ``0..upto-1`` return ``output`` (the clean output of block ``upto - 1``) unrun.
 
     ``object.__setattr__`` puts the stub in each block's instance dict, so
@@ -253,7 +253,7 @@ class _ResumeBlocks:
         self.model = model
         self.tokens = tokens
         self.native = callable(getattr(model, "forward_from", None))
-        blocks = _blocks(model)
+        blocks = blocks_of(model)
         kept: dict[int, Any] = {}
         if self.native:  # our models: the residual entering block l is hook_resid_pre[l]
 
@@ -300,7 +300,7 @@ class _ResumeBlocks:
             if rows is not None and self.rows_ok:
                 kwargs["logits_to_keep"] = rows.to(self.tokens.device)
             out = _repeat(self.kept[start], k) if start > 0 else None
-            with _skipping(_blocks(self.model), start, out):
+            with skipping_blocks(blocks_of(self.model), start, out):
                 logits = self.model.run_with_hooks(
                     _repeat(self.tokens, k), fwd_hooks=hooks, **kwargs
                 )
@@ -345,7 +345,7 @@ def choose_path(model: Any, tokens: torch.Tensor, edits: Sequence[Edit]) -> tupl
             return _AfterBlock.name, ""
     else:
         why = ""
-    if cfg.n_layers > 1 and (native or _blocks(model) is not None):
+    if cfg.n_layers > 1 and (native or blocks_of(model) is not None):
         ok, why2 = _checked(
             model, "resume-blocks", lambda: _probe(model, tokens, _ResumeBlocks, [(last, 0)])
         )
@@ -460,18 +460,18 @@ def logits_after(model: Any, tokens: torch.Tensor, resid: torch.Tensor, layer: i
 
     Only the blocks after ``layer`` (and the unembedding) run: our models
     resume with ``forward_from``; bridges run with blocks ``0..layer`` stubbed
-    to return ``resid`` (:func:`_skipping`), exactly as in a plain run.
+    to return ``resid`` (:func:`skipping_blocks`), exactly as in a plain run.
 
     Raises:
         InterpError: for a model that can do neither.
     """
     if callable(getattr(model, "forward_from", None)):
         return model.forward_from(resid, layer)
-    blocks = _blocks(model)
+    blocks = blocks_of(model)
     if blocks is None:
         raise InterpError(
             f"{type(model).__name__} cannot resume a forward pass from a cached residual; "
             "call it without cache="
         )
-    with _skipping(blocks, layer + 1, resid):
+    with skipping_blocks(blocks, layer + 1, resid):
         return model(tokens)

@@ -148,7 +148,7 @@ class _Stop(Exception):
 
 def _block_inputs(model: Any, tokens: torch.Tensor, layers: list[int]) -> dict[int, Any]:
     """The clean residual stream entering each block of ``layers`` (as the next block sees it)."""
-    from interp.analysis._sweep import _blocks
+    from interp.analysis._sweep import blocks_of
 
     kept: dict[int, Any] = {}
     with torch.no_grad():
@@ -161,7 +161,7 @@ def _block_inputs(model: Any, tokens: torch.Tensor, layers: list[int]) -> dict[i
                 tokens, fwd_hooks=[(hook_name("resid_pre", j), keep) for j in layers]
             )
         else:
-            blocks = _blocks(model)
+            blocks = blocks_of(model)
             handles = [
                 blocks[j - 1].register_forward_hook(
                     lambda mod, args, out, j=j: kept.__setitem__(j, out)
@@ -180,7 +180,7 @@ def _pattern_of(model: Any, tokens: torch.Tensor, layer: int, resid: Any) -> tor
     """Layer ``layer``'s attention pattern ``[batch, head, q, k]`` for the residual ``resid``
     entering it, computed by the model itself (its normalisation, rotary embeddings,
     grouped keys) with every earlier block skipped and the pass stopped at the pattern."""
-    from interp.analysis._sweep import _blocks, _skipping
+    from interp.analysis._sweep import blocks_of, skipping_blocks
 
     def stop(p: torch.Tensor, hook: Any) -> None:
         raise _Stop(p)
@@ -191,7 +191,7 @@ def _pattern_of(model: Any, tokens: torch.Tensor, layer: int, resid: Any) -> tor
             with model.hooks(fwd_hooks=hooks):
                 model.forward_from(resid, layer - 1)
         else:
-            with _skipping(_blocks(model), layer, resid):
+            with skipping_blocks(blocks_of(model), layer, resid):
                 model.run_with_hooks(tokens, fwd_hooks=hooks)
     except _Stop as done:
         return done.pattern
@@ -288,7 +288,7 @@ def attribute_heads(
             lacks, or a negative ``verify``.
     """
     from interp.analysis.ablation import ablate_heads
-    from interp.analysis.patching import patch_heads
+    from interp.analysis.patching import check_token_pair, patch_heads
 
     check_model(model)
     if method not in METHODS:
@@ -302,12 +302,7 @@ def attribute_heads(
     if patching:
         if corrupted_tokens is None:
             raise InterpError("method='patch' needs corrupted_tokens (the run patched into)")
-        corrupted_tokens = check_tokens(model, corrupted_tokens, name="corrupted tokens")
-        if corrupted_tokens.shape != tokens.shape:
-            raise InterpError(
-                f"clean tokens {tuple(tokens.shape)} and corrupted tokens "
-                f"{tuple(corrupted_tokens.shape)} must have the same shape"
-            )
+        tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens)
         if metric is None:
             raise InterpError("method='patch' needs a metric, e.g. logit_diff_metric(a, b)")
     elif corrupted_tokens is not None:

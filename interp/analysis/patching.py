@@ -40,6 +40,22 @@ from interp.protocol import check_model, check_tokens, eval_no_grad, parse_heads
 __all__ = ["logit_diff_metric", "patch_heads"]
 
 
+def check_token_pair(model: Any, clean: Any, corrupted: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean and corrupted tokens, checked and of one shape (compared position by position).
+
+    Raises:
+        InterpError: for bad tokens, or shapes that differ.
+    """
+    clean = check_tokens(model, clean, name="clean tokens")
+    corrupted = check_tokens(model, corrupted, name="corrupted tokens")
+    if clean.shape != corrupted.shape:
+        raise InterpError(
+            f"clean tokens {tuple(clean.shape)} and corrupted tokens "
+            f"{tuple(corrupted.shape)} must have the same shape (same length prompts)"
+        )
+    return clean, corrupted
+
+
 def patch_heads(
     model: Any,
     tokens: torch.Tensor,
@@ -68,13 +84,7 @@ def patch_heads(
             equal (``normalized`` would divide by zero).
     """
     check_model(model)
-    tokens = check_tokens(model, tokens, name="clean tokens")
-    corrupted_tokens = check_tokens(model, corrupted_tokens, name="corrupted tokens")
-    if tokens.shape != corrupted_tokens.shape:
-        raise InterpError(
-            f"clean tokens {tuple(tokens.shape)} and corrupted tokens "
-            f"{tuple(corrupted_tokens.shape)} must have the same shape (same length prompts)"
-        )
+    tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens)
     if metric is None:
         raise InterpError("patch_heads needs a metric, e.g. logit_diff_metric(correct, incorrect)")
     m = prepare_metric(model, tokens, metric, None)
