@@ -291,7 +291,8 @@ def scatter(
     diagonal: bool = True,
     title: str | None = None,
 ) -> Plot:
-    """``y`` against ``x`` (e.g. estimate against exact), the ``annotate_top`` largest |y| named.
+    """``y`` against ``x`` (e.g. estimate against exact); the ``annotate_top`` points farthest
+    out on either axis are named.
 
     Raises:
         InterpError: for ``x`` and ``y`` of different lengths.
@@ -309,7 +310,9 @@ def scatter(
         ax.plot([lo, hi], [lo, hi], color="0.5", linewidth=0.8, linestyle="--", label="y = x")
         ax.legend(frameon=False, fontsize=8)
     if labels is not None and annotate_top:
-        order = np.argsort(-np.abs(np.nan_to_num(ys)))[:annotate_top]
+        # the points far from the origin on either axis, so misses (large x, small y) are named
+        size = np.maximum(np.abs(np.nan_to_num(xs)), np.abs(np.nan_to_num(ys)))
+        order = np.argsort(-size)[:annotate_top]
         for i in order:
             ax.annotate(
                 str(labels[i]),
