@@ -129,3 +129,19 @@ def test_no_submodule_shadows_an_export():
     pkg = Path(A.__file__).parent
     clashes = [n for n in A.__all__ if (pkg / f"{n}.py").exists()]
     assert clashes == []
+
+
+def test_the_lab_table_matches_each_labs_analyse():
+    """``interp.labs.LABS`` (options checked without importing torch) agrees with ``analyse``."""
+    from interp.labs import LABS, lab_module
+
+    for name, (_, kind, defaults) in LABS.items():
+        lab = lab_module(name)
+        assert lab.NAME == name
+        params = inspect.signature(lab.analyse).parameters
+        if kind == "none":
+            assert "model" not in params and "models" not in params, name
+        elif kind == "one":
+            assert (params["model"].default,) == defaults, name
+        else:
+            assert tuple(params["models"].default) == defaults, name

@@ -28,8 +28,6 @@ from interp.labs.common import progress_bar
 
 NAME = "bank-sense"
 TITLE = "Bank sense: how one attention head mixes information"
-MODELS = "none"
-DEFAULT_MODELS: tuple[str, ...] = ()
 SGD_STEPS = 20
 
 

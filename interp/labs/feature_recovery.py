@@ -30,8 +30,6 @@ from interp.labs.common import progress_bar
 
 NAME = "feature-recovery"
 TITLE = "Feature recovery: what two 9 x 3 maps learn, read and ignore"
-MODELS = "none"
-DEFAULT_MODELS: tuple[str, ...] = ()
 N_SEEDS = 3
 
 

@@ -57,8 +57,6 @@ from interp.labs.common import half_losses, load, progress_bar
 
 NAME = "induction"
 TITLE = "Induction heads in a two-layer attention-only model"
-MODELS = "one"
-DEFAULT_MODELS = ("induction-2l",)
 EVAL_SEED = 20_000  # distinct from the training run's own held-out batch
 STRIPE_NAMES = {
     "previous_token": "previous-token",

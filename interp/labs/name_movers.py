@@ -49,8 +49,6 @@ from interp.protocol import eval_no_grad
 
 NAME = "name-movers"
 TITLE = "Name movers: indirect-object identification in SmolLM2-135M"
-MODELS = "one"
-DEFAULT_MODELS = ("smollm2-135m",)
 MIN_LOGIT_DIFF = 0.5  # a template is kept when the model's mean logit difference exceeds this
 MIN_CORRECT = 0.6  # ... and it gets at least this fraction of prompts right
 

@@ -53,13 +53,13 @@ from interp.analysis.sense_states import sense_similarity, word_states
 from interp.analysis.words import WordTokens, encode_word, ordinary_word_ids
 from interp.datasets import RepeatedTokens, ambiguous_words, repeated_random_tokens
 from interp.errors import InterpError
+from interp.labs import LABS
 from interp.labs.common import half_losses, load, progress_bar, random_head_groups
 from interp.protocol import bos_token_id, is_causal
 
 NAME = "pretrained"
 TITLE = "Real heads: induction and word sense in pretrained transformers"
-MODELS = "many"
-DEFAULT_MODELS = ("smollm2-135m", "minilm-l6")
+DEFAULT_MODELS = LABS[NAME][2]
 
 
 def top_by_kind(scores: pd.DataFrame, n: int = 3) -> pd.DataFrame:
