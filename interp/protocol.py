@@ -33,7 +33,7 @@ import dataclasses
 import math
 import operator
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from interp.errors import InterpError
@@ -429,8 +429,3 @@ def eval_mode(model: Any) -> Iterator[None]:
     finally:
         for m in training:
             m.training = True
-
-
-def labels(heads: Sequence[tuple[int, int]]) -> list[str]:
-    """``["L0H1", ...]`` for ``(layer, head)`` pairs."""
-    return [f"L{l}H{h}" for l, h in heads]

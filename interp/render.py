@@ -60,20 +60,13 @@ class Report:
         self.title = title
         self._parts: list[str] = []
         self._n_widgets = 0
-        self._figures: list[str] = []
 
     @property
     def n_widgets(self) -> int:
         return self._n_widgets
 
-    @property
-    def figure_names(self) -> list[str]:
-        """The names of the figures added, in order."""
-        return list(self._figures)
-
     def figure(self, plot: Any, name: str) -> Report:
         """Add a :class:`interp.figures.Plot` as inline SVG with its caption."""
-        self._figures.append(name)
         self._parts.append(plot.html(name))
         return self
 

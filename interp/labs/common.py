@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import pandas as pd
 import torch
 
 from interp.hooks import head_label
@@ -61,9 +60,3 @@ def random_head_groups(
         f"random {k} (draw {d})": [pool[i] for i in torch.randperm(len(pool), generator=gen)[:k]]
         for d in range(n_draws)
     }
-
-
-def heatmap_of(scores: pd.DataFrame, column: str) -> tuple[Any, list[Any], list[Any]]:
-    """``(values [layer, head], layers, heads)`` of a per-head table's column."""
-    pivot = scores.pivot(index="layer", columns="head", values=column)
-    return pivot.to_numpy(), list(pivot.index), list(pivot.columns)

@@ -194,10 +194,6 @@ class SenseInModel:
     example_patterns: dict[int, torch.Tensor]  # sentence index -> [k, q, k] top clue heads
     top_clue_heads: list[str]
 
-    def stage_row(self, table: str, stage: int) -> pd.Series:
-        df = getattr(self, table)
-        return df[df["stage"] == stage].iloc[0]
-
 
 def _separation(states: torch.Tensor, words, senses, seed: int) -> dict[str, float]:
     """How well the final stage separates the senses (the intervention's metric)."""

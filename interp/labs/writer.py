@@ -12,13 +12,12 @@ and ``interp-lab.json`` (which lab, seed, models, files).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from interp.errors import InterpError
-from interp.files import LAB_MARKER, atomic_dir
+from interp.files import atomic_dir
 from interp.labs import TABLE_FORMATS
 
 
@@ -80,8 +79,3 @@ def write_lab(
         figures={n: out / "figures" / f"{n}.svg" for n in plots},
         summary=lines,
     )
-
-
-def read_marker(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``interp-lab.json`` of a lab output folder."""
-    return json.loads((Path(out_dir) / LAB_MARKER).read_text())
