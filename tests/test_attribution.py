@@ -180,3 +180,47 @@ def test_the_qk_correction_is_the_exact_first_hop_pattern_change():
         assert got == pytest.approx(want, abs=1e-4, rel=1e-4), h
     # the last layer has no later attention: nothing to correct
     assert np.allclose(fixed.filter(like="L1H"), plain.filter(like="L1H"))
+
+
+def test_the_qk_correction_on_a_bridge_is_the_formula():
+    """On a TransformerBridge (LayerNorm, MLPs, the block-output capture path):
+    correction(h) = <A_1(x + D) - A_1(x), g> - d/de <A_1(x + e D), g> at 0, with
+    ``g = dM/dA_1`` at the clean run, every term computed here with hooks and autograd."""
+    model = random_gpt2(2, vocab=30, seed=1)
+    with torch.no_grad():  # sharper attention than the default init, so the fix is not ~0
+        for blk in model.interp_hf_model.transformer.h:
+            blk.attn.c_attn.weight.mul_(6.0)
+    data = repeated_random_tokens(2, 6, d_vocab=30, seed=2)
+    t = data.tokens
+    metric = loss_metric(data.loss_mask)
+    plain = attribute_heads(model, t, metric=metric).set_index("label")["estimate"]
+    fixed = attribute_heads(model, t, metric=metric, correction="qk").set_index("label")["estimate"]
+    _, cache = model.run_with_cache(t)
+    x1 = cache["blocks.1.hook_resid_pre"]
+    clean_pattern = cache["blocks.1.attn.hook_pattern"]
+
+    def pattern_from(resid):
+        out = {}
+
+        def grab(p, hook):
+            out["p"] = p
+
+        hooks = [("blocks.1.hook_resid_pre", lambda x, hook: resid)]
+        model.run_with_hooks(t, fwd_hooks=hooks + [("blocks.1.attn.hook_pattern", grab)])
+        return out["p"]
+
+    p = clean_pattern.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        hooks = [("blocks.1.attn.hook_pattern", lambda a, hook: p)]
+        (g,) = torch.autograd.grad(metric(model.run_with_hooks(t, fwd_hooks=hooks), t), p)
+    for h in range(model.cfg.n_heads):
+        delta = -cache["blocks.0.attn.hook_z"][:, :, h] @ model.W_O[0, h]  # zeroing head (0, h)
+        with torch.no_grad():
+            first = float(((pattern_from(x1 + delta) - clean_pattern) * g).sum())
+        eps = torch.zeros((), requires_grad=True)
+        with torch.enable_grad():
+            (slope,) = torch.autograd.grad((pattern_from(x1 + eps * delta) * g).sum(), eps)
+        got = fixed[f"L0H{h}"] - plain[f"L0H{h}"]
+        assert abs(first - float(slope)) > 1e-5  # a correction worth checking
+        assert got == pytest.approx(first - float(slope), rel=1e-4, abs=1e-8), h
+    assert np.allclose(fixed.filter(like="L1H"), plain.filter(like="L1H"))

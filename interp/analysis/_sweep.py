@@ -244,6 +244,37 @@ def skipping_blocks(blocks: Any, upto: int, output: Any) -> Iterator[None]:
             object.__delattr__(blk, "forward")
 
 
+def clean_block_inputs(
+    model: Any, tokens: torch.Tensor, layers: set[int] | Sequence[int]
+) -> tuple[Any, dict[int, Any]]:
+    """One clean pass: its logits and, for each ``l`` in ``layers`` (all > 0), the residual
+    stream entering block ``l`` as that block receives it (``hook_resid_pre`` on our
+    models, the output of block ``l - 1`` on bridges), ready for :func:`skipping_blocks`
+    or ``forward_from``."""
+    kept: dict[int, Any] = {}
+    if callable(getattr(model, "forward_from", None)):  # our models
+
+        def keep(x: torch.Tensor, hook: Any) -> None:
+            kept[int(hook.name.split(".")[1])] = x
+
+        hooks = [(hook_name("resid_pre", l), keep) for l in sorted(layers)]
+        return model.run_with_hooks(tokens, fwd_hooks=hooks), kept
+    blocks = blocks_of(model)
+
+    def grab(l: int) -> Callable:
+        def hook(module: Any, args: Any, out: Any) -> None:
+            kept[l] = out
+
+        return hook
+
+    handles = [blocks[l - 1].register_forward_hook(grab(l)) for l in sorted(layers)]
+    try:
+        return model(tokens), kept
+    finally:
+        for h in handles:
+            h.remove()
+
+
 class _ResumeBlocks:
     """``resume-blocks``: skip the blocks before each edit's first layer (module docstring)."""
 
@@ -253,33 +284,7 @@ class _ResumeBlocks:
         self.model = model
         self.tokens = tokens
         self.native = callable(getattr(model, "forward_from", None))
-        blocks = blocks_of(model)
-        kept: dict[int, Any] = {}
-        if self.native:  # our models: the residual entering block l is hook_resid_pre[l]
-
-            def keep(x: torch.Tensor, hook: Any) -> None:
-                kept[int(hook.name.split(".")[1])] = x
-
-            hooks = [(hook_name("resid_pre", l), keep) for l in sorted(starts) if l > 0]
-            self.clean_logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
-        else:
-            handles = []
-
-            def grab(i: int) -> Callable:
-                def hook(module: Any, args: Any, out: Any) -> None:
-                    kept[i + 1] = out
-
-                return hook
-
-            for l in sorted(starts):
-                if l > 0:
-                    handles.append(blocks[l - 1].register_forward_hook(grab(l - 1)))
-            try:
-                self.clean_logits = model(tokens)
-            finally:
-                for h in handles:
-                    h.remove()
-        self.kept = kept
+        self.clean_logits, self.kept = clean_block_inputs(model, tokens, starts - {0})
         hf = getattr(model, "interp_hf_model", None)
         params = inspect.signature(hf.forward).parameters if hf is not None else {}
         self.rows_ok = "logits_to_keep" in params

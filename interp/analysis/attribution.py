@@ -146,36 +146,6 @@ class _Stop(Exception):
         self.pattern = pattern
 
 
-def _block_inputs(model: Any, tokens: torch.Tensor, layers: list[int]) -> dict[int, Any]:
-    """The clean residual stream entering each block of ``layers`` (as the next block sees it)."""
-    from interp.analysis._sweep import blocks_of
-
-    kept: dict[int, Any] = {}
-    with torch.no_grad():
-        if callable(getattr(model, "forward_from", None)):
-
-            def keep(x: torch.Tensor, hook: Any) -> None:
-                kept[int(hook.name.split(".")[1])] = x
-
-            model.run_with_hooks(
-                tokens, fwd_hooks=[(hook_name("resid_pre", j), keep) for j in layers]
-            )
-        else:
-            blocks = blocks_of(model)
-            handles = [
-                blocks[j - 1].register_forward_hook(
-                    lambda mod, args, out, j=j: kept.__setitem__(j, out)
-                )
-                for j in layers
-            ]
-            try:
-                model(tokens)
-            finally:
-                for h in handles:
-                    h.remove()
-    return kept
-
-
 def _pattern_of(model: Any, tokens: torch.Tensor, layer: int, resid: Any) -> torch.Tensor:
     """Layer ``layer``'s attention pattern ``[batch, head, q, k]`` for the residual ``resid``
     entering it, computed by the model itself (its normalisation, rotary embeddings,
@@ -215,10 +185,12 @@ def _qk_correction(
     the fix replaces exactly the linear term it corrects.
     """
     from interp.analysis._common import head_weight
+    from interp.analysis._sweep import clean_block_inputs
 
     W_O = head_weight(model, "W_O")  # [layer, head, d_head, d_model]
     later = sorted(g_pattern)
-    inputs = _block_inputs(model, tokens, later)
+    with torch.no_grad():
+        inputs = clean_block_inputs(model, tokens, later)[1]
     out = {k: 0.0 for k in chosen}
     b = tokens.shape[0]
     with eval_mode(model), _FrozenParams(model):
