@@ -330,22 +330,15 @@ def run_ablate(args: argparse.Namespace) -> int:
 def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any) -> int:
     from interp import export
     from interp.analysis.attribution import attribute_heads
+    from interp.analysis.patching import check_token_pair
     from interp.models.loader import load_model
 
     model = load_model(args.model)
     corrupted = None
-    if args.method == "patch":
-        if args.prompt is None or not getattr(args, "corrupted", None):
-            raise InterpError("--method patch needs --prompt (clean) and --corrupted")
+    if args.method == "patch":  # run_attribute checked the options
         tokens, mask = _encode(model, args.prompt), None
         corrupted = _encode(model, args.corrupted)
-        if corrupted.shape != tokens.shape:
-            raise InterpError(
-                f"clean and corrupted prompts tokenize to {tokens.shape[1]} and "
-                f"{corrupted.shape[1]} tokens; they must have the same length"
-            )
-        if args.metric != "logit-diff":
-            raise InterpError("--method patch needs --metric logit-diff --logit-diff A,B")
+        check_token_pair(model, tokens, corrupted)
     else:
         tokens, mask = _inputs(model, args)
     metric = _metric(model, args, mask)
@@ -383,6 +376,11 @@ def run_attribute(args: argparse.Namespace) -> int:
     _check_prompt(args.corrupted, "corrupted prompt")
     if args.method != "patch" and args.corrupted:
         raise InterpError("--corrupted is for --method patch")
+    if args.method == "patch":
+        if args.prompt is None or not args.corrupted:
+            raise InterpError("--method patch needs --prompt (clean) and --corrupted")
+        if args.metric != "logit-diff":
+            raise InterpError("--method patch needs --metric logit-diff --logit-diff A,B")
     return _attribute(args, out, heads, positions)
 
 
@@ -395,16 +393,12 @@ def run_patch(args: argparse.Namespace) -> int:
     _check_prompt(args.clean, "clean prompt")
     _check_prompt(args.corrupted, "corrupted prompt")
     from interp import export
-    from interp.analysis.patching import patch_heads
+    from interp.analysis.patching import check_token_pair, patch_heads
     from interp.models.loader import load_model
 
     model = load_model(args.model)
     clean, corrupted = _encode(model, args.clean), _encode(model, args.corrupted)
-    if clean.shape != corrupted.shape:
-        raise InterpError(
-            f"clean and corrupted prompts tokenize to {clean.shape[1]} and "
-            f"{corrupted.shape[1]} tokens; they must have the same length"
-        )
+    check_token_pair(model, clean, corrupted)  # before the plan's probe pass
     _announce(model, corrupted, heads, "patching")
     df = patch_heads(
         model,
