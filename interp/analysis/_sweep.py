@@ -167,7 +167,8 @@ def _repeat(x: Any, k: int) -> Any:
 
 
 # ------------------------------------------------------------------------------ the loop
-def _loop_pass(model, tokens, chunk, replacement, pos_m, rows) -> list[torch.Tensor]:
+def _loop_pass(model, tokens, chunk, replacement, pos_m) -> list[torch.Tensor]:
+    """One full forward pass per edit: the reference every faster path is checked against."""
     out = []
     for edit in chunk:
         hooks = _edit_hooks([edit], replacement, pos_m, tokens.shape[0])
@@ -325,7 +326,7 @@ def _probe(model: Any, tokens: torch.Tensor, path_cls: Any, edit: Edit) -> tuple
             layers = {l for l, _ in edit}
             engine = path_cls(model, probe, layers if path_cls is _AfterBlock else {min(layers)})
             got = engine.run([edit], None, None, None)[0]
-            ref = _loop_pass(model, probe, [edit], None, None, None)[0]
+            ref = _loop_pass(model, probe, [edit], None, None)[0]
         if got.shape != ref.shape:
             return False, f"{path_cls.name} gave logits of shape {tuple(got.shape)}"
         if not torch.allclose(got.float(), ref.float(), atol=ATOL, rtol=RTOL):
@@ -438,7 +439,7 @@ def sweep(
             clean_logits = model(tokens)
 
             def run(chunk, replacement, pos_m, rows):
-                return _loop_pass(model, tokens, chunk, replacement, pos_m, rows)
+                return _loop_pass(model, tokens, chunk, replacement, pos_m)  # rows: every row
 
         clean = scalar(metric(clean_logits, tokens), metric.name)
         del clean_logits
