@@ -243,15 +243,21 @@ def tokens_from_file(path: str) -> Any:
         raise InterpError(f"{path!r} must hold integer token ids separated by spaces") from None
 
 
-def _inputs(model: Any, args: argparse.Namespace) -> tuple[Any, Any]:
-    """``(tokens, loss_mask)``: the repeated probes' mask selects the repeated half."""
+def _file_tokens(args: argparse.Namespace) -> Any:
+    """``--tokens`` read and checked before any model loads (``None`` without it)."""
+    return tokens_from_file(args.tokens) if args.tokens else None
+
+
+def _inputs(model: Any, args: argparse.Namespace, given: Any) -> tuple[Any, Any]:
+    """``(tokens, loss_mask)``: ``given`` (``--tokens``) or the prompt or random probes;
+    the repeated probes' mask selects the repeated half."""
     from interp.analysis.induction import probe_tokens
     from interp.analysis.words import ordinary_word_ids
     from interp.datasets import repeated_random_tokens
     from interp.protocol import bos_token_id
 
-    if args.tokens:
-        return tokens_from_file(args.tokens), None
+    if given is not None:
+        return given, None
     if args.prompt is not None:
         return _encode(model, args.prompt), None
     if args.repeated is None:
@@ -299,16 +305,17 @@ def run_ablate(args: argparse.Namespace) -> int:
     _check_prompt(args.prompt, "prompt")
     if args.verify and not args.estimate:
         raise InterpError("--verify goes with --estimate (the exact sweep is exact already)")
+    if args.estimate and args.method == "resample":
+        raise InterpError("--estimate supports --method zero or mean")
+    given = _file_tokens(args)
     if args.estimate:
-        if args.method == "resample":
-            raise InterpError("--estimate supports --method zero or mean")
-        return _attribute(args, out, heads, positions)
+        return _attribute(args, out, heads, positions, given)
     from interp import export
     from interp.analysis.ablation import ablate_heads
     from interp.models.loader import load_model
 
     model = load_model(args.model)
-    tokens, mask = _inputs(model, args)
+    tokens, mask = _inputs(model, args, given)
     metric = _metric(model, args, mask)
     _announce(model, tokens, heads, f"{args.method} ablation")
     df = ablate_heads(
@@ -327,7 +334,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any) -> int:
+def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any, given: Any) -> int:
     from interp import export
     from interp.analysis.attribution import attribute_heads
     from interp.analysis.patching import check_token_pair
@@ -340,7 +347,7 @@ def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any) 
         corrupted = _encode(model, args.corrupted)
         check_token_pair(model, tokens, corrupted)
     else:
-        tokens, mask = _inputs(model, args)
+        tokens, mask = _inputs(model, args, given)
     metric = _metric(model, args, mask)
     then = f", then the exact value of the top {args.verify}" if args.verify else ""
     passes = 3 if corrupted is not None else 2
@@ -381,7 +388,7 @@ def run_attribute(args: argparse.Namespace) -> int:
             raise InterpError("--method patch needs --prompt (clean) and --corrupted")
         if args.metric != "logit-diff":
             raise InterpError("--method patch needs --metric logit-diff --logit-diff A,B")
-    return _attribute(args, out, heads, positions)
+    return _attribute(args, out, heads, positions, _file_tokens(args))
 
 
 def run_patch(args: argparse.Namespace) -> int:
@@ -420,12 +427,13 @@ def run_scores(args: argparse.Namespace) -> int:
 
     out = check_export_path(args.out)
     _check_prompt(args.prompt, "prompt")
+    given = _file_tokens(args)
     from interp import export
     from interp.analysis.induction import head_scores
     from interp.models.loader import load_model
 
     model = load_model(args.model)
-    tokens, _ = _inputs(model, args)
+    tokens, _ = _inputs(model, args, given)
     exclude = None if args.exclude_bos is None else args.exclude_bos == "yes"
     df = head_scores(model, tokens, convention=args.convention, exclude_bos=exclude)
     for stripe in ("induction", "previous_token", "duplicate_token"):

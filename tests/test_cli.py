@@ -149,6 +149,10 @@ ERRORS = [
     (["ablate", "--out", "{d}/t.csv", "--tokens", "{d}/ragged.txt"], "different lengths"),
     (["ablate", "--out", "{d}/t.csv", "--tokens", "{d}/words.txt"], "integer token ids"),
     (["ablate", "--out", "{d}/t.csv", "--tokens", "{d}/none.npy"], "not found"),
+    (  # the file is read before the model loads: a missing model is not reached
+        ["scores", "--out", "{d}/t.csv", "--model", "{d}/nowhere", "--tokens", "{d}/none.npy"],
+        "--tokens file",
+    ),
     (["ablate", "--out", "{d}/t.csv", "--model", "nope"], "unknown model 'nope'"),
     (["ablate", "--out", "{d}/t.csv", "--model", "{d}/nowhere"], "not found"),
     (["ablate", "--out", "{d}/t.csv", "--model", "{d}/afile"], "is a file"),
