@@ -203,9 +203,7 @@ def line_panels(
             colour = PALETTE[style.get("colour", i) % len(PALETTE)]
             dash = "--" if style.get("dashed") else "-"
             ax.plot(xs, ys, label=name, color=colour, linestyle=dash, linewidth=1.3)
-        ax.set_title(panel["title"])
-        ax.set_ylabel(panel["ylabel"])
-        ax.set_xlabel(xlabel)
+        _label(ax, xlabel, panel["ylabel"], panel["title"])
         ax.legend(frameon=False, fontsize=7)
     return Plot(fig, caption)
 
@@ -295,16 +293,18 @@ def scatter(
     out on either axis are named.
 
     Raises:
-        InterpError: for ``x`` and ``y`` of different lengths.
+        InterpError: for ``x``, ``y`` (and ``labels``) of different lengths.
     """
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if xs.shape != ys.shape:
         raise InterpError(f"x has {xs.size} values but y has {ys.size}")
+    if labels is not None and len(labels) != xs.size:
+        raise InterpError(f"{len(labels)} labels for {xs.size} points")
     fig = _figure(4.8, 4.0)
     ax = fig.add_subplot()
     ax.scatter(xs, ys, s=12, color=PALETTE[0], alpha=0.7)
-    if diagonal and xs.size:
-        finite = np.isfinite(xs) & np.isfinite(ys)
+    finite = np.isfinite(xs) & np.isfinite(ys)
+    if diagonal and finite.any():  # e.g. exact values only for the verified rows
         lo = float(min(xs[finite].min(), ys[finite].min()))
         hi = float(max(xs[finite].max(), ys[finite].max()))
         ax.plot([lo, hi], [lo, hi], color="0.5", linewidth=0.8, linestyle="--", label="y = x")

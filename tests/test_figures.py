@@ -98,3 +98,11 @@ def test_bad_shapes():
         bars(["a", "b"], [1.0], xlabel="", ylabel="", caption="")
     with pytest.raises(InterpError, match=r"must be \[steps, 2\]"):
         trace_2d({"a": np.zeros((3, 3))}, xlabel="", ylabel="", caption="")
+    with pytest.raises(InterpError, match="3 labels for 2 points"):
+        scatter([1.0, 2.0], [1.0, 2.0], xlabel="", ylabel="", caption="", labels=["a", "b", "c"])
+
+
+def test_scatter_of_unverified_rows_draws_no_diagonal():
+    """Exact values exist only for verified rows: no finite pair means no y = x line, no error."""
+    plot = scatter([np.nan, np.nan], [0.1, 0.2], xlabel="exact", ylabel="estimate", caption="c")
+    assert "y = x" not in plot.svg()
