@@ -1,6 +1,7 @@
 """Head ablations equal the plain per-head run_with_hooks loop, on every model kind and path."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -242,3 +243,14 @@ def test_numpy_integers_are_accepted(induction_model):
     t = repeated_random_tokens(2, 10, d_vocab=64, seed=0).tokens
     df = ablate_heads(induction_model, t, heads=[(np.int64(1), np.int32(1))])
     assert df["label"].tolist() == ["L1H1"]
+
+
+def test_a_single_sequence_takes_a_pos_loss_mask(induction_model):
+    """``check_mask`` accepts ``[pos]`` for one sequence, so the loss must read it the same way."""
+    data = repeated_random_tokens(1, 10, d_vocab=64, seed=0)
+    flat = ablate_heads(induction_model, data.tokens, loss_mask=data.loss_mask[0])
+    full = ablate_heads(induction_model, data.tokens, loss_mask=data.loss_mask)
+    pd.testing.assert_frame_equal(flat, full)
+    with pytest.raises(InterpError, match=r"has shape \(21,\) but tokens are \(3, 21\)"):
+        tokens = repeated_random_tokens(3, 10, d_vocab=64, seed=0).tokens
+        ablate_heads(induction_model, tokens, loss_mask=data.loss_mask[0])

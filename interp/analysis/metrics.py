@@ -115,13 +115,16 @@ def next_token_nll(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 def loss_metric(loss_mask: torch.Tensor | None = None) -> Metric:
     """Mean next-token cross-entropy, over the predictions ``loss_mask`` selects (all if None).
 
-    ``loss_mask`` is ``[batch, pos]`` bool, True at positions whose prediction
-    of the *next* token counts (the last column predicts nothing).
+    ``loss_mask`` is ``[batch, pos]`` bool (``[pos]`` for a single sequence),
+    True at positions whose prediction of the *next* token counts (the last
+    column predicts nothing).
 
     Raises:
         InterpError: at :meth:`Metric.check`, for a mask that does not fit the tokens.
     """
-    mask = None if loss_mask is None else loss_mask.detach()
+    mask = loss_mask  # anything else than a [batch, pos] bool tensor fails at check()
+    if isinstance(mask, torch.Tensor):
+        mask = mask.detach()[None] if mask.ndim == 1 else mask.detach()  # [pos]: one sequence
 
     def fn(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         nll = next_token_nll(logits, tokens)
@@ -131,11 +134,11 @@ def loss_metric(loss_mask: torch.Tensor | None = None) -> Metric:
         return (nll * m).sum() / m.sum()
 
     def checker(model: Any, tokens: torch.Tensor) -> None:
-        if mask is not None:
-            check_mask(mask, tokens, "loss_mask", drop_last=True)
+        if loss_mask is not None:
+            check_mask(loss_mask, tokens, "loss_mask", drop_last=True)  # as the caller gave it
 
     rows = None
-    if mask is not None and mask.ndim == 2:
+    if isinstance(mask, torch.Tensor) and mask.ndim == 2:
         rows = tuple(int(i) for i in torch.nonzero(mask[:, :-1].any(0)).flatten())
     return Metric(fn=fn, name="loss", needs_lm_head=True, rows=rows, checker=checker)
 
