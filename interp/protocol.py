@@ -17,7 +17,8 @@ Vocabulary (the same meaning in every function):
 * ``heads``: an iterable of ``(layer, head)`` pairs or ``"L1H4"`` labels.
 * ``positions``: where an intervention applies: ints (negative counts from
   the end) or a ``[pos]`` bool mask; ``None`` means every position.
-* ``loss_mask``: ``[batch, pos]`` bool, which positions count in a loss or score.
+* ``loss_mask``: ``[batch, pos]`` bool (``[pos]`` for one sequence), which
+  positions count in a loss or score.
 
 Example:
     >>> parse_heads(Sizes(n_layers=2, n_heads=4), ["L1H3", (0, 2)])
@@ -63,7 +64,7 @@ class HookedModel(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Sizes:
-    """A stand-in ``cfg``-carrier for checks that need only sizes (doctests, tables)."""
+    """A stand-in ``cfg`` carrier for checks that need only sizes (``parse_heads``, no model)."""
 
     n_layers: int
     n_heads: int
@@ -397,35 +398,27 @@ def parse_heads(model: Any, heads: Any) -> list[tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def eval_no_grad(model: Any) -> Iterator[None]:
-    """Eval mode and no gradients for the duration; the previous mode is restored exactly.
+def eval_mode(model: Any) -> Iterator[None]:
+    """Eval mode (gradients allowed) for the duration; the previous mode is restored exactly.
 
     Only modules that were training are switched and switched back, so a model
     a user left partly in training mode comes back the same.
     """
-    import torch
-
     modules = list(model.modules()) if hasattr(model, "modules") else []
     training = [m for m in modules if m.training]
     if training:  # eval() sets every submodule; skip it when all are in eval mode already
-        model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for m in training:
-            m.training = True
-
-
-@contextlib.contextmanager
-def eval_mode(model: Any) -> Iterator[None]:
-    """Eval mode (gradients allowed) for the duration; the previous mode is restored exactly."""
-    modules = list(model.modules()) if hasattr(model, "modules") else []
-    training = [m for m in modules if m.training]
-    if training:
         model.eval()
     try:
         yield
     finally:
         for m in training:
             m.training = True
+
+
+@contextlib.contextmanager
+def eval_no_grad(model: Any) -> Iterator[None]:
+    """:func:`eval_mode` under ``torch.no_grad()`` (analyses that need no gradients)."""
+    import torch
+
+    with eval_mode(model), torch.no_grad():
+        yield
