@@ -116,9 +116,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file normal permissions
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file normal permissions
     try:
         yield tmp
         os.replace(tmp, target)
@@ -230,6 +228,7 @@ def atomic_dir(path: str | os.PathLike[str], *, marker: dict | None = None) -> I
 
 
 def _umask() -> int:
+    """The process umask (read by setting it, so set it straight back)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
