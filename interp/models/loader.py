@@ -155,42 +155,34 @@ def load_model(
     if device is not None and device_map is not None:
         raise InterpError("pass device or device_map, not both (device_map places every layer)")
     name = os.fspath(name_or_path)
-    if kind == "alias":
-        model = _load_alias(name, torch_dtype, device_map)
-    elif kind == "checkpoint":
+    if name == "induction-2l":  # the alias of our shipped checkpoint
+        kind, path = "checkpoint", data_dir() / INDUCTION_CHECKPOINT
+    else:
+        path = Path(name).expanduser()
+    if kind == "checkpoint":
         from interp.models.checkpoints import load_checkpoint
 
-        model, _ = load_checkpoint(name)
         if device_map is not None:
             raise InterpError(
-                "device_map is for Hugging Face models; use device for our checkpoints"
+                f"device_map is for Hugging Face models; use device for {name} (our checkpoint)"
             )
+        model, _ = load_checkpoint(path)
+        if torch_dtype is not None:
+            model = model.to(torch_dtype)
+    elif kind == "alias":
+        from interp.models import pretrained
+
+        load = pretrained.load_smollm2 if name == "smollm2-135m" else pretrained.load_minilm
+        model = load(dtype=torch_dtype, device_map=device_map)
     elif kind == "hf_dir":
         from interp.models.hf import load_hf_dir
 
-        model = load_hf_dir(name, dtype=torch_dtype, device_map=device_map)
+        model = load_hf_dir(path, dtype=torch_dtype, device_map=device_map)
     else:
         model = _load_hub(name, torch_dtype, device_map)
-    if torch_dtype is not None and kind == "checkpoint":
-        model = model.to(torch_dtype)
     if device is not None:
         model = model.to(device)
     return model.eval()
-
-
-def _load_alias(name: str, dtype: Any, device_map: Any) -> Any:
-    from interp.models import pretrained
-
-    if name == "induction-2l":
-        from interp.models.checkpoints import load_checkpoint
-
-        if device_map is not None:
-            raise InterpError("device_map is for Hugging Face models; use device for induction-2l")
-        model, _ = load_checkpoint(data_dir() / INDUCTION_CHECKPOINT)
-        return model.to(dtype) if dtype is not None else model
-    if name == "smollm2-135m":
-        return pretrained.load_smollm2(dtype=dtype, device_map=device_map)
-    return pretrained.load_minilm(dtype=dtype, device_map=device_map)
 
 
 def _load_hub(name: str, dtype: Any, device_map: Any) -> Any:
