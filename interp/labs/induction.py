@@ -179,10 +179,12 @@ def eval_data(
 def _conventions(
     model: Any, probe: torch.Tensor, heads: dict[str, tuple[int, int]]
 ) -> pd.DataFrame:
-    """The key heads' scores on the classic probe, in every convention."""
+    """The key heads' scores on the classic probe, in every convention (one forward pass)."""
+    with torch.no_grad():
+        _, cache = model.run_with_cache(probe, names_filter=lambda n: n.endswith("hook_pattern"))
     rows = []
     for convention in CONVENTIONS:
-        df = head_scores(model, probe, convention=convention).set_index("label")
+        df = head_scores(model, probe, convention=convention, cache=cache).set_index("label")
         for role, head in heads.items():
             for stripe in ("previous_token", "induction", "duplicate_token"):
                 rows.append(
