@@ -55,7 +55,7 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis._common import cached, rows_frame
+from interp.analysis._common import rows_frame
 from interp.analysis.ablation import replacements
 from interp.analysis.metrics import Metric, prepare_metric, scalar
 from interp.errors import InterpError
@@ -260,7 +260,7 @@ def attribute_heads(
             lacks, or a negative ``verify``.
     """
     from interp.analysis.ablation import ablate_heads
-    from interp.analysis.patching import check_token_pair, patch_heads
+    from interp.analysis.patching import check_token_pair, clean_run, patch_heads
 
     check_model(model)
     if method not in METHODS:
@@ -290,14 +290,7 @@ def attribute_heads(
     run_tokens = corrupted_tokens if patching else tokens
     with eval_no_grad(model):
         if patching:
-            names = [hook_name("z", l) for l in layers]
-            if cache is None:
-                clean_logits, cache = model.run_with_cache(tokens, names_filter=names)
-            else:
-                clean_logits = model(tokens)
-            clean_value = scalar(m(clean_logits, tokens), m.name)
-            target = {l: cached(cache, hook_name("z", l), tokens) for l in layers}
-            del clean_logits
+            clean_value, target = clean_run(model, tokens, m, layers, cache)
         else:
             target = replacements(
                 model,

@@ -56,6 +56,26 @@ def check_token_pair(model: Any, clean: Any, corrupted: Any) -> tuple[torch.Tens
     return clean, corrupted
 
 
+def clean_run(
+    model: Any, tokens: torch.Tensor, metric: Metric, layers: list[int], cache: Any
+) -> tuple[float, dict[int, torch.Tensor]]:
+    """The clean run's metric and ``hook_z`` of ``layers`` (``[batch, pos, head, d_head]``),
+    read from ``cache`` when given (the metric still needs one forward pass). Run under
+    :func:`~interp.protocol.eval_no_grad`.
+
+    Raises:
+        InterpError: for a cache without those hooks or of other tokens, or a
+            metric that returns a non-scalar.
+    """
+    names = [hook_name("z", l) for l in layers]
+    if cache is None:
+        logits, cache = model.run_with_cache(tokens, names_filter=names)
+    else:
+        logits = model(tokens)
+    value = scalar(metric(logits, tokens), metric.name)
+    return value, {l: cached(cache, n, tokens) for l, n in zip(layers, names)}
+
+
 def patch_heads(
     model: Any,
     tokens: torch.Tensor,
@@ -91,14 +111,8 @@ def patch_heads(
     pos = position_mask(tokens.shape[1], positions)
     chosen = sorted(parse_heads(model, heads))
     layers = sorted({l for l, _ in chosen})
-    names = [hook_name("z", l) for l in layers]
     with eval_no_grad(model):
-        if cache is None:
-            clean_logits, cache = model.run_with_cache(tokens, names_filter=names)
-        else:
-            clean_logits = model(tokens)
-        clean = scalar(m(clean_logits, tokens), m.name)
-        repl = {l: cached(cache, hook_name("z", l), tokens) for l in layers}
+        clean, repl = clean_run(model, tokens, m, layers, cache)
         result = sweep(
             model,
             corrupted_tokens,
