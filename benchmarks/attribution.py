@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import pandas as pd
 import torch
 
 VERIFY = 30  # exact values for the estimate's top 30: the two-stage way to an exact top 10
@@ -34,25 +33,17 @@ def forward_time(model, tokens) -> float:
     return (time.perf_counter() - t) / 3
 
 
-def agreement(exact: pd.Series, est: pd.Series) -> tuple[float, int, int]:
-    est = est.reindex(exact.index)
-    rho = float(exact.rank().corr(est.rank()))
-    top = set(exact.abs().nlargest(10).index)
-    return (
-        rho,
-        len(top & set(est.abs().nlargest(10).index)),
-        len(top & set(est.abs().nlargest(30).index)),
-    )
-
-
 def report(task, estimators, exact, exact_t, fwd):
+    from interp.analysis.attribution import estimate_agreement
+
     print(
         f"{task:<28}{'exact sweep':<26}{exact_t / fwd:>8.1f}{exact_t:>10.1f}{1.0:>10.3f}"
         f"{10:>7}/10{10:>7}/10",
         flush=True,
     )
     for name, (seconds, est) in estimators.items():
-        rho, t10, t30 = agreement(exact, est)
+        rho, t10, t30 = estimate_agreement(exact, est)["value"].tolist()
+        t10, t30 = int(t10), int(t30)
         print(
             f"{task:<28}{name:<26}{seconds / fwd:>8.1f}{exact_t:>10.1f}{rho:>10.3f}{t10:>7}/10"
             f"{t30:>7}/10",

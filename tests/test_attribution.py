@@ -224,3 +224,23 @@ def test_the_qk_correction_on_a_bridge_is_the_formula():
         assert abs(first - float(slope)) > 1e-5  # a correction worth checking
         assert got == pytest.approx(first - float(slope), rel=1e-4, abs=1e-8), h
     assert np.allclose(fixed.filter(like="L1H"), plain.filter(like="L1H"))
+
+
+def test_estimate_agreement_measures():
+    import pandas as pd
+
+    from interp.analysis import estimate_agreement
+
+    labels = ["L0H0", "L0H1", "L1H0", "L1H1"]
+    exact = pd.Series([4.0, -3.0, 2.0, 1.0], index=labels)
+    reversed_ = pd.Series([1.0, 2.0, 3.0, 4.0], index=labels[::-1])  # other order, same heads
+    ag = estimate_agreement(exact, reversed_, top=2, within=(1, 2, 4)).set_index("measure")
+    # ranks of exact: 4, 1, 3, 2; of the estimate (L0H0=4, L0H1=3, L1H0=2, L1H1=1): 4, 3, 2, 1
+    assert ag.loc["Spearman (estimate vs exact, all heads)", "value"] == pytest.approx(0.4)
+    assert ag.loc["exact top 2 in estimate's top 1", "value"] == 1  # L0H0
+    assert ag.loc["exact top 2 in estimate's top 2", "value"] == 2
+    assert ag.loc["exact top 2 in estimate's top 4", "value"] == 2
+    with pytest.raises(InterpError, match="the same heads"):
+        estimate_agreement(exact, exact.iloc[:3])
+    with pytest.raises(InterpError, match="top must be >= 1"):
+        estimate_agreement(exact, exact, top=0)

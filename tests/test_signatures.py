@@ -29,6 +29,7 @@ DATA_POSITIONALS = {
     "stripe_mask": ["tokens", "stripe"],
     "loss_metric": ["loss_mask"],
     "logit_diff_metric": ["correct", "incorrect"],
+    "estimate_agreement": ["exact", "estimate"],
 }
 WEIGHT_ONLY = {
     "qk_circuit",

@@ -73,6 +73,7 @@ _EXPORTS = {
     "zero_head_hooks": "interp.analysis.ablation",
     "patch_heads": "interp.analysis.patching",
     "attribute_heads": "interp.analysis.attribution",
+    "estimate_agreement": "interp.analysis.attribution",
     "encode_word": "interp.analysis.words",
     "ordinary_word_ids": "interp.analysis.words",
     "WordTokens": "interp.analysis.words",

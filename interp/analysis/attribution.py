@@ -49,7 +49,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import pandas as pd
@@ -382,3 +382,46 @@ def attribute_heads(
         verified=len(exact),
     )
     return df
+
+
+def estimate_agreement(
+    exact: pd.Series, estimate: pd.Series, *, top: int = 10, within: Sequence[int] = (10, 30)
+) -> pd.DataFrame:
+    """How far an estimate ranks heads as the exact values do: one row per measure.
+
+    ``exact`` and ``estimate`` hold one value per head, indexed by label, e.g.
+    ``patch_heads(...).set_index("label")["delta"]`` and
+    ``attribute_heads(...).set_index("label")["estimate"]``. Rows
+    (``measure, value``): the Spearman rank correlation over all heads, then,
+    for each ``k`` in ``within``, how many of the exact top ``top`` heads (by
+    ``|value|``) are among the estimate's top ``k``.
+
+    Example:
+        >>> import pandas as pd
+        >>> exact = pd.Series([3.0, -2.0, 0.5, 0.1], index=["L0H0", "L0H1", "L1H0", "L1H1"])
+        >>> est = pd.Series([2.0, -0.1, 0.4, 0.0], index=exact.index)
+        >>> estimate_agreement(exact, est, top=2, within=(2, 3))["value"].tolist()
+        [1.0, 1.0, 2.0]
+
+    Raises:
+        InterpError: for series that do not hold the same heads, or a ``top``
+            or ``k`` below 1.
+    """
+    top = check_int(top, "top", minimum=1)
+    ks = [check_int(k, "each k of within", minimum=1) for k in within]
+    if set(exact.index) != set(estimate.index) or exact.index.has_duplicates:
+        raise InterpError(
+            "exact and estimate must hold one value for each of the same heads (index by label)"
+        )
+    est = estimate.reindex(exact.index)
+    rows = [
+        {
+            "measure": "Spearman (estimate vs exact, all heads)",
+            "value": float(exact.rank().corr(est.rank())),
+        }
+    ]
+    best = set(exact.abs().nlargest(top).index)
+    for k in ks:
+        hits = len(best & set(est.abs().nlargest(k).index))
+        rows.append({"measure": f"exact top {top} in estimate's top {k}", "value": float(hits)})
+    return pd.DataFrame(rows)

@@ -38,7 +38,7 @@ import pandas as pd
 import torch
 
 from interp.analysis.ablation import ablate_head_groups
-from interp.analysis.attribution import attribute_heads
+from interp.analysis.attribution import attribute_heads, estimate_agreement
 from interp.analysis.metrics import logit_diff_metric
 from interp.analysis.patching import patch_heads
 from interp.analysis.patterns import attention_patterns
@@ -116,18 +116,6 @@ def check_performance(model: Any, *, n_per_template: int = 8, seed: int = 0) -> 
                     else f"mean logit difference {mean:.2f} or accuracy {right:.2f} too low",
                 }
             )
-    return pd.DataFrame(rows)
-
-
-def _agreement(exact: pd.DataFrame, est: pd.DataFrame) -> pd.DataFrame:
-    x = exact.set_index("label")["delta"]
-    y = est.set_index("label")["estimate"].reindex(x.index)
-    rank = pd.Series(x).rank().corr(pd.Series(y).rank())
-    top10 = set(x.abs().nlargest(10).index)
-    rows = [{"measure": "Spearman (estimate vs exact, all heads)", "value": float(rank)}]
-    for k in (10, 30):
-        hits = len(top10 & set(y.abs().nlargest(k).index))
-        rows.append({"measure": f"exact top 10 in estimate's top {k}", "value": float(hits)})
     return pd.DataFrame(rows)
 
 
@@ -211,7 +199,9 @@ def analyse(
         dropped=dropped,
         patching=patching,
         attribution=attribution,
-        agreement=_agreement(patching, attribution),
+        agreement=estimate_agreement(
+            patching.set_index("label")["delta"], attribution.set_index("label")["estimate"]
+        ),
         top_heads=top,
         name_attention=name_att,
         group_ablation=ablation,
