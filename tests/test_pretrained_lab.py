@@ -168,3 +168,16 @@ def test_lab_refuses_a_model_without_a_tokenizer():
 
     with pytest.raises(InterpError, match="induction-2l has no Hugging Face tokenizer"):
         pretrained.analyse(["induction-2l"])
+
+
+def test_every_model_name_is_checked_before_any_loads(tmp_path, monkeypatch):
+    """A bad folder given as a Path, after a good alias, fails before SmolLM2 loads."""
+    from interp.labs import pretrained
+    from interp.models import pretrained as weights
+
+    loads = []
+    original = weights.load_smollm2
+    monkeypatch.setattr(weights, "load_smollm2", lambda **kw: loads.append(kw) or original(**kw))
+    with pytest.raises(InterpError, match="not found"):
+        pretrained.analyse(["smollm2-135m", tmp_path / "nowhere"])
+    assert loads == []

@@ -35,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -313,12 +314,14 @@ def analyse(
     if not models:
         raise InterpError("no models given; name at least one of " + ", ".join(DEFAULT_MODELS))
     for m in models:  # every name, before any slow work
-        if isinstance(m, str):
+        if isinstance(m, (str, os.PathLike)):
             check_model_name(m)
     out: dict[str, ModelFindings] = {}
     bar = progress_bar(3 * len(models), progress, "pretrained lab")
     for m in models:
-        bar.set_postfix_str(f"{m if isinstance(m, str) else 'model'}: loading")
+        bar.set_postfix_str(
+            f"{os.fspath(m) if isinstance(m, (str, os.PathLike)) else 'model'}: loading"
+        )
         model, name = load(m)
         if not getattr(getattr(model, "tokenizer", None), "is_fast", False):
             raise InterpError(
