@@ -123,5 +123,7 @@ def run_lab(
     meta = {"seed": kwargs["seed"]}
     if "model" in kwargs or "models" in kwargs:
         names = kwargs.get("models", (kwargs.get("model"),))
-        meta["models"] = [m if isinstance(m, str) else type(m).__name__ for m in names]
+        meta["models"] = [
+            os.fspath(m) if isinstance(m, (str, os.PathLike)) else type(m).__name__ for m in names
+        ]
     return write_lab(lab, findings, target, fmt=fmt, meta=meta)
