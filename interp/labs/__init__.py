@@ -50,6 +50,17 @@ def lab_module(name: str) -> Any:
     return importlib.import_module(LABS[name][0])
 
 
+def check_format(fmt: str) -> str:
+    """``fmt`` if it is a table format (:data:`TABLE_FORMATS`).
+
+    Raises:
+        InterpError: for any other format.
+    """
+    if fmt not in TABLE_FORMATS:
+        raise InterpError(f"unknown table format {fmt!r}; choose one of {', '.join(TABLE_FORMATS)}")
+    return fmt
+
+
 def default_out(name: str) -> Path:
     """``reports/<name>``."""
     return Path("reports") / name
@@ -68,8 +79,7 @@ def check_options(name: str, *, models: Any = None, seed: Any = 0, fmt: str = "c
     if name not in LABS:
         raise InterpError(f"unknown lab {name!r}; choose one of {', '.join(LABS)}")
     _, kind, defaults = LABS[name]
-    if fmt not in TABLE_FORMATS:
-        raise InterpError(f"unknown table format {fmt!r}; choose one of {', '.join(TABLE_FORMATS)}")
+    check_format(fmt)
     kwargs: dict[str, Any] = {"seed": check_seed(seed)}
     if models is None:
         given: list[Any] = []

@@ -16,9 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from interp.errors import InterpError
 from interp.files import atomic_dir
-from interp.labs import TABLE_FORMATS
+from interp.labs import check_format
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,13 +29,6 @@ class LabOutput:
     tables: dict[str, Path]
     figures: dict[str, Path]
     summary: list[str]
-
-
-def check_format(fmt: str) -> str:
-    """Raises InterpError unless ``fmt`` is a table format."""
-    if fmt not in TABLE_FORMATS:
-        raise InterpError(f"unknown table format {fmt!r}; choose one of {', '.join(TABLE_FORMATS)}")
-    return fmt
 
 
 def write_lab(
