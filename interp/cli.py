@@ -48,10 +48,9 @@ def count_arg(minimum: int) -> Any:
 
 
 def _lab(args: argparse.Namespace) -> int:
-    from interp.labs import check_options, default_out, run_lab
+    from interp.labs import default_out, run_lab
 
-    check_options(args.name, models=args.model, seed=args.seed, fmt=args.format)
-    out = run_lab(
+    out = run_lab(  # checks every option and the output folder before any work
         args.name,
         out=args.out or default_out(args.name),
         fmt=args.format,
@@ -99,13 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="interp", description="Open up attention heads.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     lab = sub.add_parser("lab", help="run a lab and write its report, tables and figures")
-    from interp.labs import LABS
+    from interp.labs import LABS, TABLE_FORMATS
 
     lab.add_argument("name", choices=list(LABS), help="which lab")
     lab.add_argument("--out", help="output folder (default: reports/<lab>); replaced atomically")
-    lab.add_argument(
-        "--format", default="csv", choices=("csv", "parquet", "md", "json"), help="table format"
-    )
+    lab.add_argument("--format", default="csv", choices=TABLE_FORMATS, help="table format")
     lab.add_argument(
         "--model",
         action="append",
