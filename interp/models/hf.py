@@ -114,20 +114,20 @@ def _read_config(path: Path) -> dict[str, Any]:
     return cfg
 
 
-def _lm_class(config: dict[str, Any]) -> tuple[Any, bool]:
-    """The Auto class to load ``config`` with, and whether the model is causal."""
+def _lm_class(config: dict[str, Any]) -> Any:
+    """The Auto class to load ``config`` with: causal LM, or masked LM for encoders."""
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     archs = [str(a) for a in config.get("architectures") or []]
     if any(a.endswith(_CAUSAL_SUFFIXES) for a in archs):
-        return AutoModelForCausalLM, True
+        return AutoModelForCausalLM
     if any(a.endswith("ForMaskedLM") for a in archs):
-        return AutoModelForMaskedLM, False
+        return AutoModelForMaskedLM
     encoder = config["model_type"] in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not config.get(
         "is_decoder", False
     )
-    return (AutoModelForMaskedLM, False) if encoder else (AutoModelForCausalLM, True)
+    return AutoModelForMaskedLM if encoder else AutoModelForCausalLM
 
 
 def load_hf_dir(
@@ -153,7 +153,7 @@ def load_hf_dir(
 
     d = Path(path)
     config = _read_config(d)
-    cls, _ = _lm_class(config)
+    cls = _lm_class(config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     kwargs: dict[str, Any] = {"local_files_only": True, "output_loading_info": True}
     kwargs["dtype"] = dtype or "float32"
