@@ -136,13 +136,15 @@ def load_hf_dir(
     dtype: Any = None,
     device_map: Any = None,
     architecture_name: str | None = None,
+    quiet: bool = False,
 ) -> Any:
     """A local Hugging Face model folder as a TransformerBridge (no network).
 
     Weights missing from the checkpoint inside the base model are an error
     (the folder is incomplete); a missing language-model head flags the model
-    ``interp_logits_meaningful = False`` (see the module docstring). A folder
-    without tokenizer files gets :func:`word_tokenizer`.
+    ``interp_logits_meaningful = False`` (see the module docstring) and says so
+    on stderr unless ``quiet`` (which also silences Hugging Face's load report).
+    A folder without tokenizer files gets :func:`word_tokenizer`.
 
     Raises:
         CheckpointError: for an unreadable config or weights, or weights missing
@@ -159,10 +161,17 @@ def load_hf_dir(
     kwargs["dtype"] = dtype or "float32"
     if device_map is not None:
         kwargs["device_map"] = device_map
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    if quiet:
+        hf_logging.set_verbosity_error()
     try:
         hf, info = cls.from_pretrained(d, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"cannot load a Hugging Face model from {str(d)!r}: {exc}") from None
+    finally:
+        hf_logging.set_verbosity(level)
     prefix = getattr(hf, "base_model_prefix", "") or ""
     missing = sorted(info.get("missing_keys", ()))
     in_base = [k for k in missing if prefix and k.startswith(prefix + ".")]
@@ -178,6 +187,7 @@ def load_hf_dir(
     bridge = bridge_from_hf(hf, architecture_name=architecture_name or str(d), tokenizer=tok)
     if missing:  # only head weights are missing: the logits come from random weights
         bridge.interp_logits_meaningful = False
+    if missing and not quiet:
         print(
             f"interp: {d.name} has no language-model head in its checkpoint ({missing[0]} ... "
             "missing); attention and the residual stream are real, logits are not, so loss "

@@ -195,17 +195,9 @@ def ensure_smollm2() -> Path:
 
 def load_smollm2(*, dtype: Any = None, device_map: Any = None) -> Any:
     """SmolLM2-135M-Instruct as a TransformerBridge (see the module docstring)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from interp.models.hf import load_hf_dir
 
-    from interp.models.hf import bridge_from_hf
-
-    target = ensure_smollm2()
-    kwargs: dict[str, Any] = {"local_files_only": True, "dtype": dtype or "float32"}
-    if device_map is not None:
-        kwargs["device_map"] = device_map
-    hf = AutoModelForCausalLM.from_pretrained(target, **kwargs)
-    tok = AutoTokenizer.from_pretrained(target, local_files_only=True)
-    return bridge_from_hf(hf, architecture_name=str(target), tokenizer=tok)
+    return load_hf_dir(ensure_smollm2(), dtype=dtype, device_map=device_map)
 
 
 def smollm2_tokenizer() -> Any:
@@ -217,25 +209,10 @@ def smollm2_tokenizer() -> Any:
 
 def load_minilm(*, dtype: Any = None, device_map: Any = None) -> Any:
     """all-MiniLM-L6-v2 as a TransformerBridge, logits flagged meaningless (no LM head)."""
-    from transformers import AutoTokenizer, BertForMaskedLM
-    from transformers.utils import logging as hf_logging
-
-    from interp.models.hf import bridge_from_hf
+    from interp.models.hf import load_hf_dir
 
     d = package_dir("minilm-l6") / "model"
-    kwargs: dict[str, Any] = {"local_files_only": True, "dtype": dtype or "float32"}
-    if device_map is not None:
-        kwargs["device_map"] = device_map
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the missing masked-LM head is expected and flagged below
-    try:
-        hf = BertForMaskedLM.from_pretrained(d, **kwargs)
-    finally:
-        hf_logging.set_verbosity(level)
-    tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
-    bridge = bridge_from_hf(hf, architecture_name=str(d), tokenizer=tok)
-    bridge.interp_logits_meaningful = False  # no masked-LM head in this checkpoint
-    return bridge
+    return load_hf_dir(d, dtype=dtype, device_map=device_map, quiet=True)  # no head: expected
 
 
 def cache_report() -> dict[str, Any]:
