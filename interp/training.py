@@ -132,17 +132,15 @@ def held_out_batch(cfg: InductionTrainConfig, n: int | None = None, seed: int | 
 def evaluate(model: AttnOnlyTransformer, data) -> dict[str, float]:
     """Held-out repeated-half loss, first-half loss and the best layer-1 induction score."""
     from interp.analysis.induction import head_scores
+    from interp.protocol import eval_no_grad
 
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
+    with eval_no_grad(model):  # training mode comes back afterwards, even on an error
         nll = model(data.tokens, "loss", loss_per_token=True)  # [batch, pos - 1]
         rep = data.loss_mask[:, :-1]
         first = data.first_half_mask[:, :-1]
         scores = head_scores(
             model, data.tokens, stripes=("induction", "previous_token"), loss_mask=data.loss_mask
         )
-    model.train(was_training)
     last = scores[scores.layer == model.cfg.n_layers - 1]
     first_layer = scores[scores.layer == 0]
     return {
