@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import math
 import operator
+import os
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -187,9 +188,10 @@ def check_tokens(
     """Validate ``tokens`` for ``model`` and return a ``[batch, pos]`` long tensor.
 
     Raises:
-        InterpError: for a non-tensor, wrong rank or dtype, an empty batch, a
-            sequence shorter than ``min_len`` or longer than ``n_ctx``, or ids
-            outside the vocabulary.
+        InterpError: for a non-tensor, tokens on the meta device, wrong rank or
+            dtype, an empty batch, a sequence shorter than ``min_len`` or longer
+            than ``n_ctx``, a batch whose forward pass cannot fit in memory
+            (:func:`check_memory`), or ids outside the vocabulary.
     """
     import torch
 
@@ -200,6 +202,11 @@ def check_tokens(
         )
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
         raise InterpError(f"{name} must be integer ids, got dtype {tokens.dtype}")
+    if tokens.device.type == "meta":
+        raise InterpError(
+            f"{name} are on the meta device, which holds shapes but no values; create them on "
+            "a real device (e.g. torch.tensor(ids) or model.to_tokens(text))"
+        )
     if tokens.ndim == 1:
         tokens = tokens[None]
     if tokens.ndim != 2:
@@ -216,6 +223,7 @@ def check_tokens(
             f"sequence length {tokens.shape[1]} exceeds the model's context n_ctx={n_ctx}; "
             "shorten or split the input"
         )
+    check_memory(model, tokens.shape[0], tokens.shape[1], what=f"{name} of shape")
     d_vocab = getattr(model.cfg, "d_vocab", None)
     lo, hi = int(tokens.min()), int(tokens.max())
     if lo < 0 or (d_vocab is not None and hi >= d_vocab):
@@ -224,6 +232,71 @@ def check_tokens(
             "check the tokenizer or d_vocab"
         )
     return tokens.long().to(model_device(model))
+
+
+def available_memory(device: Any = None) -> int:
+    """Bytes a computation on ``device`` can still use (CPU: ``MemAvailable``; GPU: free memory).
+
+    Falls back to 4 GiB where neither can be read.
+    """
+    dev_type = getattr(device, "type", str(device or "cpu"))
+    if dev_type == "cuda":
+        import torch
+
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except (RuntimeError, AssertionError):  # pragma: no cover - no CUDA
+            pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 4 << 30
+
+
+def forward_bytes(model: Any, batch: int, pos: int) -> int:
+    """A rough peak of the activation bytes of one forward pass over ``[batch, pos]`` tokens.
+
+    Per position: the logits, a few residual-width tensors, the MLP's hidden
+    layer, and a layer's attention scores and pattern (``n_heads x pos``);
+    4 bytes each. Used to refuse work that cannot fit before it starts.
+    """
+    cfg = model.cfg
+    d_mlp = int(getattr(cfg, "d_mlp", 0) or 0) if not getattr(cfg, "attn_only", False) else 0
+    d_vocab = int(getattr(cfg, "d_vocab_out", 0) or getattr(cfg, "d_vocab", 0) or 0)
+    d_model = int(getattr(cfg, "d_model", 0) or 0)
+    per_pos = d_vocab + 8 * d_model + 2 * d_mlp + 3 * int(cfg.n_heads) * int(pos)
+    return 4 * int(batch) * int(pos) * per_pos
+
+
+def check_memory(model: Any, batch: int, pos: int, *, copies: float = 1.0, what: str = "") -> int:
+    """Refuse work whose estimated peak memory exceeds what the model's device has free.
+
+    ``copies`` scales one forward pass (a backward pass roughly triples it).
+    Returns the estimate in bytes.
+
+    Raises:
+        InterpError: naming the estimate, the limit and what to shrink.
+    """
+    need = int(forward_bytes(model, batch, pos) * copies)
+    have = available_memory(model_device(model))
+    if need > have:
+        raise InterpError(
+            f"{what or 'input'} {batch} x {pos} tokens needs about {_gb(need)} for its forward "
+            f"pass{'es' if copies > 1 else ''}, but only {_gb(have)} is available; use fewer or "
+            "shorter sequences (a smaller --batch)"
+        )
+    return need
+
+
+def _gb(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def check_mask(

@@ -8,7 +8,7 @@ import torch
 from conftest import native_bridge
 
 from interp import InterpError
-from interp.analysis.induction import head_scores, induction_scores
+from interp.analysis.induction import head_scores, induction_scores, pattern_scores
 from interp.datasets import repeated_random_tokens
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 
@@ -40,11 +40,7 @@ def worked_example():
     for q in range(9):
         ind[q, q - 3 if q >= 5 else 0] = 1.0
         prev[q, max(q - 1, 0)] = 1.0
-    cache = {
-        "blocks.0.attn.hook_pattern": torch.stack([ind, prev])[None],
-        "blocks.1.attn.hook_pattern": torch.stack([prev, ind])[None],
-    }
-    return tokens, cache
+    return tokens, [torch.stack([ind, prev])[None], torch.stack([prev, ind])[None]]
 
 
 @pytest.mark.parametrize(
@@ -52,8 +48,8 @@ def worked_example():
     [("interp", 1.0, 1.0), ("transformer_lens", 4 / 9, 8 / 9), ("arena", 5 / 6, 1.0)],
 )
 def test_worked_example_in_every_convention(convention, induction, previous):
-    tokens, cache = worked_example()
-    df = head_scores(tiny(), tokens, convention=convention, cache=cache).set_index("label")
+    tokens, pats = worked_example()
+    df = pattern_scores(pats, tokens, convention=convention).set_index("label")
     assert df.loc["L0H0", "induction"] == pytest.approx(induction)
     assert df.loc["L0H1", "previous_token"] == pytest.approx(previous)
     assert df.attrs["convention"] == convention
@@ -64,9 +60,9 @@ def test_readme_definitions_quote_the_computed_numbers():
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = text[text.index("## Definitions") :]
     quoted = dict(re.findall(r"\| `(\w+)` \| ([0-9.]+) \|", section))
-    tokens, cache = worked_example()
+    tokens, pats = worked_example()
     for convention in ("interp", "transformer_lens", "arena"):
-        df = head_scores(tiny(), tokens, convention=convention, cache=cache).set_index("label")
+        df = pattern_scores(pats, tokens, convention=convention).set_index("label")
         assert float(quoted[convention]) == pytest.approx(df.loc["L0H0", "induction"], abs=5e-4)
 
 
@@ -194,7 +190,7 @@ def test_bad_input():
         head_scores(model, torch.arange(1, 10)[None], stripes=("induction",))
     with pytest.raises(InterpError, match="not a hooked model"):
         head_scores(torch.nn.Linear(2, 2), torch.zeros(1, 4, dtype=torch.long))
-    with pytest.raises(InterpError, match="has no blocks.0.attn.hook_pattern"):
+    with pytest.raises(InterpError, match="the cache is empty"):
         head_scores(model, torch.tensor([[0, 1, 0, 1]]), cache={})
     with pytest.raises(InterpError, match="unknown convention"):
         head_scores(model, convention="tl")

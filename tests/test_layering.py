@@ -18,7 +18,7 @@ LAYERS = [
     ("interp.models",),
     ("interp.analysis", "interp.datasets"),
     ("interp.training", "interp.render", "interp.figures", "interp.labs"),
-    ("interp.cli", "interp.cli_heads"),
+    ("interp.cli",),
 ]
 
 

@@ -27,6 +27,7 @@ DATA_POSITIONALS = {
     "sense_similarity": ["states"],
     "nearest_neighbour_probe": ["states"],
     "stripe_mask": ["tokens", "stripe"],
+    "pattern_scores": ["patterns", "tokens"],
     "loss_metric": ["loss_mask"],
     "logit_diff_metric": ["correct", "incorrect"],
     "estimate_agreement": ["exact", "estimate"],

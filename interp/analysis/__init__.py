@@ -52,6 +52,7 @@ _EXPORTS = {
     "induction_scores": "interp.analysis.induction",
     "previous_token_scores": "interp.analysis.induction",
     "duplicate_token_scores": "interp.analysis.induction",
+    "pattern_scores": "interp.analysis.induction",
     "probe_tokens": "interp.analysis.induction",
     "stripe_mask": "interp.analysis.induction",
     "attention_patterns": "interp.analysis.patterns",

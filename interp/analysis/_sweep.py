@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import types
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -73,21 +72,11 @@ class SweepResult:
     passes: int = 0
 
 
-def available_memory() -> int:
-    """Available physical memory in bytes (falls back to 4 GiB if unknown)."""
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return 4 << 30
-
-
 def bytes_per_copy(model: Any, tokens: torch.Tensor) -> int:
     """Rough peak activation bytes of one forward copy of ``tokens`` (no grad)."""
-    cfg = model.cfg
-    b, n = tokens.shape
-    d_mlp = int(getattr(cfg, "d_mlp", 0) or 0) if not getattr(cfg, "attn_only", False) else 0
-    per_pos = int(cfg.d_vocab) + 8 * int(cfg.d_model) + 2 * d_mlp + 3 * int(cfg.n_heads) * n
-    return 4 * b * n * per_pos
+    from interp.protocol import forward_bytes
+
+    return forward_bytes(model, *tokens.shape)
 
 
 def edits_per_pass(
@@ -98,14 +87,14 @@ def edits_per_pass(
     Raises:
         InterpError: for a non-positive or non-integer ``batch_size`` or ``memory_budget``.
     """
-    from interp.protocol import check_int, model_device
+    from interp.protocol import available_memory, check_int, model_device
 
     if requested is not None:
         return min(check_int(requested, "batch_size", minimum=1), max(1, n_edits))
     if memory_budget is not None:
         budget = check_int(memory_budget, "memory_budget", minimum=1)
     else:
-        budget = available_memory() // 4
+        budget = available_memory(model_device(model)) // 4
     by_memory = budget // max(1, bytes_per_copy(model, tokens))
     if model_device(model).type == "cpu" and memory_budget is None:
         by_tokens = -(-CPU_TOKENS_PER_PASS // tokens.numel())  # module docstring

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis._common import cached, rows_frame
+from interp.analysis._common import CheckedCache, check_cache, rows_frame
 from interp.analysis._sweep import SweepResult, sweep
 from interp.analysis.metrics import Metric, prepare_metric
 from interp.errors import InterpError
@@ -110,21 +110,26 @@ def replacements(
     layers: set[int],
     *,
     reference_tokens: torch.Tensor | None,
-    cache: Any,
+    cache: CheckedCache | None,
     seed: int,
 ) -> dict[int, torch.Tensor] | None:
     """Per layer, the ``hook_z`` value an ablation splices in: ``[batch, pos, head, d_head]``.
 
-    ``None`` for zero ablation. Reads ``hook_z`` from ``cache`` when it is the
-    cache of the reference batch (of ``tokens`` when there is no reference batch).
+    ``None`` for zero ablation. Reads ``hook_z`` from ``cache`` (the checked
+    cache of ``tokens``) when there is no reference batch.
     """
     if method == "zero":
         return None
-    ref = tokens if reference_tokens is None else reference_tokens
     names = [hook_name("z", l) for l in sorted(layers)]
-    if cache is None or reference_tokens is not None:
-        _, cache = model.run_with_cache(ref, names_filter=names)
-    zs = {l: cached(cache, hook_name("z", l), ref) for l in layers}
+    if reference_tokens is not None:
+        ref = reference_tokens
+        _, zcache = model.run_with_cache(ref, names_filter=names)
+    elif cache is not None:
+        ref, zcache = tokens, cache.complete(names)
+    else:
+        ref = tokens
+        _, zcache = model.run_with_cache(ref, names_filter=names)
+    zs = {l: zcache[hook_name("z", l)] for l in layers}
     if method == "mean":
         return {
             l: z.mean(0, keepdim=True).expand(tokens.shape[0], -1, -1, -1) for l, z in zs.items()
@@ -134,15 +139,37 @@ def replacements(
     return {l: z[idx] for l, z in zs.items()}
 
 
-def _prepare(model, tokens, method, metric, loss_mask, reference_tokens, positions, seed):
+def _prepare(model, tokens, method, metric, loss_mask, reference_tokens, positions, seed, cache):
     check_model(model)
     if method not in METHODS:
         raise InterpError(f"unknown ablation method {method!r}; choose one of {', '.join(METHODS)}")
     tokens = check_tokens(model, tokens, min_len=2)
     m = prepare_metric(model, tokens, metric, loss_mask)
+    reference_tokens = check_reference(model, tokens, method, reference_tokens)
+    pos = position_mask(tokens.shape[1], positions)
+    seed = check_seed(seed)
+    with eval_no_grad(model):
+        checked = check_cache(model, tokens, cache)
+    return tokens, m, reference_tokens, pos, seed, checked
+
+
+def check_reference(
+    model: Any, tokens: torch.Tensor, method: str, reference_tokens: Any
+) -> torch.Tensor | None:
+    """``reference_tokens`` checked for ``method`` (``None`` stays ``None``).
+
+    A mean over one sequence is refused: it is that sequence, so every head's
+    effect would be 0. Resampling within the batch needs two sequences.
+
+    Raises:
+        InterpError: for reference tokens with zero ablation or patching, of
+            another length than ``tokens``, mean ablation of one sequence
+            without at least two reference sequences, a single reference
+            sequence for a mean, or resampling one sequence without references.
+    """
     if reference_tokens is not None:
-        if method == "zero":
-            raise InterpError("reference_tokens are for mean and resample ablation, not zero")
+        if method not in ("mean", "resample"):
+            raise InterpError(f"reference_tokens are for mean and resample ablation, not {method}")
         reference_tokens = check_tokens(model, reference_tokens, min_len=2, name="reference_tokens")
         if reference_tokens.shape[1] != tokens.shape[1]:
             raise InterpError(
@@ -151,8 +178,20 @@ def _prepare(model, tokens, method, metric, loss_mask, reference_tokens, positio
             )
     if method == "resample" and reference_tokens is None and tokens.shape[0] < 2:
         resample_index(tokens.shape[0], None, 0)  # raises the explanation, before any pass
-    pos = position_mask(tokens.shape[1], positions)
-    return tokens, m, reference_tokens, pos, check_seed(seed)
+    if method != "mean":
+        return reference_tokens
+    if reference_tokens is None and tokens.shape[0] < 2:
+        raise InterpError(
+            "mean ablation of a batch of one sequence replaces each head by its own output (the "
+            "mean of one sequence is the sequence), so every effect would be 0; pass at least two "
+            "sequences, or reference_tokens (>= 2 sequences of the same length) to average over"
+        )
+    if reference_tokens is not None and reference_tokens.shape[0] < 2:
+        raise InterpError(
+            "mean ablation over one reference sequence is patching from that sequence, not a "
+            "mean; pass at least two reference sequences (or use method='resample')"
+        )
+    return reference_tokens
 
 
 def _record(df: pd.DataFrame, result: SweepResult, method: str, metric: Metric) -> pd.DataFrame:
@@ -198,8 +237,8 @@ def ablate_heads(
             lacks, a bad batch size, or a metric that returns a non-scalar or
             non-finite value.
     """
-    tokens, m, reference_tokens, pos, seed = _prepare(
-        model, tokens, method, metric, loss_mask, reference_tokens, positions, seed
+    tokens, m, reference_tokens, pos, seed, cache = _prepare(
+        model, tokens, method, metric, loss_mask, reference_tokens, positions, seed, cache
     )
     chosen = sorted(parse_heads(model, heads))
     with eval_no_grad(model):
@@ -268,8 +307,8 @@ def ablate_head_groups(
         )
     if not groups:
         raise InterpError("no groups given: pass {name: [heads]}")
-    tokens, m, reference_tokens, pos, seed = _prepare(
-        model, tokens, method, metric, loss_mask, reference_tokens, positions, seed
+    tokens, m, reference_tokens, pos, seed, cache = _prepare(
+        model, tokens, method, metric, loss_mask, reference_tokens, positions, seed, cache
     )
     parsed = {str(g): parse_heads(model, hs) for g, hs in groups.items()}
     layers = {l for hs in parsed.values() for l, _ in hs}

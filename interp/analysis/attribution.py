@@ -55,8 +55,8 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis._common import rows_frame
-from interp.analysis.ablation import replacements
+from interp.analysis._common import check_cache, rows_frame
+from interp.analysis.ablation import check_reference, replacements
 from interp.analysis.metrics import Metric, prepare_metric, scalar
 from interp.errors import InterpError
 from interp.hooks import hook_name
@@ -125,6 +125,8 @@ def _gradients(
     with eval_mode(model), _FrozenParams(model), torch.enable_grad():
         logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
         value = metric(logits, tokens)
+        if isinstance(value, torch.Tensor) and value.numel() != 1:
+            scalar(value, metric.name)  # raises: attribution differentiates one number
         if not isinstance(value, torch.Tensor) or not value.requires_grad:
             raise InterpError(
                 f"metric {metric.name!r} is not differentiable in the model's output; "
@@ -282,6 +284,7 @@ def attribute_heads(
     m = prepare_metric(model, tokens, metric, None if patching else loss_mask)
     if patching and loss_mask is not None:
         raise InterpError("loss_mask is for the default loss metric of zero and mean attribution")
+    reference_tokens = check_reference(model, tokens, method, reference_tokens)
     verify = check_int(verify, "verify", minimum=0)
     seed = check_seed(seed)
     pos = position_mask(tokens.shape[1], positions)
@@ -289,6 +292,7 @@ def attribute_heads(
     layers = sorted({l for l, _ in chosen})
     run_tokens = corrupted_tokens if patching else tokens
     with eval_no_grad(model):
+        cache = check_cache(model, tokens, cache)
         if patching:
             clean_value, target = clean_run(model, tokens, m, layers, cache)
         else:

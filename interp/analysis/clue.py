@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis._common import cached, head_frame
+from interp.analysis._common import check_cache, head_frame
 from interp.analysis.sense_states import batches_by_length
 from interp.analysis.words import WordTokens
 from interp.errors import InterpError
@@ -61,11 +61,12 @@ def clue_attention(model: Any, items: Sequence[WordTokens], *, cache: Any = None
     """One row per head: ``clue_attention``, ``other_per_token`` and ``lift`` (module docstring).
 
     ``cache`` is the cache of all items' tokens stacked (so they must share one
-    length), read instead of running the model.
+    length), read instead of running the model; it is checked against those
+    tokens first (:func:`interp.analysis._common.check_cache`).
 
     Raises:
         InterpError: for no items, an item encoded without a clue, or a cache
-            for items of different lengths.
+            for items of different lengths or of other tokens.
     """
     cfg = check_model(model)
     if not items:
@@ -107,8 +108,10 @@ def clue_attention(model: Any, items: Sequence[WordTokens], *, cache: Any = None
                     raise InterpError(
                         "cache= needs items of one length (the cache of their tokens)"
                     )
-                for l in range(L):
-                    add(l, cached(cache, hook_name("pattern", l), tokens))
+                names = [hook_name("pattern", l) for l in range(L)]
+                checked = check_cache(model, tokens.to(model_device(model)), cache, needs=names)
+                for l, name in enumerate(names):
+                    add(l, checked[name])
                 continue
 
             def grab(pattern: torch.Tensor, hook: Any, add=add) -> None:

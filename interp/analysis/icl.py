@@ -26,28 +26,41 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis._common import cached
+from interp.analysis._common import check_cache
 from interp.analysis._sweep import logits_after
 from interp.analysis.metrics import next_token_nll
 from interp.errors import InterpError
 from interp.hooks import hook_name
-from interp.protocol import check_int, check_model, check_tokens, eval_no_grad, logits_meaningful
+from interp.protocol import (
+    check_int,
+    check_model,
+    check_tokens,
+    eval_no_grad,
+    is_causal,
+    logits_meaningful,
+)
 
 
 def per_token_loss(model: Any, tokens: torch.Tensor, *, cache: Any = None) -> torch.Tensor:
     """``[batch, pos - 1]`` next-token cross-entropy (nats), from the model's logits.
 
-    With ``cache`` (of ``tokens``, holding the last block's ``hook_resid_post``)
-    only the final normalisation and unembedding run.
+    With ``cache`` (of ``tokens``; checked against them, and completed if it
+    lacks the last block's ``hook_resid_post``) only the final normalisation
+    and unembedding run.
 
     Raises:
         InterpError: for a model whose logits are meaningless (no LM head), bad
-            tokens, or an output that is not vocabulary logits.
+            tokens, a cache of other tokens, or an output that is not vocabulary logits.
     """
     cfg = check_model(model)
     if not logits_meaningful(model):
         raise InterpError(
             "this model has no language-model head: its next-token loss is meaningless"
+        )
+    if not is_causal(model):
+        raise InterpError(
+            "next-token loss has no meaning on an encoder (bidirectional attention sees the "
+            "token it would predict)"
         )
     tokens = check_tokens(model, tokens, min_len=2)
     with eval_no_grad(model):
@@ -55,7 +68,8 @@ def per_token_loss(model: Any, tokens: torch.Tensor, *, cache: Any = None) -> to
             logits = model(tokens)
         else:
             last = cfg.n_layers - 1
-            resid = cached(cache, hook_name("resid_post", last), tokens)
+            name = hook_name("resid_post", last)
+            resid = check_cache(model, tokens, cache, needs=[name])[name]
             logits = logits_after(model, tokens, resid, last)
     if logits.shape[-1] != getattr(cfg, "d_vocab", logits.shape[-1]) or logits.ndim != 3:
         raise InterpError("model output is not vocabulary logits; it has no next-token loss")

@@ -65,6 +65,7 @@ from interp.protocol import (
     bos_token_id,
     check_int,
     check_mask,
+    check_memory,
     check_model,
     check_seed,
     check_tokens,
@@ -117,7 +118,8 @@ def probe_tokens(
     is the tokenizer's BOS (or CLS for encoders) when there is one, else 0.
 
     Raises:
-        InterpError: for ``n < 1``, ``half_len < 2`` or a probe longer than the context.
+        InterpError: for ``n < 1``, ``half_len < 2``, a probe longer than the
+            context, or more probes than fit in memory (:func:`interp.protocol.check_memory`).
     """
     from interp.datasets import repeated_random_tokens
 
@@ -127,6 +129,7 @@ def probe_tokens(
     half_len = min(50, (n_ctx - 1) // 2) if half_len is None else check_int(half_len, "half_len")
     if 1 + 2 * half_len > n_ctx:
         raise InterpError(f"a probe of 1 + 2 x {half_len} tokens exceeds n_ctx={n_ctx}")
+    check_memory(model, n, 1 + 2 * half_len, what="a probe of")
     return repeated_random_tokens(
         n, half_len, d_vocab=int(cfg.d_vocab), bos=bos_token_id(model), seed=check_seed(seed)
     ).tokens
@@ -196,38 +199,17 @@ def _arena_half(tokens: torch.Tensor) -> int:
     return half
 
 
-def head_scores(
-    model: Any,
-    tokens: torch.Tensor | None = None,
-    *,
-    stripes: Sequence[Stripe] = STRIPES,
-    convention: Convention = "interp",
-    exclude_bos: bool | None = None,
-    exclude_current_token: bool = False,
-    error_measure: Literal["mul", "abs"] = "mul",
-    loss_mask: torch.Tensor | None = None,
-    causal: bool | None = None,
-    cache: Any = None,
-) -> pd.DataFrame:
-    """Stripe scores from one forward pass: one row per head, one column per stripe.
-
-    Runs the model once with reducing hooks on ``hook_pattern`` only (no
-    activations are kept), or reads the patterns from ``cache``. ``tokens``
-    defaults to :func:`probe_tokens`. ``exclude_bos`` defaults to the
-    convention's own default (True for ``"interp"``, False for
-    ``"transformer_lens"``); ``exclude_current_token`` and ``error_measure``
-    belong to ``"transformer_lens"``; ``loss_mask`` (``[batch, pos]`` bool:
-    which query rows count) and ``causal`` to ``"interp"``. ``df.attrs``
-    records the convention.
-
-    Raises:
-        InterpError: for an unknown stripe or convention, an option the
-            convention does not have, bad tokens, a ``loss_mask`` of the wrong
-            shape, no query with a non-empty stripe, tokens that are not the
-            repeated probe under ``"arena"``, or a model (or cache) without
-            attention patterns.
-    """
-    cfg = check_model(model)
+def _reducers(
+    tokens: torch.Tensor,
+    stripes: Sequence[Any],
+    convention: str,
+    exclude_bos: bool | None,
+    exclude_current_token: bool,
+    error_measure: str,
+    loss_mask: torch.Tensor | None,
+    causal: bool,
+) -> dict[str, Reducer]:
+    """One reducer per stripe (pattern ``[batch, head, q, k]`` -> ``[head]``), options checked."""
     if convention not in CONVENTIONS:
         raise InterpError(
             f"unknown convention {convention!r}; choose one of {', '.join(CONVENTIONS)}"
@@ -237,20 +219,16 @@ def head_scores(
         raise InterpError(
             f"stripes must be a non-empty subset of {', '.join(STRIPES)}, got {stripes}"
         )
-    tokens = probe_tokens(model) if tokens is None else check_tokens(model, tokens, min_len=2)
     if convention != "transformer_lens" and (exclude_current_token or error_measure != "mul"):
         raise InterpError(
             "exclude_current_token and error_measure belong to convention='transformer_lens'"
         )
-    if convention != "interp" and (loss_mask is not None or causal is not None):
-        raise InterpError("loss_mask and causal belong to convention='interp'")
     if error_measure not in ("mul", "abs"):
         raise InterpError(f"error_measure must be 'mul' or 'abs', got {error_measure!r}")
     reducers: dict[str, Reducer] = {}
     if convention == "interp":
         bos = True if exclude_bos is None else bool(exclude_bos)
         rows = None if loss_mask is None else check_mask(loss_mask, tokens, "loss_mask")
-        causal = is_causal(model) if causal is None else bool(causal)
         for s in stripes:
             m = stripe_mask(tokens, s, exclude_bos=bos, causal=causal)
             v = m.any(-1) if rows is None else m.any(-1) & rows
@@ -270,15 +248,132 @@ def head_scores(
             raise InterpError("convention='arena' has no exclude_bos (its diagonals are fixed)")
         half = _arena_half(tokens)
         reducers = {s: _arena_reducer(s, half) for s in stripes}
-    out = {s: torch.zeros(cfg.n_layers, cfg.n_heads) for s in stripes}
+    return reducers
+
+
+def pattern_scores(
+    patterns: Sequence[torch.Tensor],
+    tokens: torch.Tensor,
+    *,
+    stripes: Sequence[Stripe] = STRIPES,
+    convention: Convention = "interp",
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool = False,
+    error_measure: Literal["mul", "abs"] = "mul",
+    loss_mask: torch.Tensor | None = None,
+    causal: bool = True,
+) -> pd.DataFrame:
+    """Stripe scores of given patterns, one per layer: ``[batch, head, query_pos, key_pos]``.
+
+    The scoring half of :func:`head_scores`, for patterns that come from
+    anywhere (hand-built ones, another library's): no model runs. Options as
+    :func:`head_scores`; ``causal`` must be given for bidirectional patterns.
+
+    Example:
+        >>> tokens = torch.tensor([[0, 5, 6, 5, 6]])
+        >>> prev = torch.zeros(1, 1, 5, 5)
+        >>> prev[0, 0, torch.arange(5), (torch.arange(5) - 1).clamp(min=0)] = 1.0
+        >>> pattern_scores([prev], tokens)["previous_token"].item()
+        1.0
+
+    Raises:
+        InterpError: as :func:`head_scores`, for patterns that are not
+            ``[batch, head, pos, pos]`` tensors of these tokens, or layers with
+            different numbers of heads.
+    """
+    if not isinstance(tokens, torch.Tensor) or tokens.ndim not in (1, 2):
+        raise InterpError("tokens must be a [batch, pos] tensor of ids")
+    tokens = tokens[None] if tokens.ndim == 1 else tokens
+    pats = list(patterns)
+    if not pats:
+        raise InterpError("no patterns given: pass one [batch, head, pos, pos] tensor per layer")
+    b, n = tokens.shape
+    for i, p in enumerate(pats):
+        if not isinstance(p, torch.Tensor) or p.ndim != 4 or tuple(p.shape[::2]) != (b, n):
+            shape = tuple(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__
+            raise InterpError(
+                f"pattern {i} has shape {shape}; patterns are [batch, head, pos, pos] of the "
+                f"tokens ({b} x {n})"
+            )
+        if p.shape[-1] != n or p.shape[1] != pats[0].shape[1]:
+            raise InterpError(f"pattern {i} has shape {tuple(p.shape)}, unlike pattern 0")
+    reducers = _reducers(
+        tokens,
+        stripes,
+        convention,
+        exclude_bos,
+        exclude_current_token,
+        error_measure,
+        loss_mask,
+        bool(causal),
+    )
+    n_heads = pats[0].shape[1]
+    out = {s: torch.zeros(len(pats), n_heads) for s in reducers}
+    for layer, p in enumerate(pats):
+        for s, r in reducers.items():
+            out[s][layer] = r(p.float()).cpu()
+    df = head_frame(out, len(pats), n_heads)
+    df.attrs.update(convention=convention, method=f"stripe scores ({convention} convention)")
+    return df
+
+
+def head_scores(
+    model: Any,
+    tokens: torch.Tensor | None = None,
+    *,
+    stripes: Sequence[Stripe] = STRIPES,
+    convention: Convention = "interp",
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool = False,
+    error_measure: Literal["mul", "abs"] = "mul",
+    loss_mask: torch.Tensor | None = None,
+    causal: bool | None = None,
+    cache: Any = None,
+) -> pd.DataFrame:
+    """Stripe scores from one forward pass: one row per head, one column per stripe.
+
+    Runs the model once with reducing hooks on ``hook_pattern`` only (no
+    activations are kept), or reads the patterns from ``cache`` (checked
+    against ``tokens`` first; patterns it lacks are computed). ``tokens``
+    defaults to :func:`probe_tokens`. ``exclude_bos`` defaults to the
+    convention's own default (True for ``"interp"``, False for
+    ``"transformer_lens"``); ``exclude_current_token`` and ``error_measure``
+    belong to ``"transformer_lens"``; ``loss_mask`` (``[batch, pos]`` bool:
+    which query rows count) and ``causal`` to ``"interp"``. ``df.attrs``
+    records the convention. :func:`pattern_scores` scores patterns you have.
+
+    Raises:
+        InterpError: for an unknown stripe or convention, an option the
+            convention does not have, bad tokens, a ``loss_mask`` of the wrong
+            shape, no query with a non-empty stripe, tokens that are not the
+            repeated probe under ``"arena"``, a cache of other tokens, or a
+            model without attention patterns.
+    """
+    cfg = check_model(model)
+    tokens = probe_tokens(model) if tokens is None else check_tokens(model, tokens, min_len=2)
+    if convention != "interp" and (loss_mask is not None or causal is not None):
+        raise InterpError("loss_mask and causal belong to convention='interp'")
+    causal = is_causal(model) if causal is None else bool(causal)
+    reducers = _reducers(
+        tokens,
+        stripes,
+        convention,
+        exclude_bos,
+        exclude_current_token,
+        error_measure,
+        loss_mask,
+        causal,
+    )
+    out = {s: torch.zeros(cfg.n_layers, cfg.n_heads) for s in reducers}
     if cache is not None:
-        for layer, p in enumerate(patterns(model, tokens, cache=cache)):
-            for s, r in reducers.items():
-                out[s][layer] = r(p).cpu()
+        with eval_no_grad(model):
+            for layer, p in enumerate(patterns(model, tokens, cache=cache)):
+                for s, r in reducers.items():
+                    out[s][layer] = r(p).cpu()
     else:
         _scores_by_hooks(model, tokens, reducers, out)
     df = head_frame(out, cfg.n_layers, cfg.n_heads)
-    df.attrs["convention"] = convention
+    df.attrs.update(convention=convention, method=f"stripe scores ({convention} convention)")
     return df
 
 

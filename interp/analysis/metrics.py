@@ -9,6 +9,9 @@ model *before* any forward pass:
   meaningless (an encoder without a language-model head) is refused;
 * ``rows``: which positions' logits it reads (``None``: all), so an engine may
   skip the unembedding elsewhere;
+* ``next_token``: it scores the prediction of the *next* token, which only
+  means something on a causal model: an encoder sees the token it would
+  "predict", so the next-token loss is refused there;
 * :meth:`Metric.check` validates token ids and masks against the model and
   the tokens.
 
@@ -27,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from interp.errors import InterpError
-from interp.protocol import check_int, check_mask, logits_meaningful
+from interp.protocol import check_int, check_mask, is_causal, logits_meaningful
 
 MetricFn = Callable[[torch.Tensor, torch.Tensor], Any]
 
@@ -49,6 +53,8 @@ class Metric:
     needs_lm_head: bool = False
     rows: tuple[int, ...] | None = None  # positions (negative from the end) whose logits it reads
     checker: Callable[[Any, torch.Tensor], None] | None = None
+    next_token: bool = False
+    unit: str = ""  # what one unit of the value is, e.g. "nats" (exported tables say it)
 
     def __call__(self, logits: torch.Tensor, tokens: torch.Tensor) -> Any:
         return self.fn(logits, tokens)
@@ -66,6 +72,12 @@ class Metric:
                 "meaningless (its checkpoint has no language-model head); pass a metric of "
                 "your own that reads what the model has"
             )
+        if self.next_token and not is_causal(model):
+            raise InterpError(
+                f"the {self.name} metric is a next-token loss, which has no meaning on an encoder "
+                "(bidirectional attention sees the token it would predict); pass a metric of your "
+                "own, e.g. a masked-token logit difference"
+            )
         if self.checker is not None:
             self.checker(model, tokens)
 
@@ -74,13 +86,27 @@ def as_metric(metric: Any) -> Metric:
     """``metric`` as a :class:`Metric` (plain callables are wrapped).
 
     Raises:
-        InterpError: for something that is not callable.
+        InterpError: for something that is not callable, or cannot be called
+            with two arguments (logits, tokens).
     """
     if isinstance(metric, Metric):
         return metric
     if not callable(metric):
         raise InterpError(f"metric must be callable as metric(logits, tokens), got {metric!r}")
-    return Metric(fn=metric, name=str(getattr(metric, "__name__", "metric")))
+    name = str(getattr(metric, "__name__", "metric"))
+    try:
+        sig = inspect.signature(metric)
+    except (TypeError, ValueError):  # a builtin without a signature: trust it
+        sig = None
+    if sig is not None:
+        try:
+            sig.bind(None, None)
+        except TypeError:
+            raise InterpError(
+                f"metric {name!r} takes ({', '.join(sig.parameters)}), but metrics are called as "
+                "metric(logits, tokens); e.g. lambda logits, tokens: logits[:, -1, 5].mean()"
+            ) from None
+    return Metric(fn=metric, name=name)
 
 
 def scalar(value: Any, name: str) -> float:
@@ -92,7 +118,8 @@ def scalar(value: Any, name: str) -> float:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise InterpError(
-                f"metric {name!r} must return a scalar, got shape {tuple(value.shape)}"
+                f"metric {name!r} must return a scalar, got shape {tuple(value.shape)}; "
+                "reduce it (e.g. .mean()) to one number"
             )
         value = value.item()
     try:
@@ -140,7 +167,15 @@ def loss_metric(loss_mask: torch.Tensor | None = None) -> Metric:
     rows = None
     if isinstance(mask, torch.Tensor) and mask.ndim == 2:
         rows = tuple(int(i) for i in torch.nonzero(mask[:, :-1].any(0)).flatten())
-    return Metric(fn=fn, name="loss", needs_lm_head=True, rows=rows, checker=checker)
+    return Metric(
+        fn=fn,
+        name="loss",
+        needs_lm_head=True,
+        rows=rows,
+        checker=checker,
+        next_token=True,
+        unit="nats (mean next-token cross-entropy)",
+    )
 
 
 def _ids(value: Any, name: str) -> int | torch.Tensor:
@@ -191,7 +226,14 @@ def logit_diff_metric(correct: Any, incorrect: Any, *, position: int = -1) -> Me
         if not -length <= pos < length:
             raise InterpError(f"position {pos} out of range for sequences of length {length}")
 
-    return Metric(fn=fn, name="logit_diff", needs_lm_head=True, rows=(pos,), checker=checker)
+    return Metric(
+        fn=fn,
+        name="logit_diff",
+        needs_lm_head=True,
+        rows=(pos,),
+        checker=checker,
+        unit=f"logit difference at position {pos}",
+    )
 
 
 def prepare_metric(

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.analysis._common import cached, head_frame, hook_names, per_query_heads
+from interp.analysis._common import check_cache, head_frame, hook_names, per_query_heads
 from interp.analysis.subspace import head_subspaces
 from interp.errors import InterpError
 from interp.hooks import head_label, hook_name
@@ -63,10 +63,11 @@ def head_input_hook(model: Any, layer: int) -> str:
 
 def _input_vectors(model: Any, tokens: torch.Tensor, layer: int, cache: Any) -> torch.Tensor:
     name = head_input_hook(model, layer)
-    if cache is None:
-        with torch.no_grad():
-            _, cache = model.run_with_cache(tokens, names_filter=[name])
-    return cached(cache, name, tokens).float()  # [batch, pos, d_model]
+    with torch.no_grad():
+        checked = check_cache(model, tokens, cache, needs=[name])
+        if checked is None:
+            _, checked = model.run_with_cache(tokens, names_filter=[name])
+    return checked[name].float()  # [batch, pos, d_model]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -147,10 +148,11 @@ def null_space_probe(
     pos_t = torch.tensor(positions, device=tokens.device)
     rows = []
     with eval_no_grad(model):
-        if cache is None:
+        checked = check_cache(model, tokens, cache, needs=[in_name, *names])
+        if checked is None:
             clean_out, clean = model.run_with_cache(tokens, names_filter=[in_name, *names])
         else:
-            clean = {nm: cached(cache, nm, tokens) for nm in (in_name, *names)}
+            clean = {nm: checked[nm] for nm in (in_name, *names)}
             clean_out = model(tokens)
         x = clean[in_name]
         size = float(x[:, pos_t].float().norm(dim=-1).mean()) * scale

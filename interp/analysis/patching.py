@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis._common import cached, rows_frame
+from interp.analysis._common import CheckedCache, check_cache, rows_frame
 from interp.analysis._sweep import sweep
 from interp.analysis.metrics import Metric, logit_diff_metric, prepare_metric, scalar
 from interp.errors import InterpError
@@ -57,23 +57,22 @@ def check_token_pair(model: Any, clean: Any, corrupted: Any) -> tuple[torch.Tens
 
 
 def clean_run(
-    model: Any, tokens: torch.Tensor, metric: Metric, layers: list[int], cache: Any
+    model: Any, tokens: torch.Tensor, metric: Metric, layers: list[int], cache: CheckedCache | None
 ) -> tuple[float, dict[int, torch.Tensor]]:
     """The clean run's metric and ``hook_z`` of ``layers`` (``[batch, pos, head, d_head]``),
-    read from ``cache`` when given (the metric still needs one forward pass). Run under
-    :func:`~interp.protocol.eval_no_grad`.
+    read from ``cache`` (already checked against ``tokens``) when given; the metric
+    still needs one forward pass. Run under :func:`~interp.protocol.eval_no_grad`.
 
     Raises:
-        InterpError: for a cache without those hooks or of other tokens, or a
-            metric that returns a non-scalar.
+        InterpError: for a metric that returns a non-scalar.
     """
     names = [hook_name("z", l) for l in layers]
     if cache is None:
-        logits, cache = model.run_with_cache(tokens, names_filter=names)
+        logits, zcache = model.run_with_cache(tokens, names_filter=names)
     else:
-        logits = model(tokens)
+        logits, zcache = model(tokens), cache.complete(names)
     value = scalar(metric(logits, tokens), metric.name)
-    return value, {l: cached(cache, n, tokens) for l, n in zip(layers, names)}
+    return value, {l: zcache[n] for l, n in zip(layers, names)}
 
 
 def patch_heads(
@@ -112,6 +111,7 @@ def patch_heads(
     chosen = sorted(parse_heads(model, heads))
     layers = sorted({l for l, _ in chosen})
     with eval_no_grad(model):
+        cache = check_cache(model, tokens, cache)
         clean, repl = clean_run(model, tokens, m, layers, cache)
         result = sweep(
             model,

@@ -35,7 +35,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis._common import cached
+from interp.analysis._common import check_cache
 from interp.analysis.words import WordTokens
 from interp.errors import InterpError
 from interp.hooks import hook_name
@@ -68,11 +68,13 @@ def word_states(
     models see exactly their own sentence). ``fwd_hooks`` (e.g.
     :func:`interp.analysis.ablation.zero_head_hooks`) are applied to every run.
     ``cache`` is the cache of all items' tokens stacked (so they must share
-    one length), read instead of running the model.
+    one length), read instead of running the model; it is checked against
+    those tokens first (:func:`interp.analysis._common.check_cache`).
 
     Raises:
         InterpError: for no items, a model without ``W_E``, a cache for items
-            of different lengths, or a cache together with ``fwd_hooks``.
+            of different lengths or of other tokens, or a cache together with
+            ``fwd_hooks``.
     """
     cfg = check_model(model)
     if not items:
@@ -110,9 +112,11 @@ def _states_from_cache(model, items, cache, fwd_hooks, out) -> torch.Tensor:
     pos = torch.tensor([it.word_pos for it in items], device=tokens.device)
     rows = torch.arange(len(items), device=tokens.device)
     out[:, 0] = model.W_E[tokens[rows, pos]].detach().float().cpu()
-    for l in range(model.cfg.n_layers):
-        resid = cached(cache, hook_name("resid_post", l), tokens)
-        out[:, l + 1] = resid[rows, pos].detach().float().cpu()
+    names = [hook_name("resid_post", l) for l in range(model.cfg.n_layers)]
+    with eval_no_grad(model):
+        checked = check_cache(model, tokens, cache, needs=names)
+    for l, name in enumerate(names):
+        out[:, l + 1] = checked[name][rows, pos].detach().float().cpu()
     return out
 
 

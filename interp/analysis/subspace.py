@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Literal
 
 import numpy as np
@@ -36,24 +37,48 @@ from interp.errors import InterpError
 
 @dataclasses.dataclass(frozen=True)
 class Subspaces:
-    """Orthonormal bases (as rows) of the four fundamental subspaces of ``M [d_out, d_in]``."""
+    """Orthonormal bases (as rows) of the four fundamental subspaces of ``M [d_out, d_in]``.
+
+    Built from a *thin* SVD ``M = U diag(S) Vh`` (``U [d_out, k]``, ``Vh [k, d_in]``,
+    ``k = min(d_out, d_in)``): the row and column spaces are slices of it. The
+    two complements can be much larger than the matrix (the null space of a
+    ``128 x 12,288`` query map is 12,160 vectors of 12,288 numbers), so
+    ``null_space`` and ``left_null_space`` are computed on first access and
+    kept; ``nullity`` never needs them.
+    """
 
     rank: int
     singular_values: np.ndarray  # [min(d_out, d_in)], descending
     tol: float
-    row_space: np.ndarray  # [rank, d_in]
-    null_space: np.ndarray  # [d_in - rank, d_in]
-    column_space: np.ndarray  # [rank, d_out]
-    left_null_space: np.ndarray  # [d_out - rank, d_out]
+    U: np.ndarray  # [d_out, k] left singular vectors (thin)
+    Vh: np.ndarray  # [k, d_in] right singular vectors (thin)
+
+    @property
+    def row_space(self) -> np.ndarray:  # [rank, d_in]
+        return self.Vh[: self.rank]
+
+    @property
+    def column_space(self) -> np.ndarray:  # [rank, d_out]
+        return self.U[:, : self.rank].T
+
+    @functools.cached_property
+    def null_space(self) -> np.ndarray:  # [d_in - rank, d_in]
+        """Input directions the map sends to zero (computed on first access)."""
+        return np.concatenate([self.Vh[self.rank :], _complement(self.Vh, self.Vh.shape[1])])
+
+    @functools.cached_property
+    def left_null_space(self) -> np.ndarray:  # [d_out - rank, d_out]
+        """Output directions the map never produces (computed on first access)."""
+        return np.concatenate([self.U[:, self.rank :].T, _complement(self.U.T, self.U.shape[0])])
 
     @property
     def nullity(self) -> int:
-        return int(self.null_space.shape[0])
+        return int(self.Vh.shape[1] - self.rank)
 
     @property
     def shape(self) -> tuple[int, int]:
         """``(d_out, d_in)`` of the analysed column-vector matrix."""
-        return int(self.column_space.shape[1]), int(self.row_space.shape[1])
+        return int(self.U.shape[0]), int(self.Vh.shape[1])
 
 
 def _to_numpy(W: Any) -> np.ndarray:
@@ -98,23 +123,15 @@ def subspaces(
     elif convention != "column":
         raise InterpError(f"convention must be 'column' or 'row', got {convention!r}")
     d_out, d_in = M.shape
-    # full_matrices=True gives complete bases for the null spaces in one factorisation.
-    U, S, Vh = np.linalg.svd(M, full_matrices=True)
+    # Thin SVD: the complements (null spaces) are built only if read (Subspaces).
+    U, S, Vh = np.linalg.svd(M, full_matrices=False)
     if tol is None:
         smax = float(S[0]) if S.size else 0.0
         tol = smax * max(d_out, d_in) * float(np.finfo(M.dtype).eps)
     elif tol < 0:
         raise InterpError(f"tol must be non-negative, got {tol}")
     rank = int((S > tol).sum())
-    return Subspaces(
-        rank=rank,
-        singular_values=S,
-        tol=float(tol),
-        row_space=Vh[:rank],
-        null_space=Vh[rank:],
-        column_space=U[:, :rank].T,
-        left_null_space=U[:, rank:].T,
-    )
+    return Subspaces(rank=rank, singular_values=S, tol=float(tol), U=U, Vh=Vh)
 
 
 def null_space_dimension(W: Any, *, convention: Literal["column", "row"] = "column") -> int:
@@ -142,6 +159,8 @@ def _complement(basis: np.ndarray, dim: int) -> np.ndarray:
     """Orthonormal rows spanning the orthogonal complement of ``basis`` (orthonormal rows)."""
     if basis.shape[0] == 0:
         return np.eye(dim)
+    if basis.shape[0] >= dim:
+        return np.zeros((0, dim), dtype=basis.dtype)
     q, _ = np.linalg.qr(basis.T, mode="complete")  # [dim, dim]; first columns span basis
     return q[:, basis.shape[0] :].T
 
@@ -170,16 +189,7 @@ def factored_subspaces(A: Any, B: Any, *, tol: float | None = None) -> Subspaces
         smax = float(S[0]) if S.size else 0.0
         tol = smax * max(d_out, d_in) * float(np.finfo(U.dtype).eps)
     rank = int((S > tol).sum())
-    row, col = Vh[:rank], U[:, :rank].T
-    return Subspaces(
-        rank=rank,
-        singular_values=S,
-        tol=float(tol),
-        row_space=row,
-        null_space=_complement(row, d_in),
-        column_space=col,
-        left_null_space=_complement(col, d_out),
-    )
+    return Subspaces(rank=rank, singular_values=S, tol=float(tol), U=U, Vh=Vh)
 
 
 COMPONENTS = ("Q", "K", "V", "O", "QK", "OV")

@@ -113,14 +113,19 @@ def run_lab(
     models: Any = None,
     seed: int = 0,
     progress: bool = True,
+    device: Any = None,
+    dtype: Any = None,
 ) -> Any:
     """Run a lab and write its report, tables and figures (to ``reports/<name>`` by default).
 
     Every option, and the output folder, is checked before any work.
+    ``device`` and ``dtype`` load the lab's models as :func:`interp.models.load_model` does.
 
     Raises:
-        InterpError: as :func:`check_options`, or for an output folder that
-            cannot be written or holds files that are not an earlier lab output.
+        InterpError: as :func:`check_options`, for an output folder that cannot
+            be written or holds files that are not an earlier lab output, or
+            ``device``/``dtype`` for a lab that builds its own models (or a
+            device this machine lacks).
     """
     from interp.files import check_output_dir, check_replaceable
     from interp.labs.writer import write_lab
@@ -128,12 +133,32 @@ def run_lab(
     kwargs = check_options(name, models=models, seed=seed, fmt=fmt)
     target = Path(out) if out is not None else default_out(name)
     check_replaceable(check_output_dir(target))
-    lab = lab_module(name)
-    findings = lab.analyse(**kwargs, progress=progress)
-    meta = {"seed": kwargs["seed"]}
+    placed = device is not None or dtype is not None
+    if placed:
+        from interp.models.loader import check_device, check_dtype, load_model
+
+        if LABS[name][1] == "none":
+            raise InterpError(f"the {name} lab builds its own small models; drop --device/--dtype")
+        check_device(device)
+        check_dtype(dtype)
+    meta: dict[str, Any] = {"seed": kwargs["seed"]}
     if "model" in kwargs or "models" in kwargs:
         names = kwargs.get("models", (kwargs.get("model"),))
         meta["models"] = [
             os.fspath(m) if isinstance(m, (str, os.PathLike)) else type(m).__name__ for m in names
         ]
+        if placed:
+            meta.update(device=str(device or "cpu"), dtype=str(dtype or "float32"))
+
+            def place(m: Any) -> Any:
+                if isinstance(m, (str, os.PathLike)):
+                    return load_model(m, device=device, dtype=dtype)
+                return m
+
+            if "models" in kwargs:
+                kwargs["models"] = tuple(place(m) for m in kwargs["models"])
+            else:
+                kwargs["model"] = place(kwargs["model"])
+    lab = lab_module(name)
+    findings = lab.analyse(**kwargs, progress=progress)
     return write_lab(lab, findings, target, fmt=fmt, meta=meta)

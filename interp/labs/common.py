@@ -16,7 +16,13 @@ def load(model: Any) -> tuple[Any, str]:
         from interp.models.loader import load_model
 
         return load_model(model), os.fspath(model)
-    return model, str(getattr(model.cfg, "model_name", type(model).__name__))
+    return model, model_name(model)
+
+
+def model_name(model: Any) -> str:
+    """What reports and tables call ``model``: the name it was loaded by, else its config's."""
+    named = getattr(model, "interp_name", None)
+    return str(named or getattr(model.cfg, "model_name", None) or type(model).__name__)
 
 
 def progress_bar(total: int, enabled: bool, desc: str) -> Any:

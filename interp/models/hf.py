@@ -31,6 +31,7 @@ from interp.errors import CheckpointError, InterpError
 from interp.paths import cache_dir
 
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+VERDICT = "interp-bridge-verified.json"
 
 
 def word_tokenizer(vocab_size: int) -> Any:
@@ -80,26 +81,150 @@ def word_tokenizer(vocab_size: int) -> Any:
     return AutoTokenizer.from_pretrained(target)
 
 
-def bridge_from_hf(hf_model: Any, *, architecture_name: str, tokenizer: Any = None) -> Any:
-    """Wrap an in-memory Hugging Face model in a TransformerBridge, in eval mode.
+def architecture_of(hf_model: Any) -> str:
+    """The architecture a Hugging Face model names in its config (e.g. ``LlamaForCausalLM``)."""
+    config = getattr(hf_model, "config", None)
+    archs = list(getattr(config, "architectures", None) or [])
+    return str(archs[0]) if archs else str(getattr(config, "model_type", type(hf_model).__name__))
+
+
+def _check_tokens_for(hf_model: Any) -> Any:
+    """A fixed ``[1, 8]`` id tensor inside the model's vocabulary, on its first device."""
+    import torch
+
+    vocab = int(hf_model.config.vocab_size)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (1, 8), generator=gen)
+    device = next(iter(hf_model.parameters())).device
+    return ids.to(device)
+
+
+def _logits(out: Any) -> Any:
+    return out.logits if hasattr(out, "logits") else out
+
+
+def bridge_from_hf(
+    hf_model: Any,
+    *,
+    architecture_name: str,
+    tokenizer: Any = None,
+    verdict: Path | None = None,
+) -> Any:
+    """Wrap an in-memory Hugging Face model in a TransformerBridge, in eval mode, verified.
 
     ``architecture_name`` is any hub id or folder of the same architecture (it
     selects the bridge adapter; nothing is downloaded). A model built from a
     config starts in train mode (dropout on), so it is switched to eval first.
+
+    The bridge replaces the model's modules with its own (TransformerLens's
+    adapters re-split fused weights to expose ``hook_q``, ``hook_k`` ...), so
+    an adapter that splits a weight in the wrong layout gives a model that runs
+    and is wrong everywhere. The Hugging Face model's logits on 8 fixed tokens
+    are therefore computed *before* wrapping and compared with the bridge's
+    after (two forward passes of 8 tokens); a mismatch is refused.
+    ``verdict`` (a file beside a converted copy) remembers a passed check for
+    these library versions, so it runs once.
+
+    Raises:
+        InterpError: when TransformerLens cannot wrap the architecture, or the
+            bridge's logits differ from the Hugging Face model's (the message
+            names the architecture and the size of the difference).
     """
+    import torch
     from transformer_lens.model_bridge import TransformerBridge
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     hf_model.eval()
+    arch = architecture_of(hf_model)
     tok = tokenizer or word_tokenizer(int(hf_model.config.vocab_size))
-    bridge = TransformerBridge.boot_transformers(
-        architecture_name, hf_model=hf_model, tokenizer=tok
-    ).eval()
+    key = _verdict_key(hf_model)
+    trusted = verdict is not None and _read_verdict(verdict) == key
+    ids = _check_tokens_for(hf_model)
+    if not trusted:
+        with torch.no_grad():
+            reference = _logits(hf_model(ids)).detach().float().cpu()
+    try:
+        bridge = TransformerBridge.boot_transformers(
+            architecture_name, hf_model=hf_model, tokenizer=tok
+        ).eval()
+    except Exception as exc:  # noqa: BLE001 - any adapter failure is the same problem for users
+        raise InterpError(
+            f"TransformerLens cannot wrap this {arch} model ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}); this configuration "
+            "of the architecture is not supported by its adapter"
+        ) from None
     bridge.interp_hf_model = hf_model
+    if not trusted:
+        with torch.no_grad():
+            got = _logits(bridge(ids)).detach().float().cpu()
+        check_agreement(got, reference, arch=arch, dtype=next(hf_model.parameters()).dtype)
+        if verdict is not None:
+            _write_verdict(verdict, key)
     return bridge
 
 
-def _read_config(path: Path) -> dict[str, Any]:
+def check_agreement(got: Any, reference: Any, *, arch: str, dtype: Any = None) -> float:
+    """The largest difference between a bridge's logits and its Hugging Face model's.
+
+    The tolerance is relative to the logits' size: 1e-3 in float32 (bridges
+    agree to about 1e-6), 5e-2 in half precision.
+
+    Raises:
+        InterpError: for logits of another shape, or a difference beyond the tolerance.
+    """
+    import torch
+
+    if tuple(got.shape) != tuple(reference.shape):
+        raise InterpError(
+            f"the TransformerLens bridge of this {arch} model gives logits of shape "
+            f"{tuple(got.shape)}, Hugging Face {tuple(reference.shape)}; its adapter does not "
+            "reproduce the model, so every analysis would be wrong"
+        )
+    scale = max(1.0, float(reference.abs().max()))
+    half = dtype in (torch.float16, torch.bfloat16)
+    tol = (5e-2 if half else 1e-3) * scale
+    gap = float((got - reference).abs().max())
+    if not gap <= tol:
+        raise InterpError(
+            f"the TransformerLens bridge of this {arch} model disagrees with the Hugging Face "
+            f"model: logits differ by up to {gap:.3g} (largest logit {scale:.3g}, tolerance "
+            f"{tol:.2g}) on a fixed 8-token check; its adapter does not reproduce this "
+            "configuration, so every analysis would be wrong; the model is refused"
+        )
+    return gap
+
+
+def _verdict_key(hf_model: Any) -> dict[str, str]:
+    import torch
+    import transformer_lens
+    import transformers
+
+    return {
+        "interp_check": "logits-v1",
+        "transformers": transformers.__version__,
+        "transformer_lens": getattr(transformer_lens, "__version__", "?"),
+        "torch": torch.__version__,
+        "dtype": str(next(hf_model.parameters()).dtype),
+    }
+
+
+def _read_verdict(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_verdict(path: Path, key: dict[str, str]) -> None:
+    from interp.files import write_text
+
+    try:
+        write_text(path, json.dumps(key, indent=1) + "\n")
+    except (OSError, InterpError):
+        pass  # a read-only folder: the check simply runs again next time
+
+
+def read_config(path: Path) -> dict[str, Any]:
     try:
         cfg = json.loads((path / "config.json").read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -137,8 +262,13 @@ def load_hf_dir(
     device_map: Any = None,
     architecture_name: str | None = None,
     quiet: bool = False,
+    verified_copy: bool = False,
 ) -> Any:
     """A local Hugging Face model folder as a TransformerBridge (no network).
+
+    The bridge is checked against the Hugging Face model (:func:`bridge_from_hf`);
+    ``verified_copy`` (our converted copies) keeps the passed check's verdict
+    in the folder (:data:`VERDICT`) so later loads skip it.
 
     Weights missing from the checkpoint inside the base model are an error
     (the folder is incomplete); a missing language-model head flags the model
@@ -147,14 +277,16 @@ def load_hf_dir(
     A folder without tokenizer files gets :func:`word_tokenizer`.
 
     Raises:
-        CheckpointError: for an unreadable config or weights, or weights missing
-            from the base model.
-        InterpError: for a folder that is not a Hugging Face model.
+        CheckpointError: for an unreadable config or weights (a truncated
+            ``model.safetensors`` included), or weights missing from the base model.
+        InterpError: for a folder that is not a Hugging Face model, an
+            architecture TransformerLens cannot wrap, or a bridge whose logits
+            disagree with the Hugging Face model's.
     """
     from transformers import AutoTokenizer
 
     d = Path(path)
-    config = _read_config(d)
+    config = read_config(d)
     cls = _lm_class(config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     kwargs: dict[str, Any] = {"local_files_only": True, "output_loading_info": True}
@@ -168,8 +300,12 @@ def load_hf_dir(
         hf_logging.set_verbosity_error()
     try:
         hf, info = cls.from_pretrained(d, **kwargs)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise CheckpointError(f"cannot load a Hugging Face model from {str(d)!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - safetensors, torch and HF each raise their own
+        first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        raise CheckpointError(
+            f"cannot load a Hugging Face model from {str(d)!r} ({type(exc).__name__}: {first}); "
+            "the folder's weights or config are damaged or incomplete: restore them"
+        ) from None
     finally:
         hf_logging.set_verbosity(level)
     prefix = getattr(hf, "base_model_prefix", "") or ""
@@ -184,7 +320,10 @@ def load_hf_dir(
         tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
     except (OSError, ValueError, TypeError):
         tok = word_tokenizer(int(hf.config.vocab_size))
-    bridge = bridge_from_hf(hf, architecture_name=architecture_name or str(d), tokenizer=tok)
+    verdict = d / VERDICT if verified_copy else None
+    bridge = bridge_from_hf(
+        hf, architecture_name=architecture_name or str(d), tokenizer=tok, verdict=verdict
+    )
     if missing:  # only head weights are missing: the logits come from random weights
         bridge.interp_logits_meaningful = False
     if missing and not quiet:

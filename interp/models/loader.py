@@ -121,11 +121,60 @@ def _torch_dtype(dtype: Any) -> Any:
 
     if dtype is None:
         return None
-    if isinstance(dtype, torch.dtype):
-        return dtype
     if isinstance(dtype, str) and dtype in DTYPES:
         return getattr(torch, dtype)
+    if isinstance(dtype, torch.dtype) and str(dtype).removeprefix("torch.") in DTYPES:
+        return dtype
+    if isinstance(dtype, torch.dtype):
+        raise InterpError(
+            f"dtype {dtype} cannot hold model weights; choose a floating type: {', '.join(DTYPES)}"
+        )
     raise InterpError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+
+
+def check_dtype(dtype: Any) -> Any:
+    """``dtype`` as a floating ``torch.dtype`` (``None`` stays ``None``).
+
+    Raises:
+        InterpError: for a name or type that cannot hold model weights.
+    """
+    return _torch_dtype(dtype)
+
+
+def check_device(device: Any) -> Any:
+    """``device`` as a ``torch.device`` this machine has (``None`` stays ``None``).
+
+    Raises:
+        InterpError: for an unknown device type, or one this machine lacks
+            (``cuda`` without a GPU, ``mps`` off Apple silicon, an index past
+            the last GPU).
+    """
+    import torch
+
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise InterpError(
+            f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:1' or 'mps'"
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InterpError(
+                f"device {device!r}: CUDA is not available on this machine (torch "
+                f"{torch.__version__}); use device='cpu'"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InterpError(
+                f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif dev.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise InterpError(f"device {device!r}: MPS is not available here; use device='cpu'")
+    elif dev.type != "cpu":
+        raise InterpError(f"device {device!r} is not supported here; use 'cpu', 'cuda' or 'mps'")
+    return dev
 
 
 def load_model(
@@ -145,13 +194,16 @@ def load_model(
 
     Raises:
         InterpError: for an unknown name, a missing path, a folder that is not a
-            model, a missing weights package (with the install command), an
-            unknown dtype, ``device`` together with ``device_map``, or a hub id
-            while the hub is unreachable (listing the offline aliases).
+            model, a missing weights package (with the install command), a
+            dtype that is not floating, a device this machine lacks, ``device``
+            together with ``device_map``, a hub id while the hub is unreachable
+            (listing the offline aliases), an architecture TransformerLens cannot
+            wrap, or a bridge whose logits disagree with its Hugging Face model.
         CheckpointError: for a damaged checkpoint or model folder.
     """
     kind = classify(name_or_path)
     torch_dtype = _torch_dtype(dtype)
+    device = check_device(device)
     if device is not None and device_map is not None:
         raise InterpError("pass device or device_map, not both (device_map places every layer)")
     name = os.fspath(name_or_path)
@@ -182,6 +234,7 @@ def load_model(
         model = _load_hub(name, torch_dtype, device_map)
     if device is not None:
         model = model.to(device)
+    model.interp_name = name  # what tables and reports call the model
     return model.eval()
 
 
@@ -234,3 +287,58 @@ def list_models() -> list[dict[str, Any]]:
             row.update(state="installed", size_mb=size / 1e6, where=str(root))
         rows.append(row)
     return rows
+
+
+def load_tokenizer(name_or_path: str | os.PathLike[str]) -> Any:
+    """The tokenizer of a model, without loading its weights; ``None`` for id-only models.
+
+    For checks that need only the tokenizer (is an answer one token? does a
+    position fit the prompt?), so they run before the weights load:
+    ``induction-2l`` and our checkpoints have none (prompts are ids);
+    ``smollm2-135m`` reads it from the converted copy (or the GGUF file when
+    there is no copy yet); a Hugging Face folder from its tokenizer files, or
+    the word tokenizer :func:`load_model` would give it.
+
+    Raises:
+        InterpError: as :func:`classify`, or for a missing weights package.
+    """
+    kind = classify(name_or_path)
+    name = os.fspath(name_or_path)
+    if kind in ("checkpoint", "hub") or name == "induction-2l":
+        return None
+    from transformers import AutoTokenizer
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if kind == "alias":
+        from interp.models import pretrained
+
+        if name == "smollm2-135m":
+            return pretrained.smollm2_tokenizer(convert=False)
+        return AutoTokenizer.from_pretrained(
+            pretrained.package_dir(name) / "model", local_files_only=True
+        )
+    path = Path(name).expanduser()
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, TypeError):
+        from interp.models.hf import read_config, word_tokenizer
+
+        return word_tokenizer(int(read_config(path).get("vocab_size", 2)))
+
+
+def prompt_ids(tokenizer: Any, text: str) -> Any:
+    """``[1, pos]`` ids of ``text`` as a bridge's ``to_tokens`` gives them (with its BOS/CLS).
+
+    Example:
+        >>> from interp.models.hf import word_tokenizer
+        >>> prompt_ids(word_tokenizer(30), "t5 t12").tolist()
+        [[0, 5, 12]]
+    """
+    import torch
+
+    ids = list(tokenizer(text)["input_ids"])
+    starts = {getattr(tokenizer, a, None) for a in ("bos_token_id", "cls_token_id")} - {None}
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is not None and (not ids or ids[0] not in starts):
+        ids = [bos, *ids]
+    return torch.tensor([ids], dtype=torch.long)

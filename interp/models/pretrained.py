@@ -197,14 +197,21 @@ def load_smollm2(*, dtype: Any = None, device_map: Any = None) -> Any:
     """SmolLM2-135M-Instruct as a TransformerBridge (see the module docstring)."""
     from interp.models.hf import load_hf_dir
 
-    return load_hf_dir(ensure_smollm2(), dtype=dtype, device_map=device_map)
+    return load_hf_dir(ensure_smollm2(), dtype=dtype, device_map=device_map, verified_copy=True)
 
 
-def smollm2_tokenizer() -> Any:
-    """SmolLM2's tokenizer alone (from the converted copy; converts it once if needed)."""
+def smollm2_tokenizer(*, convert: bool = True) -> Any:
+    """SmolLM2's tokenizer alone: from the converted copy (converted once if needed), or,
+    with ``convert=False`` and no copy yet, straight from the GGUF file (no weights read)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(ensure_smollm2(), local_files_only=True)
+    if convert or cache_status(smollm2_cache()) == "ok":
+        return AutoTokenizer.from_pretrained(ensure_smollm2(), local_files_only=True)
+    src = package_dir("smollm2-135m")
+    ggufs = sorted(src.glob("*.gguf"))
+    if not ggufs:
+        raise InterpError(f"no .gguf file in {src}; reinstall: {INSTALL['smollm2-135m']}")
+    return AutoTokenizer.from_pretrained(src, gguf_file=ggufs[0].name)
 
 
 def load_minilm(*, dtype: Any = None, device_map: Any = None) -> Any:

@@ -1,0 +1,75 @@
+"""The ``interp`` command line: one module per command group, shared argument types in one place.
+
+* :mod:`interp.cli.args`: argument types, input readers and the checks every
+  command runs before a model loads;
+* :mod:`interp.cli.labs`: ``interp lab``, ``interp train``, ``interp models``;
+* :mod:`interp.cli.heads`: ``interp ablate``, ``attribute``, ``patch``, ``scores``.
+
+Errors print one line on stderr and exit non-zero (2 for bad input, 130 for
+Ctrl-C, 1 for anything unexpected); set ``INTERP_DEBUG=1`` for a traceback.
+Warnings are one line too. Arguments are checked before anything heavy is
+imported or computed, so ``interp --help`` and a mistyped option answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from interp.cli.args import Parser
+
+GROUPS = ("interp.cli.labs", "interp.cli.heads")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command (each group module adds its own)."""
+    import importlib
+
+    parser = Parser(prog="interp", description="Open up attention heads.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for module in GROUPS:
+        importlib.import_module(module).add_parsers(sub)
+    return parser
+
+
+def _one_line_warning(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+    print(f"interp: warning: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (see the module docstring)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from interp.errors import InterpError
+
+    previous = warnings.showwarning
+    warnings.showwarning = _one_line_warning
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default", UserWarning)  # each distinct warning once
+            return args.func(args)
+    except InterpError as exc:
+        print(f"interp: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interp: interrupted; earlier output (if any) is left as it was", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI promises one line, not a traceback
+        if os.environ.get("INTERP_DEBUG"):
+            raise
+        print(
+            f"interp: unexpected error: {type(exc).__name__}: {exc} "
+            "(set INTERP_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        warnings.showwarning = previous
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,320 @@
+"""``interp ablate``, ``interp attribute``, ``interp patch``, ``interp scores``: per-head tables.
+
+Each command checks its arguments (output path, heads, positions, metric
+ids, seeds) before loading a model; what needs only the tokenizer (is each
+``--logit-diff`` word one token? do ``--positions`` fit the prompt?) is
+checked with the tokenizer alone, before the weights load. It then loads the
+model with :func:`interp.models.load_model`, says how many passes it will run,
+and exports the table with :func:`interp.export`. Inputs come from one of
+``--tokens FILE`` (.npy integer array, or .txt with one sequence of ids per
+line), ``--prompt TEXT`` or ``--repeated N`` (BOS + N random ordinary tokens,
+twice); by default the model's standard repeated probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from interp.cli.args import (
+    add_inputs,
+    add_model,
+    check_inputs,
+    check_model_args,
+    check_out,
+    check_positions_fit,
+    check_prompt,
+    count_arg,
+    encode,
+    heads_arg,
+    inputs,
+    load,
+    pair_arg,
+    positions_arg,
+    print_top,
+    token_id,
+    tokenizer_of,
+)
+from interp.errors import InterpError
+
+
+def _add_metric(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--metric", default=default, choices=("loss", "logit-diff"))
+    p.add_argument(
+        "--logit-diff",
+        help="CORRECT,INCORRECT token ids (or single-token words) for --metric logit-diff",
+    )
+    p.add_argument("--positions", help="comma-separated positions where the edit applies")
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``ablate``, ``attribute``, ``patch`` and ``scores`` to ``sub``."""
+    ab = sub.add_parser("ablate", help="ablate every head (or some) and export the table")
+    add_inputs(ab)
+    ab.add_argument("--method", default="zero", choices=("zero", "mean", "resample"))
+    ab.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
+    ab.add_argument("--heads", help="comma-separated labels, e.g. L1H4,L0H7 (default: all)")
+    _add_metric(ab, "loss")
+    ab.add_argument("--top", type=count_arg(0), default=10, help="heads to print, by |delta|")
+    ab.add_argument(
+        "--estimate",
+        action="store_true",
+        help="first-order estimate for every head (interp attribute) instead of the exact sweep",
+    )
+    ab.add_argument("--verify", type=count_arg(0), default=0, help="with --estimate: exact top K")
+    ab.set_defaults(func=run_ablate)
+
+    at = sub.add_parser(
+        "attribute",
+        help="attribution patching: estimate every head's effect from one backward pass",
+    )
+    add_inputs(at)
+    at.add_argument("--method", default="zero", choices=("zero", "mean", "patch"))
+    at.add_argument("--corrupted", help="corrupted prompt for --method patch (--prompt is clean)")
+    at.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
+    at.add_argument("--heads", help="comma-separated labels (default: all)")
+    _add_metric(at, "loss")
+    at.add_argument("--verify", type=count_arg(0), default=0, help="exact values for the top K")
+    at.add_argument(
+        "--correction",
+        default="none",
+        choices=("none", "qk"),
+        help="qk: AtP*'s fix for effects through later heads' queries and keys (slower)",
+    )
+    at.add_argument("--top", type=count_arg(0), default=10, help="heads to print, by |estimate|")
+    at.set_defaults(func=run_attribute)
+
+    pa = sub.add_parser("patch", help="per-head activation patching, clean into corrupted")
+    add_model(pa)
+    pa.add_argument("--clean", required=True, help="clean prompt")
+    pa.add_argument("--corrupted", required=True, help="corrupted prompt (same length)")
+    _add_metric(pa, "logit-diff")
+    pa.add_argument("--heads", help="comma-separated labels (default: all)")
+    pa.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
+    pa.add_argument("--top", type=count_arg(0), default=10, help="heads to print, by |normalized|")
+    pa.set_defaults(func=run_patch)
+
+    sc = sub.add_parser("scores", help="induction / previous-token / duplicate-token head scores")
+    add_inputs(sc)
+    sc.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
+    sc.add_argument(
+        "--convention",
+        default="interp",
+        choices=("interp", "transformer_lens", "arena"),
+        help="how a stripe becomes a score (README: Definitions)",
+    )
+    sc.add_argument("--exclude-bos", choices=("yes", "no"), help="default: the convention's")
+    sc.set_defaults(func=run_scores)
+
+
+# ------------------------------------------------------------------ checks, no weights
+def _check_metric_args(args: argparse.Namespace) -> None:
+    if args.metric == "logit-diff":
+        if not args.logit_diff:
+            raise InterpError("--metric logit-diff needs --logit-diff CORRECT,INCORRECT")
+        pair_arg(args.logit_diff)
+    elif args.logit_diff:
+        raise InterpError(
+            "--logit-diff is used only with --metric logit-diff; add it or drop --logit-diff"
+        )
+
+
+def _tokenizer_checks(args: argparse.Namespace, prompts: list[str], positions: Any) -> Any:
+    """What needs only the tokenizer, before the weights load: each ``--logit-diff`` word is
+    one token, and ``--positions`` fit every prompt. Returns the answer ids (or None)."""
+    words = pair_arg(args.logit_diff) if args.metric == "logit-diff" else ()
+    needs_tok = any(not w.strip().lstrip("-").isdigit() for w in words)
+    if not needs_tok and not (positions is not None and prompts):
+        return None
+    tok = tokenizer_of(args.model)
+    ids = tuple(token_id(tok, w) for w in words) or None
+    for text in prompts:
+        check_positions_fit(positions, encode(tok, text).shape[1])
+    return ids
+
+
+# ------------------------------------------------------------------ with the model
+def _metric(model: Any, args: argparse.Namespace, loss_mask: Any) -> Any:
+    from interp.analysis.metrics import logit_diff_metric, loss_metric
+
+    if args.metric == "loss":
+        return loss_metric(loss_mask)
+    a, b = pair_arg(args.logit_diff)
+    tok = getattr(model, "tokenizer", None)
+    return logit_diff_metric(token_id(tok, a), token_id(tok, b))
+
+
+def _announce(model: Any, tokens: Any, heads: Any, what: str) -> None:
+    from interp.analysis.ablation import sweep_plan
+
+    plan = sweep_plan(model, tokens, heads=heads)
+    print(
+        f"{what}: {plan['edits']} heads on {tokens.shape[0]} x {tokens.shape[1]} tokens, "
+        f"{plan['passes']} forward passes ({plan['path']} path)"
+        + (f"; {plan['note']}" if plan["note"] and plan["path"] == "loop" else "")
+    )
+
+
+def _describe(df: Any, args: argparse.Namespace) -> Any:
+    """Record where the table's inputs came from (exported with it)."""
+    source = (
+        f"--tokens {args.tokens}"
+        if getattr(args, "tokens", None)
+        else f"--prompt {args.prompt!r}"
+        if getattr(args, "prompt", None) is not None
+        else f"--repeated {args.repeated}"
+        if getattr(args, "repeated", None)
+        else "the model's repeated-token probe"
+    )
+    df.attrs.setdefault("model", args.model)
+    df.attrs.setdefault("inputs", source)
+    return df
+
+
+def run_ablate(args: argparse.Namespace) -> int:
+    out = check_out(args.out)  # before any heavy work
+    heads, positions = heads_arg(args.heads), positions_arg(args.positions)
+    _check_metric_args(args)
+    if args.verify and not args.estimate:
+        raise InterpError("--verify goes with --estimate (the exact sweep is exact already)")
+    if args.estimate and args.method == "resample":
+        raise InterpError("--estimate supports --method zero or mean")
+    given = check_inputs(args)
+    check_model_args(args)
+    _tokenizer_checks(args, [args.prompt] if args.prompt is not None else [], positions)
+    if given is not None:
+        check_positions_fit(positions, given.shape[1], "--tokens sequences")
+    if args.estimate:
+        return _attribute(args, out, heads, positions, given)
+    from interp import export
+    from interp.analysis.ablation import ablate_heads
+
+    model = load(args)
+    tokens, mask = inputs(model, args, given)
+    metric = _metric(model, args, mask)
+    _announce(model, tokens, heads, f"{args.method} ablation")
+    df = ablate_heads(
+        model,
+        tokens,
+        method=args.method,
+        metric=metric,
+        heads=heads,
+        positions=positions,
+        seed=args.seed,
+        progress=True,
+    )
+    print_top(df, "delta", args.top)
+    export(_describe(df, args), out)
+    print(f"wrote {out}")
+    return 0
+
+
+def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any, given: Any) -> int:
+    from interp import export
+    from interp.analysis.attribution import attribute_heads
+    from interp.analysis.patching import check_token_pair
+
+    model = load(args)
+    corrupted = None
+    if args.method == "patch":  # run_attribute checked the options
+        tokens, mask = encode(model, args.prompt), None
+        corrupted = encode(model, args.corrupted)
+        check_token_pair(model, tokens, corrupted)
+    else:
+        tokens, mask = inputs(model, args, given)
+    metric = _metric(model, args, mask)
+    then = f", then the exact value of the top {args.verify}" if args.verify else ""
+    passes = 3 if corrupted is not None else 2
+    print(
+        f"attribution ({args.method}): every head from {passes} passes (forward + backward){then}"
+    )
+    df = attribute_heads(
+        model,
+        tokens,
+        metric=metric,
+        method=args.method,
+        corrupted_tokens=corrupted,
+        heads=heads,
+        positions=positions,
+        verify=args.verify,
+        seed=args.seed,
+        progress=True,
+        correction=getattr(args, "correction", "none"),  # interp ablate --estimate has none
+    )
+    print_top(df, "estimate", args.top)
+    export(_describe(df, args), out)
+    print(f"wrote {out} (estimates and exact values are in separate columns)")
+    return 0
+
+
+def run_attribute(args: argparse.Namespace) -> int:
+    out = check_out(args.out)
+    heads, positions = heads_arg(args.heads), positions_arg(args.positions)
+    _check_metric_args(args)
+    check_prompt(args.corrupted, "corrupted prompt")
+    if args.method != "patch" and args.corrupted:
+        raise InterpError("--corrupted is for --method patch")
+    if args.method == "patch":
+        if args.prompt is None or not args.corrupted:
+            raise InterpError("--method patch needs --prompt (clean) and --corrupted")
+        if args.metric != "logit-diff":
+            raise InterpError("--method patch needs --metric logit-diff --logit-diff A,B")
+    given = check_inputs(args)
+    check_model_args(args)
+    prompts = [p for p in (args.prompt, args.corrupted) if p is not None]
+    _tokenizer_checks(args, prompts, positions)
+    if given is not None:
+        check_positions_fit(positions, given.shape[1], "--tokens sequences")
+    return _attribute(args, out, heads, positions, given)
+
+
+def run_patch(args: argparse.Namespace) -> int:
+    out = check_out(args.out)
+    heads, positions = heads_arg(args.heads), positions_arg(args.positions)
+    _check_metric_args(args)
+    check_prompt(args.clean, "clean prompt")
+    check_prompt(args.corrupted, "corrupted prompt")
+    check_model_args(args)
+    _tokenizer_checks(args, [args.clean, args.corrupted], positions)
+    from interp import export
+    from interp.analysis.patching import check_token_pair, patch_heads
+
+    model = load(args)
+    clean, corrupted = encode(model, args.clean), encode(model, args.corrupted)
+    check_token_pair(model, clean, corrupted)  # before the plan's probe pass
+    _announce(model, corrupted, heads, "patching")
+    df = patch_heads(
+        model,
+        clean,
+        corrupted_tokens=corrupted,
+        metric=_metric(model, args, None),
+        heads=heads,
+        positions=positions,
+        progress=True,
+    )
+    print_top(df, "normalized", args.top)
+    df.attrs.setdefault("model", args.model)
+    df.attrs.setdefault("inputs", f"--clean {args.clean!r} --corrupted {args.corrupted!r}")
+    export(df, out)
+    print(f"wrote {out}")
+    return 0
+
+
+def run_scores(args: argparse.Namespace) -> int:
+    out = check_out(args.out)
+    given = check_inputs(args)
+    check_model_args(args)
+    from interp import export
+    from interp.analysis.induction import head_scores
+
+    model = load(args)
+    tokens, _ = inputs(model, args, given)
+    exclude = None if args.exclude_bos is None else args.exclude_bos == "yes"
+    df = head_scores(model, tokens, convention=args.convention, exclude_bos=exclude)
+    for stripe in ("induction", "previous_token", "duplicate_token"):
+        best = df.loc[df[stripe].idxmax()]
+        print(f"best {stripe} head: {best['label']} ({best[stripe]:.3f}, {args.convention})")
+    export(_describe(df, args), out)
+    print(f"wrote {out}")
+    return 0
