@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import pandas as pd
 
-__version__ = "0.2.0"
-__all__ = ["CheckpointError", "InterpError", "__version__", "export"]
+__version__ = "0.3.0"
+__all__ = ["CheckpointError", "InterpError", "__version__", "export", "read_table"]
 
 
 def export(
@@ -28,10 +28,13 @@ def export(
     *,
     colour: str | None = "delta",
     decimals: int = 4,
+    meta: dict | None = None,
 ) -> Path:
-    """Export a table, format chosen by extension (.csv .parquet .json .md .html).
+    """Export a table and how it was computed, format chosen by extension.
 
-    See :func:`interp.tables.export` (``colour`` and ``decimals`` style HTML);
+    ``.csv`` (with a ``<stem>.meta.json`` sidecar), ``.parquet``, ``.json``,
+    ``.md``, ``.html``: see :func:`interp.tables.export` (``colour`` and
+    ``decimals`` style HTML; ``meta`` adds keys the table's ``attrs`` lack);
     pandas loads only when this is called.
 
     Raises:
@@ -39,4 +42,18 @@ def export(
     """
     from interp.tables import export as _export
 
-    return _export(df, path, colour=colour, decimals=decimals)
+    return _export(df, path, colour=colour, decimals=decimals, meta=meta)
+
+
+def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read a table written by :func:`export` (CSV, Parquet, JSON) with its ``attrs``.
+
+    See :func:`interp.tables.read_table`.
+
+    Raises:
+        InterpError: for a missing or unreadable file, or a CSV whose metadata
+            sidecar describes another version of it.
+    """
+    from interp.tables import read_table as _read
+
+    return _read(path)

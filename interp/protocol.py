@@ -96,6 +96,24 @@ def check_model(model: Any) -> Any:
     return cfg
 
 
+def model_name(model: Any) -> str:
+    """What tables and reports call ``model``: the name it was loaded by, else its config's."""
+    named = getattr(model, "interp_name", None)
+    cfg = getattr(model, "cfg", None)
+    return str(named or getattr(cfg, "model_name", None) or type(model).__name__)
+
+
+def positions_label(positions: Any) -> Any:
+    """``positions`` (a ``[pos]`` bool mask, ints or None) as table metadata: a list or "all"."""
+    if positions is None:
+        return "all"
+    if hasattr(positions, "dtype") and str(positions.dtype) == "torch.bool":
+        return [int(i) for i in positions.nonzero().flatten().tolist()]
+    if hasattr(positions, "tolist"):
+        return positions.tolist()
+    return list(positions) if isinstance(positions, (list, tuple)) else positions
+
+
 def is_causal(model: Any) -> bool:
     """False only for models whose config says ``attention_dir == "bidirectional"`` (encoders)."""
     return getattr(model.cfg, "attention_dir", "causal") != "bidirectional"
@@ -377,16 +395,27 @@ def check_layer_head(model: Any, layer: Any, head: Any = None) -> tuple[int, int
     numpy and torch integers are accepted; floats and bools are not.
 
     Raises:
-        InterpError: for a non-integer or out-of-range layer or head.
+        InterpError: for a layer or head that is not an integer (a type error,
+            e.g. ``"1"``), or one out of range.
     """
     cfg = model.cfg
-    if isinstance(layer, bool) or not _is_int(layer) or not 0 <= int(layer) < cfg.n_layers:
+    for what, value in (("layer", layer), ("head", head)):
+        if what == "head" and value is None:
+            continue
+        if isinstance(value, bool) or not _is_int(value):
+            raise InterpError(
+                f"{what} must be an integer, got {type(value).__name__} {value!r}"
+                + (
+                    f"; pass {what}={value.strip()}"
+                    if isinstance(value, str) and value.strip().isdigit()
+                    else ""
+                )
+            )
+    if not 0 <= int(layer) < cfg.n_layers:
         raise InterpError(
             f"layer {_show(layer)} out of range: the model has layers 0..{cfg.n_layers - 1}"
         )
-    if head is not None and (
-        isinstance(head, bool) or not _is_int(head) or not 0 <= int(head) < cfg.n_heads
-    ):
+    if head is not None and not 0 <= int(head) < cfg.n_heads:
         raise InterpError(
             f"head {_show(head)} out of range: the model has heads 0..{cfg.n_heads - 1}"
         )

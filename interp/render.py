@@ -88,23 +88,22 @@ class Report:
 
     def table(self, df: Any, caption: str | None = None, float_format: str = "{:.4f}") -> Report:
         """Add a pandas DataFrame as an HTML table (floats rounded for reading)."""
-        styler = df.style.format(float_format, subset=df.select_dtypes("floating").columns)
-        styler = styler.hide(axis="index")
-        if caption:
-            styler = styler.set_caption(html.escape(caption))
-        self._parts.append(styler.to_html())
+        from interp.tables import styler
+
+        s = styler(df, decimals=None, caption_text=caption)
+        s = s.format(float_format, subset=df.select_dtypes("floating").columns)
+        self._parts.append(s.to_html())
         return self
 
     def heatmap(self, pivot: Any, caption: str | None = None, decimals: int = 3) -> Report:
         """Add a pivoted DataFrame (e.g. layer x head) as a colour-scaled table."""
-        from interp.tables import diverging_colour
+        from interp.tables import diverging_colour, styler
 
         values = pivot.to_numpy(dtype=float)
         lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
-        styler = pivot.style.format(f"{{:.{decimals}f}}").map(lambda v: diverging_colour(v, lo, hi))
-        if caption:
-            styler = styler.set_caption(html.escape(caption))
-        self._parts.append(styler.to_html())
+        s = styler(pivot.reset_index(), decimals=decimals, caption_text=caption)
+        s = s.map(lambda v: diverging_colour(v, lo, hi), subset=list(pivot.columns))
+        self._parts.append(s.to_html())
         return self
 
     def attention(

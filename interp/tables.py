@@ -1,28 +1,42 @@
-"""Export a results table, choosing the format from the file extension.
+"""Export a results table with how it was computed, and read it back.
 
-============ =========================================================
+============ ================================================================
 extension    format
-============ =========================================================
-``.csv``     CSV, full float precision (``repr`` round-trip)
-``.parquet`` Parquet (pyarrow), full precision
-``.json``    JSON records, full precision; NaN and infinities become ``null``
-``.md``      Markdown table, floats rounded to 4 decimals
-``.html``    pandas-styled HTML table, colour scale on ``delta``
-============ =========================================================
+============ ================================================================
+``.csv``     CSV (shortest round-trip floats) + sidecar ``<stem>.meta.json``
+``.parquet`` Parquet (pyarrow); the metadata in the file's schema (key ``interp``)
+``.json``    ``{"meta": {...}, "rows": [...]}``; NaN and infinities are ``null``
+``.md``      Markdown table, floats rounded to 4 decimals, the metadata as its caption
+``.html``    pandas-styled HTML table, colour scale on ``delta``, the metadata as caption
+============ ================================================================
 
-Every format is written atomically (temporary file beside the target, then
-rename), and the destination is checked before anything is written.
+The metadata is the table's ``df.attrs`` (every analysis records its
+``method``, ``metric`` and ``unit``, ``model``, ``positions``, ``seed``...)
+plus the ``interp_version`` that wrote it: a number read off a file says how
+it was computed. :func:`read_table` reads CSV, Parquet and JSON back with
+their ``attrs``; the CSV sidecar holds the CSV's SHA-256, so metadata left
+beside another version of the table is refused rather than believed.
+
+Floats are written with the fewest digits that read back to the same double
+(Python's ``repr``), not a fixed 17. Every file is written atomically
+(temporary file beside the target, then rename), and the destination is
+checked before anything is written. Styled HTML is byte-identical between
+runs (its element ids come from the table's content, not a random uuid).
 
 Example:
     >>> import pandas as pd, tempfile, pathlib
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "t.json"
-    >>> _ = export(pd.DataFrame({"layer": [0], "delta": [float("nan")]}), path)
-    >>> path.read_text().split()
-    ['[', '{', '"layer":', '0,', '"delta":', 'null', '}', ']']
+    >>> df = pd.DataFrame({"layer": [0], "delta": [0.1]})
+    >>> df.attrs.update(method="zero ablation", seed=0)
+    >>> path = export(df, pathlib.Path(tempfile.mkdtemp()) / "t.csv")
+    >>> back = read_table(path)
+    >>> back["delta"].tolist(), back.attrs["method"], "interp_version" in back.attrs
+    ([0.1], 'zero ablation', True)
 """
 
 from __future__ import annotations
 
+import hashlib
+import html
 import json
 import math
 import os
@@ -35,6 +49,10 @@ from interp.errors import InterpError
 from interp.files import check_output_file, write_text, write_with
 
 FORMATS = (".csv", ".parquet", ".json", ".md", ".html")
+READABLE = (".csv", ".parquet", ".json")
+PARQUET_KEY = b"interp"
+# The order the caption names the metadata in; other keys follow alphabetically.
+CAPTION_ORDER = ("method", "metric", "unit", "model", "inputs", "positions", "seed")
 
 
 def check_export_path(path: str | os.PathLike[str]) -> Path:
@@ -66,31 +84,99 @@ def diverging_colour(value: float, lo: float, hi: float) -> str:
     return f"background-color: hsl({hue}, 80%, {light}%)"
 
 
-def _plain(v: Any) -> Any:
-    """A JSON-safe Python value: numpy scalars unwrapped, NaN and infinities as None."""
-    if hasattr(v, "item"):
+def plain(v: Any) -> Any:
+    """A JSON-safe Python value: numpy/torch scalars unwrapped, NaN and infinities as None,
+    containers converted recursively, anything else as its ``str``."""
+    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
+        v = v.tolist()
+    elif hasattr(v, "item") and not isinstance(v, (str, bytes)):
         v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set)):
+        return [plain(x) for x in v]
+    return str(v)
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as dicts of plain Python values (floats keep all 17 significant digits)."""
+    """Rows as dicts of plain Python values (floats keep their full precision)."""
     return [
-        {str(k): _plain(v) for k, v in zip(df.columns, row)}
+        {str(k): plain(v) for k, v in zip(df.columns, row)}
         for row in df.itertuples(index=False, name=None)
     ]
 
 
-def styled_html(df: pd.DataFrame, *, colour: str | None = "delta", decimals: int = 4) -> str:
+def table_meta(df: pd.DataFrame, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a table file records about how it was computed: ``df.attrs`` (JSON-safe), then
+    ``extra`` for keys the table does not set itself, then ``interp_version``."""
+    from interp import __version__
+
+    meta = {str(k): plain(v) for k, v in df.attrs.items()}
+    for k, v in (extra or {}).items():
+        meta.setdefault(str(k), plain(v))
+    meta["interp_version"] = __version__
+    return meta
+
+
+def caption(meta: dict[str, Any]) -> str:
+    """One line naming the metadata, in :data:`CAPTION_ORDER` first (for Markdown and HTML)."""
+    keys = [k for k in CAPTION_ORDER if k in meta]
+    keys += sorted(k for k in meta if k not in CAPTION_ORDER and k != "interp_version")
+    parts = [f"{k}: {_show(meta[k])}" for k in keys if meta[k] not in (None, "", [], {})]
+    parts.append(f"interp {meta.get('interp_version', '?')}")
+    return "; ".join(parts)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    return str(v)
+
+
+def styler(df: pd.DataFrame, *, decimals: int | None = 4, caption_text: str | None = None) -> Any:
+    """``df.style`` with floats rounded, the index hidden and *deterministic* element ids.
+
+    pandas gives every Styler a random uuid, so the same table rendered twice
+    differs; the uuid here is a hash of the table's content and caption.
+    """
+    key = hashlib.sha256(
+        (df.to_csv(index=False) + (caption_text or "") + str(decimals)).encode()
+    ).hexdigest()[:10]
+    s = df.style
+    s.set_uuid(key)
+    if decimals is not None:
+        s = s.format(f"{{:.{decimals}f}}", subset=df.select_dtypes("floating").columns)
+    s = s.hide(axis="index")
+    if caption_text:
+        s = s.set_caption(html.escape(caption_text))
+    return s
+
+
+def styled_html(
+    df: pd.DataFrame,
+    *,
+    colour: str | None = "delta",
+    decimals: int = 4,
+    caption_text: str | None = None,
+) -> str:
     """A pandas-styled HTML table with a colour scale on column ``colour`` (if present)."""
-    floats = df.select_dtypes("floating").columns
-    styler = df.style.format(f"{{:.{decimals}f}}", subset=floats).hide(axis="index")
+    s = styler(df, decimals=decimals, caption_text=caption_text)
     if colour and colour in df.columns:
         lo, hi = float(df[colour].min()), float(df[colour].max())
-        styler = styler.map(lambda v: diverging_colour(v, lo, hi), subset=[colour])
-    return styler.to_html()
+        s = s.map(lambda v: diverging_colour(v, lo, hi), subset=[colour])
+    return s.to_html()
+
+
+def sidecar(path: str | os.PathLike[str]) -> Path:
+    """The metadata file beside a CSV table: ``<stem>.meta.json``."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}.meta.json")
 
 
 def export(
@@ -99,10 +185,13 @@ def export(
     *,
     colour: str | None = "delta",
     decimals: int = 4,
+    meta: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``df`` to ``path`` in the format its extension names (see module docstring).
+    """Write ``df`` and how it was computed to ``path``, in the format its extension names.
 
-    ``colour`` and ``decimals`` style the ``.html`` format.
+    ``meta`` adds keys the table's own ``df.attrs`` do not set (a lab adds its
+    name, seed and models). ``colour`` and ``decimals`` style the ``.html``
+    format. See the module docstring for where each format keeps the metadata.
 
     Raises:
         InterpError: for a non-DataFrame, an unknown extension, a path that is
@@ -112,15 +201,86 @@ def export(
         raise InterpError(f"export needs a pandas DataFrame, got {type(df).__name__}")
     p = check_export_path(path)
     ext = p.suffix.lower()
+    info = table_meta(df, meta)
     if ext == ".csv":
-        return write_with(p, lambda t: df.to_csv(t, index=False, float_format="%.17g"))
+        write_with(p, lambda t: df.to_csv(t, index=False))
+        digest = hashlib.sha256(p.read_bytes()).hexdigest()
+        side = {"table": p.name, "table_sha256": digest, "meta": info}
+        write_text(sidecar(p), json.dumps(side, indent=1, allow_nan=False) + "\n")
+        return p
     if ext == ".parquet":
-        return write_with(p, lambda t: df.to_parquet(t, index=False))
+        return write_with(p, lambda t: _write_parquet(df, t, info))
     if ext == ".json":
-        return write_text(p, json.dumps(records(df), indent=1, allow_nan=False) + "\n")
+        doc = {"meta": info, "rows": records(df)}
+        return write_text(p, json.dumps(doc, indent=1, allow_nan=False) + "\n")
     if ext == ".md":
-        return write_text(p, df.to_markdown(index=False, floatfmt=".4f") + "\n")
-    body = styled_html(df, colour=colour, decimals=decimals)
+        body = df.to_markdown(index=False, floatfmt=".4f")
+        return write_text(p, f"Table: {caption(info)}\n\n{body}\n")
+    body = styled_html(df, colour=colour, decimals=decimals, caption_text=caption(info))
     return write_text(
         p, f"<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>{body}</body></html>\n"
     )
+
+
+def _write_parquet(df: pd.DataFrame, target: Path, info: dict[str, Any]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    plain_df = df.copy()
+    plain_df.attrs = {}  # ours go under PARQUET_KEY, JSON-safe (pandas' own copy warns on numpy)
+    table = pa.Table.from_pandas(plain_df, preserve_index=False)
+    metadata = dict(table.schema.metadata or {})
+    metadata[PARQUET_KEY] = json.dumps(info, allow_nan=False).encode()
+    pq.write_table(table.replace_schema_metadata(metadata), target)
+
+
+def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """A table written by :func:`export` (CSV, Parquet or JSON), with its ``attrs`` restored.
+
+    Raises:
+        InterpError: for a missing file, another format, a file that is not
+            such a table, or a CSV whose sidecar describes another version of it.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InterpError(f"table {str(p)!r} not found")
+    ext = p.suffix.lower()
+    if ext not in READABLE:
+        raise InterpError(
+            f"read_table reads {', '.join(READABLE)}; {str(p)!r} is {ext or 'extensionless'} "
+            "(Markdown and HTML are for reading by eye)"
+        )
+    try:
+        if ext == ".csv":
+            df = pd.read_csv(p)
+            side = sidecar(p)
+            info: dict[str, Any] = {}
+            if side.is_file():
+                doc = json.loads(side.read_text())
+                if doc.get("table_sha256") != hashlib.sha256(p.read_bytes()).hexdigest():
+                    raise InterpError(
+                        f"{side.name} describes another version of {p.name} (its SHA-256 "
+                        "differs): the table was changed after it was written; re-export it"
+                    )
+                info = doc.get("meta", {})
+        elif ext == ".parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(p)
+            raw = (table.schema.metadata or {}).get(PARQUET_KEY)
+            info = json.loads(raw) if raw else {}
+            df = table.to_pandas()
+        else:
+            doc = json.loads(p.read_text())
+            if not isinstance(doc, dict) or "rows" not in doc:
+                raise InterpError(f"{str(p)!r} is JSON but not an interp table (no 'rows')")
+            df = pd.DataFrame(doc["rows"])
+            info = doc.get("meta", {})
+    except InterpError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - pandas, pyarrow and json each raise their own
+        raise InterpError(
+            f"cannot read {str(p)!r} as a table ({type(exc).__name__}: {exc})"
+        ) from None
+    df.attrs.update(info)
+    return df

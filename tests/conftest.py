@@ -118,7 +118,12 @@ def lab_run(tmp_path_factory):
     def run(lab: str) -> Path:
         if lab not in _RUNS:
             cwd = tmp_path_factory.mktemp(f"nb-{lab}")
-            execute_notebook(NOTEBOOKS[lab], cwd)
+            # Notebooks write to interp.labs.reports_dir(): here, the session's folder.
+            os.environ["INTERP_REPORTS"] = str(cwd / "reports")
+            try:
+                execute_notebook(NOTEBOOKS[lab], cwd)
+            finally:
+                os.environ.pop("INTERP_REPORTS", None)
             _RUNS[lab] = cwd / "reports" / lab
         return _RUNS[lab]
 

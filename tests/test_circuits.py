@@ -110,8 +110,12 @@ def test_bad_layer_head():
         k_composition_circuit(m, prev=(1, 0), induction=(1, 1))
     with pytest.raises(InterpError, match="embedding must be"):
         qk_circuit(m, layer=0, head=0, embedding="rotary")
-    with pytest.raises(InterpError, match="layer 1.5 out of range"):
+    with pytest.raises(InterpError, match="layer must be an integer, got float 1.5"):
         qk_circuit(m, layer=1.5, head=0)
+    with pytest.raises(InterpError, match="layer must be an integer, got str '1'; pass layer=1"):
+        qk_circuit(m, layer="1", head=0)
+    with pytest.raises(InterpError, match="head must be an integer, got bool"):
+        ov_circuit(m, layer=0, head=True)
 
 
 def test_numpy_integer_indices_are_accepted():

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 
+import interp
 from interp.cli import main
 
 
@@ -89,10 +90,12 @@ def test_attribute_and_scores(tmp_path, capsys):
         main(["attribute", "--out", str(out), "--repeated", "20", "--verify", "2", "--top", "0"])
         == 0
     )
-    df = pd.read_csv(out)
-    assert (df["source"] == "exact").sum() == 2 and {"estimate", "exact"} <= set(df.columns)
+    df = interp.read_table(out)
+    assert df["exact"].notna().sum() == 2 and df["estimate"].notna().all()
+    assert df.attrs["method"] == "zero" and df.attrs["metric"] == "loss"
+    assert df.attrs["inputs"] == "--repeated 20" and df.attrs["model"] == "induction-2l"
     assert main(["ablate", "--estimate", "--out", str(out), "--repeated", "20", "--top", "0"]) == 0
-    assert (pd.read_csv(out)["source"] == "estimate").all()
+    assert interp.read_table(out)["exact"].isna().all()
     for convention in ("interp", "transformer_lens", "arena"):
         sout = tmp_path / f"s-{convention}.csv"
         assert main(["scores", "--out", str(sout), "--convention", convention]) == 0

@@ -47,7 +47,26 @@ def test_attribution_agrees_with_exact_patching(out):
         <= 10
     )
     att = table(out, "attribution")
-    assert (att["source"] == "estimate").all()
+    assert att["exact"].isna().all() and att["estimate"].notna().all()  # never mixed
+
+
+def test_the_name_attention_caption_states_its_own_numbers(out):
+    import html
+    import re
+
+    from interp.labs.name_movers import attention_caption
+
+    na = table(out, "name_attention")
+    caption = attention_caption(na)
+    assert html.escape(caption) in (out / "report.html").read_text()
+    for r in na.itertuples():
+        best = max(("to_io", "to_s1", "to_s2"), key=lambda c: getattr(r, c))
+        assert f"{r.label} {getattr(r, best):.2f}" in caption
+    # A head that looks at S2 is never said to attend to the indirect object.
+    fake = na.assign(to_io=0.065, to_s1=0.1, to_s2=0.61).head(1)
+    said = attention_caption(fake)
+    assert re.search(r"subject's second occurrence: L\d+H\d+ 0.61", said)
+    assert "indirect object:" not in said
 
 
 def test_ablating_the_top_heads_hurts_more_than_random_heads(out):

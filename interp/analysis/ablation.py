@@ -47,8 +47,10 @@ from interp.protocol import (
     check_seed,
     check_tokens,
     eval_no_grad,
+    model_name,
     parse_heads,
     position_mask,
+    positions_label,
 )
 
 Method = Literal["zero", "mean", "resample"]
@@ -194,10 +196,26 @@ def check_reference(
     return reference_tokens
 
 
-def _record(df: pd.DataFrame, result: SweepResult, method: str, metric: Metric) -> pd.DataFrame:
+def _record(
+    df: pd.DataFrame,
+    result: SweepResult,
+    method: str,
+    metric: Metric,
+    model: Any,
+    pos: Any,
+    seed: int,
+    reference: Any,
+    analysis: str,
+) -> pd.DataFrame:
     df.attrs.update(
+        analysis=analysis,
         method=method,
         metric=metric.name,
+        unit=metric.unit,
+        model=model_name(model),
+        positions=positions_label(pos),
+        seed=seed,
+        reference="the tokens" if reference is None else f"{reference.shape[0]} sequences",
         engine=result.path,
         engine_note=result.note,
         passes=result.passes,
@@ -271,7 +289,9 @@ def ablate_heads(
             "delta": [v - result.clean for v in result.values],
         },
     )
-    return _record(df, result, method, m)
+    return _record(
+        df, result, method, m, model, pos, seed, reference_tokens, "ablate_heads (exact, per head)"
+    )
 
 
 def ablate_head_groups(
@@ -344,7 +364,9 @@ def ablate_head_groups(
             "delta": [v - result.clean for v in result.values],
         }
     )
-    return _record(df, result, method, m)
+    return _record(
+        df, result, method, m, model, pos, seed, reference_tokens, "ablate_head_groups (exact)"
+    )
 
 
 def sweep_plan(

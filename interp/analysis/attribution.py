@@ -31,11 +31,13 @@ layer ``j`` per edited head, batched: far less than the exact sweep, more
 than the plain estimate (``df.attrs["forward_equivalents"]`` counts only the
 plain part; ``benchmarks/attribution.py`` measures both in wall time).
 
-The table has the rows and columns of :func:`ablate_heads` (or
-:func:`patch_heads` for ``"patch"``) plus ``estimate``, ``exact`` and
-``source``: ``delta`` is the exact value where it was computed (``verify=k``
-runs the exact engine on the ``k`` heads with the largest ``|estimate|``)
-and the estimate elsewhere, and ``source`` says which.
+The table has one row per head: ``layer, head, label, clean`` (and
+``corrupted`` for ``"patch"``), then the first-order ``estimate`` of the
+change of the metric, and ``exact``, the exact change where it was computed
+(``verify=k`` runs the exact engine on the ``k`` heads with the largest
+``|estimate|``) and NaN elsewhere. No column mixes the two. ``"patch"`` adds
+``estimate_normalized`` and ``exact_normalized`` (as a fraction of
+``clean - corrupted``).
 
 Example:
     >>> from interp.models import load_induction_model
@@ -43,8 +45,8 @@ Example:
     >>> model = load_induction_model()
     >>> data = repeated_tokens(32, d_vocab=64, seq_len=48, segment_lengths=(8, 12), seed=1)
     >>> table = attribute_heads(model, data.tokens, loss_mask=data.loss_mask, verify=2)
-    >>> table.nlargest(2, "delta")[["label", "source"]].values.tolist()
-    [['L1H1', 'exact'], ['L0H1', 'exact']]
+    >>> table.dropna(subset="exact").nlargest(2, "exact")["label"].tolist()
+    ['L1H1', 'L0H1']
 """
 
 from __future__ import annotations
@@ -67,8 +69,10 @@ from interp.protocol import (
     check_tokens,
     eval_mode,
     eval_no_grad,
+    model_name,
     parse_heads,
     position_mask,
+    positions_label,
 )
 
 Method = Literal["zero", "mean", "patch"]
@@ -350,37 +354,29 @@ def attribute_heads(
             )
             exact = {(int(r.layer), int(r.head)): float(r.delta) for r in ex.itertuples()}
     ex_col = [exact.get(k, float("nan")) for k in chosen]
-    delta = [exact.get(k, e) for k, e in zip(chosen, est)]
-    source = ["exact" if k in exact else "estimate" for k in chosen]
     if patching:
+        span = clean_value - value
         df = rows_frame(
             chosen,
             {
                 "clean": [clean_value] * len(chosen),
                 "corrupted": [value] * len(chosen),
-                "patched": [value + d for d in delta],
-                "delta": delta,
-                "normalized": [
-                    d / (clean_value - value) if clean_value != value else float("nan")
-                    for d in delta
-                ],
+                "estimate": est,
+                "estimate_normalized": [e / span if span else float("nan") for e in est],
+                "exact": ex_col,
+                "exact_normalized": [x / span if span else float("nan") for x in ex_col],
             },
         )
     else:
-        df = rows_frame(
-            chosen,
-            {
-                "clean": [value] * len(chosen),
-                "ablated": [value + d for d in delta],
-                "delta": delta,
-            },
-        )
-    df["estimate"] = est
-    df["exact"] = ex_col
-    df["source"] = source
+        df = rows_frame(chosen, {"clean": [value] * len(chosen), "estimate": est, "exact": ex_col})
     df.attrs.update(
+        analysis="attribute_heads (first-order estimate; exact where verified)",
         method=method,
         metric=m.name,
+        unit=m.unit,
+        model=model_name(model),
+        positions=positions_label(pos),
+        seed=seed,
         correction=correction,
         forward_equivalents=passes,
         verified=len(exact),

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from interp.analysis._common import check_cache, head_frame, hook_names, per_query_heads
 from interp.analysis.subspace import head_subspaces
@@ -59,6 +60,9 @@ def head_input_hook(model: Any, layer: int) -> str:
         if cand in names:
             return cand
     return hook_name("resid_pre", layer)
+
+
+AUTO_PROGRESS_PASSES = 100
 
 
 def _input_vectors(model: Any, tokens: torch.Tensor, layer: int, cache: Any) -> torch.Tensor:
@@ -97,6 +101,7 @@ def null_space_probe(
     seed: int = 0,
     control: bool = True,
     cache: Any = None,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """Add random null-space (and row-space control) directions to a head's input; measure.
 
@@ -104,8 +109,10 @@ def null_space_probe(
     (``W_Q^T``, ``W_K^T`` or ``W_V^T`` of ``layer``/``head``), scaled to
     ``scale`` times the mean norm of the head's input at ``positions``
     (ints or a ``[pos]`` bool mask; default the last position), and added
-    there in every sequence. ``cache`` (of ``tokens``) supplies the clean
-    activations.
+    there in every sequence. ``cache`` (of ``tokens``, checked against them)
+    supplies the clean activations. Each direction costs two forward passes;
+    ``progress`` shows a bar (``None``: when there are more than
+    :data:`AUTO_PROGRESS_PASSES`).
 
     Columns: ``layer, head, label, component, space`` (``null_space`` or ``row_space``),
     ``direction``, then relative changes ``||new - clean|| / ||clean||``:
@@ -156,15 +163,24 @@ def null_space_probe(
             clean_out = model(tokens)
         x = clean[in_name]
         size = float(x[:, pos_t].float().norm(dim=-1).mean()) * scale
-        for space, basis in spaces.items():
-            for i in range(n_directions):
-                coef = rng.standard_normal(basis.shape[0])
-                d = coef @ basis
-                d = torch.as_tensor(d / np.linalg.norm(d) * size, dtype=x.dtype, device=x.device)
-                measured = _measure(
-                    model, tokens, clean_out, clean, in_name, names, d, pos_t, head, cfg.n_heads
-                )
-                rows.append({"space": space, "direction": i, **measured})
+        passes = 2 * n_directions * len(spaces)  # two forward passes per direction
+        show = passes > AUTO_PROGRESS_PASSES if progress is None else bool(progress)
+        bar = tqdm(total=passes, disable=not show, desc="null-space probe", unit="pass")
+        try:
+            for space, basis in spaces.items():
+                for i in range(n_directions):
+                    coef = rng.standard_normal(basis.shape[0])
+                    d = coef @ basis
+                    d = torch.as_tensor(
+                        d / np.linalg.norm(d) * size, dtype=x.dtype, device=x.device
+                    )
+                    measured = _measure(
+                        model, tokens, clean_out, clean, in_name, names, d, pos_t, head, cfg.n_heads
+                    )
+                    rows.append({"space": space, "direction": i, **measured})
+                    bar.update(2)
+        finally:
+            bar.close()
     df = pd.DataFrame(rows)
     df.insert(0, "component", component)
     df.insert(0, "label", head_label(layer, head))

@@ -35,7 +35,15 @@ from interp.analysis._sweep import sweep
 from interp.analysis.metrics import Metric, logit_diff_metric, prepare_metric, scalar
 from interp.errors import InterpError
 from interp.hooks import hook_name
-from interp.protocol import check_model, check_tokens, eval_no_grad, parse_heads, position_mask
+from interp.protocol import (
+    check_model,
+    check_tokens,
+    eval_no_grad,
+    model_name,
+    parse_heads,
+    position_mask,
+    positions_label,
+)
 
 __all__ = ["logit_diff_metric", "patch_heads"]
 
@@ -139,8 +147,12 @@ def patch_heads(
     df["delta"] = df["patched"] - corrupted
     df["normalized"] = df["delta"] / (clean - corrupted)
     df.attrs.update(
+        analysis="patch_heads (exact, clean hook_z into the corrupted run)",
         method="patch",
         metric=m.name,
+        unit=m.unit,
+        model=model_name(model),
+        positions=positions_label(pos),
         engine=result.path,
         engine_note=result.note,
         passes=result.passes + 1,

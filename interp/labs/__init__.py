@@ -61,9 +61,27 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
+def reports_dir() -> Path:
+    """Where labs write by default, the same wherever a notebook or the CLI runs from.
+
+    ``$INTERP_REPORTS`` if set; else ``reports/`` in the interp project folder
+    that holds the current directory (the nearest ancestor with ``labs/`` and
+    ``pyproject.toml``: a notebook opened in ``labs/`` writes where ``make run``
+    writes); else ``reports/`` in the current directory.
+    """
+    env = os.environ.get("INTERP_REPORTS")
+    if env:
+        return Path(env).expanduser()
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / "labs").is_dir() and (folder / "pyproject.toml").is_file():
+            return folder / "reports"
+    return here / "reports"
+
+
 def default_out(name: str) -> Path:
-    """``reports/<name>``."""
-    return Path("reports") / name
+    """``<reports_dir()>/<name>``."""
+    return reports_dir() / name
 
 
 def check_options(name: str, *, models: Any = None, seed: Any = 0, fmt: str = "csv") -> dict:

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from interp.hooks import head_label
+from interp.protocol import model_name
 
 
 def load(model: Any) -> tuple[Any, str]:
@@ -17,12 +18,6 @@ def load(model: Any) -> tuple[Any, str]:
 
         return load_model(model), os.fspath(model)
     return model, model_name(model)
-
-
-def model_name(model: Any) -> str:
-    """What reports and tables call ``model``: the name it was loaded by, else its config's."""
-    named = getattr(model, "interp_name", None)
-    return str(named or getattr(model.cfg, "model_name", None) or type(model).__name__)
 
 
 def progress_bar(total: int, enabled: bool, desc: str) -> Any:

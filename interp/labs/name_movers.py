@@ -14,8 +14,8 @@ a drink to") so the answer flips (:func:`interp.datasets.name_mover_prompts`).
    the clean-minus-corrupted logit difference it restores; and attribution
    patching (:func:`interp.analysis.attribute_heads`) beside it, with their
    agreement (Spearman correlation, overlap of the top heads).
-3. The top heads' attention from the final position to the names (name
-   movers attend to the indirect object).
+3. The top heads' attention from the final position to the names (a name
+   mover would attend to the indirect object; the figure says where these heads look).
 4. The top heads mean-ablated together on the clean prompts against random
    sets of as many heads.
 
@@ -137,6 +137,32 @@ def _name_attention(
             }
         )
     return pd.DataFrame(out)
+
+
+NAME_TARGETS = {
+    "to_io": "the indirect object",
+    "to_s1": "the subject's first occurrence",
+    "to_s2": "the subject's second occurrence",
+}
+
+
+def attention_caption(name_attention: pd.DataFrame) -> str:
+    """The name-attention figure's caption, stated from its own numbers: where each top head
+    puts most of its final-position attention among IO, S1 and S2."""
+    cols = list(NAME_TARGETS)
+    groups: dict[str, list[str]] = {}
+    for r in name_attention.itertuples():
+        values = {c: float(getattr(r, c)) for c in cols}
+        best = max(values, key=values.__getitem__)
+        groups.setdefault(best, []).append(f"{r.label} {values[best]:.2f}")
+    said = "; ".join(
+        f"{NAME_TARGETS[c]}: {', '.join(heads)}" for c, heads in sorted(groups.items())
+    )
+    return (
+        "Where the top heads look from the final position, averaged over prompts. Each head's "
+        f"largest share goes to {said}. Looking is not moving: the patching says the output "
+        "matters, the direct logit attribution what it writes."
+    )
 
 
 def analyse(
@@ -283,9 +309,7 @@ def figures(f: NameMoverFindings) -> dict[str, Any]:
         },
         xlabel="top heads by exact patching",
         ylabel="attention from the final position",
-        caption="Where the top heads look from the final position, averaged over prompts: name "
-        "movers attend to the indirect object. Looking is not moving: the patching says the "
-        "output matters.",
+        caption=attention_caption(na),
     )
     abl = f.group_ablation
     top = abl[abl["kind"] == "top"]["delta"].tolist()

@@ -208,6 +208,11 @@ def _separation(states: torch.Tensor, words, senses, seed: int) -> dict[str, flo
     }
 
 
+def sense_steps(n_random: int = 5) -> int:
+    """Progress steps of :func:`sense_in`: states, probe, clue heads, then each ablation group."""
+    return 3 + 2 + n_random
+
+
 def sense_in(
     model: Any,
     data: pd.DataFrame | None = None,
@@ -215,8 +220,11 @@ def sense_in(
     k: int = 6,
     n_random: int = 5,
     seed: int = 0,
+    bar: Any = None,
 ) -> SenseInModel:
     """The bank-sense analyses of the module docstring, on ``data`` (default: the shipped set).
+
+    ``bar`` (a tqdm bar) advances by one at each of :func:`sense_steps` steps.
 
     Raises:
         InterpError: for a sentence where the word or the clue is missing, a clue
@@ -231,12 +239,21 @@ def sense_in(
         word_n_tokens=[len(it.word_positions) for it in items],
         clue_distance=[it.word_positions[0] - it.clue_pos[-1] for it in items],
     )
+
+    def step(what: str) -> None:
+        if bar is not None:
+            bar.set_postfix_str(what)
+            bar.update()
+
     states = word_states(model, items)
+    step("word sense: states")
     similarity = sense_similarity(states, words=words, senses=senses)
     by_word = sense_similarity(states, words=words, senses=senses, by_word=True)
     probe = nearest_neighbour_probe(states, words=words, senses=senses, seed=seed)
+    step("word sense: probe")
     distant = [it for it, d in zip(items, sentences["clue_distance"]) if d > 1]
     heads = clue_attention(model, distant or items)
+    step("word sense: clue heads")
     heads.attrs["sentences"] = "clue not adjacent" if distant else "all"
     top = heads.nlargest(k, "clue_attention")["label"].tolist()
     groups = {"none (clean)": [], f"top {k} clue heads": top}
@@ -254,6 +271,7 @@ def sense_in(
                 **_separation(edited, words, senses, seed),
             }
         )
+        step(f"word sense: ablate {name}")
     ablation = pd.DataFrame(rows)
     clean = ablation.iloc[0]
     for col in ("gap_centred", "probe_accuracy"):
@@ -300,7 +318,7 @@ def analyse(
     """Both parts of the lab for each model (aliases, folders or loaded models).
 
     Every name is checked before any model loads. Shows a progress bar
-    (three steps per model: load, induction, word sense).
+    (per model: load, induction, and each step of the word-sense part).
 
     Raises:
         InterpError: for no models, an unknown name, or a model without a fast
@@ -317,7 +335,7 @@ def analyse(
         if isinstance(m, (str, os.PathLike)):
             check_model_name(m)
     out: dict[str, ModelFindings] = {}
-    bar = progress_bar(3 * len(models), progress, "pretrained lab")
+    bar = progress_bar((2 + sense_steps()) * len(models), progress, "pretrained lab")
     for m in models:
         bar.set_postfix_str(
             f"{os.fspath(m) if isinstance(m, (str, os.PathLike)) else 'model'}: loading"
@@ -332,9 +350,7 @@ def analyse(
         bar.set_postfix_str(f"{name}: induction")
         ind = induction_in(model, k=k, seed=seed)
         bar.update()
-        bar.set_postfix_str(f"{name}: word sense")
-        sense = sense_in(model, k=k, seed=seed)
-        bar.update()
+        sense = sense_in(model, k=k, seed=seed, bar=bar)
         out[name] = ModelFindings(
             name=name,
             n_layers=model.cfg.n_layers,

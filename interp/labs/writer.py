@@ -5,8 +5,11 @@ end (:func:`interp.files.atomic_dir`): an interrupted run leaves the previous
 complete output or the new complete one, and a failed run leaves no folder.
 
 Layout: ``report.html`` (self-contained, renders offline), one table per
-name as ``<name>.<format>``, one figure per name as ``figures/<name>.svg``,
-and ``interp-lab.json`` (which lab, seed, models, files).
+name as ``<name>.<format>`` (each recording how it was computed: its own
+``attrs`` plus the lab, seed and models; CSV tables in ``<name>.meta.json``
+beside them), one figure per name as ``figures/<name>.svg``, and
+``interp-lab.json`` (which lab, seed, models, files). Identical runs write
+identical bytes.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def write_lab(
     marker = {"lab": lab.NAME, **(meta or {}), "tables": sorted(tables), "figures": sorted(plots)}
     with atomic_dir(out, marker=marker) as tmp:
         for name, df in tables.items():
-            export(df, tmp / f"{name}.{fmt}")
+            export(df, tmp / f"{name}.{fmt}", meta={"lab": lab.NAME, "table": name, **(meta or {})})
         (tmp / "figures").mkdir()
         for name, plot in plots.items():
             (tmp / "figures" / f"{name}.svg").write_text(plot.svg(), encoding="utf-8")

@@ -1,0 +1,387 @@
+"""Numbers you can trust from any input (issue 15): each case here failed silently before.
+
+* every ``cache=`` is checked against its tokens (one rule, in
+  ``interp.analysis._common.check_cache``), for every public function that takes one;
+* a mean over one sequence is refused, not a table of zeros;
+* a bridge whose logits disagree with its Hugging Face model is refused at load;
+* the next-token loss is refused on encoders;
+* work that cannot fit is refused before it starts; long work shows progress;
+* the raw errors that were left are one line naming the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+from conftest import run_cli
+
+import interp.analysis as A
+from interp import CheckpointError, InterpError
+from interp.cli import main
+from interp.datasets import repeated_random_tokens
+from interp.models import load_model
+from interp.models.hf import random_gpt2
+
+# ------------------------------------------------------------------ the cache rule
+
+
+def _items(model):
+    from interp.analysis import encode_word
+
+    return [
+        encode_word(model, "t2 t3 t5 t7", word="t7", clue="t3"),
+        encode_word(model, "t4 t3 t6 t7", word="t7", clue="t3"),
+    ]
+
+
+def _item_tokens(items):
+    return torch.cat([it.tokens for it in items])
+
+
+# name -> (model kind, call(model, data, cache)); data are [batch, pos] tokens or word items.
+CASES = {
+    "ablate_heads": ("ind", lambda m, t, c: A.ablate_heads(m, t, method="mean", cache=c)),
+    "ablate_head_groups": (
+        "ind",
+        lambda m, t, c: A.ablate_head_groups(m, t, groups={"g": ["L1H1"]}, method="mean", cache=c),
+    ),
+    "attention_patterns": ("ind", lambda m, t, c: A.attention_patterns(m, t, cache=c)),
+    "attribute_heads": ("ind", lambda m, t, c: A.attribute_heads(m, t, method="mean", cache=c)),
+    "head_scores": ("ind", lambda m, t, c: A.head_scores(m, t, cache=c)),
+    "induction_scores": ("ind", lambda m, t, c: A.induction_scores(m, t, cache=c)),
+    "previous_token_scores": ("ind", lambda m, t, c: A.previous_token_scores(m, t, cache=c)),
+    "duplicate_token_scores": ("ind", lambda m, t, c: A.duplicate_token_scores(m, t, cache=c)),
+    "in_context_learning_score": (
+        "ind",
+        lambda m, t, c: A.in_context_learning_score(m, t, cache=c),
+    ),
+    "per_token_loss": ("ind", lambda m, t, c: A.per_token_loss(m, t, cache=c)),
+    "null_space_probe": (
+        "ind",
+        lambda m, t, c: A.null_space_probe(m, t, layer=1, head=1, n_directions=2, cache=c),
+    ),
+    "read_fraction": ("ind", lambda m, t, c: A.read_fraction(m, t, heads=["L1H1"], cache=c)),
+    "patch_heads": (
+        "ind",
+        lambda m, t, c: A.patch_heads(
+            m, t, corrupted_tokens=t.flip(0), metric=A.logit_diff_metric(3, 4), cache=c
+        ),
+    ),
+    "word_states": ("gpt2", lambda m, items, c: A.word_states(m, items, cache=c)),
+    "clue_attention": ("gpt2", lambda m, items, c: A.clue_attention(m, items, cache=c)),
+}
+
+
+def test_every_function_that_takes_a_cache_is_covered():
+    takes = {
+        n
+        for n in A.__all__
+        if inspect.isfunction(getattr(A, n))
+        and "cache" in inspect.signature(getattr(A, n)).parameters
+    }
+    assert takes == set(CASES), "add a CASES entry for each function that takes cache="
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return random_gpt2(2, vocab=30)
+
+
+def _setup(kind, induction_model, gpt2):
+    if kind == "ind":
+        t = repeated_random_tokens(4, 10, d_vocab=64, seed=1).tokens
+        other = repeated_random_tokens(4, 10, d_vocab=64, seed=2).tokens
+        return induction_model, t, t, other
+    items = _items(gpt2)
+    t = _item_tokens(items)
+    return gpt2, items, t, (t + 1) % 30
+
+
+def _equal(a, b):
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b)
+    else:
+        a = a.select_dtypes("number").to_numpy(dtype=float)
+        b = b.select_dtypes("number").to_numpy(dtype=float)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_cache_is_checked_against_its_tokens(name, induction_model, gpt2):
+    kind, call = CASES[name]
+    model, data, tokens, other = _setup(kind, induction_model, gpt2)
+    _, right = model.run_with_cache(tokens)
+    _equal(call(model, data, right), call(model, data, None))  # the right cache: same numbers
+    _, wrong = model.run_with_cache(other)
+    with pytest.raises(InterpError, match="does not belong to these tokens"):
+        call(model, data, wrong)
+    _, shorter = model.run_with_cache(tokens[:, :-1])
+    with pytest.raises(InterpError, match="does not belong to these tokens: .* has shape"):
+        call(model, data, shorter)
+    with pytest.raises(InterpError, match="the cache is empty"):
+        call(model, data, {})
+    # A cache with only some hooks is completed on the checked tokens, never mixed in.
+    _, partial = model.run_with_cache(tokens, names_filter=lambda n: n == "hook_embed")
+    _equal(call(model, data, partial), call(model, data, None))
+
+
+def test_the_check_uses_a_token_dependent_activation(induction_model):
+    """hook_pos_embed is the same for any tokens of a length, so it cannot vouch for them."""
+    t = repeated_random_tokens(2, 6, d_vocab=64, seed=1).tokens
+    _, c = induction_model.run_with_cache(t.flip(1), names_filter=["hook_pos_embed"])
+    with pytest.raises(InterpError, match="no activation of this model that depends on the tokens"):
+        A.head_scores(induction_model, t, cache=c)
+    _, c = induction_model.run_with_cache(
+        t.flip(1), names_filter=lambda n: "hook_pattern" in n or n == "hook_pos_embed"
+    )
+    with pytest.raises(InterpError, match="blocks.0.attn.hook_pattern differs"):
+        A.head_scores(induction_model, t, cache=c)
+
+
+# ------------------------------------------------------------------ mean of one sequence
+
+
+def test_mean_ablation_of_one_sequence_is_refused(induction_model):
+    t = repeated_random_tokens(3, 8, d_vocab=64, seed=0).tokens
+    for call in (
+        lambda: A.ablate_heads(induction_model, t[:1], method="mean"),
+        lambda: A.ablate_head_groups(induction_model, t[:1], groups={"g": ["L1H1"]}, method="mean"),
+        lambda: A.attribute_heads(induction_model, t[:1], method="mean"),
+    ):
+        with pytest.raises(InterpError, match="mean of one sequence is the sequence"):
+            call()
+    with pytest.raises(InterpError, match="over one reference sequence"):
+        A.ablate_heads(induction_model, t, method="mean", reference_tokens=t[:1])
+    # with a reference batch, one sequence is fine: the mean is over the references
+    df = A.ablate_heads(induction_model, t[:1], method="mean", reference_tokens=t)
+    assert df["delta"].abs().max() > 0.01
+
+
+def test_mean_ablation_of_a_prompt_on_the_command_line(tmp_path, capsys):
+    code = main(
+        [
+            "ablate",
+            "--method",
+            "mean",
+            "--prompt",
+            "0 5 6 7 5 6 7",
+            "--out",
+            str(tmp_path / "t.csv"),
+        ]
+    )
+    assert code == 2 and "mean of one sequence" in capsys.readouterr().err
+    assert not (tmp_path / "t.csv").exists()
+
+
+# ------------------------------------------------------------------ bridges vs Hugging Face
+
+
+def _falcon_dir(tmp_path, *, multi_query):
+    from transformers import FalconConfig, FalconForCausalLM
+
+    torch.manual_seed(0)
+    cfg = FalconConfig(
+        vocab_size=50,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_kv_heads=2,
+        new_decoder_architecture=True,
+        multi_query=multi_query,
+        bos_token_id=0,
+        eos_token_id=1,
+        architectures=["FalconForCausalLM"],
+    )
+    d = tmp_path / f"falcon-mq{int(multi_query)}"
+    FalconForCausalLM(cfg).save_pretrained(d)
+    return d
+
+
+def test_a_bridge_that_disagrees_with_hugging_face_is_refused(tmp_path):
+    # TransformerLens's Falcon adapter splits this fused QKV weight in the wrong layout.
+    with pytest.raises(InterpError, match=r"FalconForCausalLM .* logits differ by up to"):
+        load_model(_falcon_dir(tmp_path, multi_query=False))
+    with pytest.raises(InterpError, match="TransformerLens cannot wrap this FalconForCausalLM"):
+        load_model(_falcon_dir(tmp_path, multi_query=True))
+
+
+def test_agreeing_bridges_load_and_the_verdict_is_kept(tmp_path, smollm):
+    from interp.models import pretrained
+    from interp.models.hf import VERDICT, check_agreement
+
+    assert (pretrained.smollm2_cache() / VERDICT).is_file()  # the converted copy's verdict
+    ref = torch.zeros(1, 3, 5)
+    assert check_agreement(ref + 1e-7, ref, arch="X") < 1e-6
+    with pytest.raises(InterpError, match="differ by up to 0.5"):
+        check_agreement(ref + 0.5, ref, arch="X")
+
+
+# ------------------------------------------------------------------ encoders and the loss
+
+
+def test_next_token_loss_is_refused_on_an_encoder_with_a_head(tmp_path):
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    d = tmp_path / "bert"
+    BertForMaskedLM(
+        BertConfig(
+            vocab_size=40,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            architectures=["BertForMaskedLM"],
+        )
+    ).save_pretrained(d)
+    model = load_model(d)
+    t = torch.randint(2, 40, (2, 6))
+    for call in (
+        lambda: A.ablate_heads(model, t),
+        lambda: A.per_token_loss(model, t),
+        lambda: A.attribute_heads(model, t),
+    ):
+        with pytest.raises(InterpError, match="no meaning on an encoder"):
+            call()
+    # a metric that reads what an encoder has is fine
+    df = A.ablate_heads(model, t, metric=A.logit_diff_metric(5, 6, position=2))
+    assert len(df) == model.cfg.n_layers * model.cfg.n_heads
+
+
+# ------------------------------------------------------------------ bounded work
+
+
+def test_a_batch_that_cannot_fit_is_refused_before_any_work(tmp_path):
+    proc = run_cli("ablate", "--batch", "100000000", "--out", str(tmp_path / "t.csv"))
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and "GiB" in err and "available" in err, err
+    assert "smaller --batch" in err and not (tmp_path / "t.csv").exists()
+
+
+def test_long_probes_show_progress(induction_model, capsys):
+    t = repeated_random_tokens(2, 6, d_vocab=64, seed=1).tokens
+    A.null_space_probe(induction_model, t, layer=1, head=1, n_directions=3)
+    assert "null-space probe" not in capsys.readouterr().err  # 12 passes: no bar
+    A.null_space_probe(induction_model, t, layer=1, head=1, n_directions=26, control=True)
+    assert "null-space probe" in capsys.readouterr().err  # 104 passes: a bar
+
+
+def test_subspaces_build_the_large_complements_only_when_read():
+    from interp.analysis.subspace import subspaces
+
+    rng = np.random.default_rng(0)
+    M = rng.standard_normal((300, 20))  # an embedding-shaped weight: d_out >> d_in
+    s = subspaces(M)
+    assert s.rank == 20 and s.nullity == 0 and s.shape == (300, 20)
+    assert "left_null_space" not in vars(s)  # nothing 300 x 300 was built
+    left = s.left_null_space
+    assert left.shape == (280, 300)
+    np.testing.assert_allclose(left @ M, 0, atol=1e-10)
+    np.testing.assert_allclose(left @ left.T, np.eye(280), atol=1e-10)
+    low = rng.standard_normal((6, 2)) @ rng.standard_normal((2, 9))  # rank 2 of 6 x 9
+    s = subspaces(low)
+    assert (s.rank, s.nullity, s.null_space.shape, s.left_null_space.shape) == (
+        2,
+        7,
+        (7, 9),
+        (4, 6),
+    )
+    np.testing.assert_allclose(low @ s.null_space.T, 0, atol=1e-10)
+    np.testing.assert_allclose(s.left_null_space @ low, 0, atol=1e-10)
+
+
+# ------------------------------------------------------------------ raw errors, now one line
+
+
+def test_bad_inputs_to_the_api_are_named(tmp_path, induction_model):
+    t = repeated_random_tokens(2, 6, d_vocab=64, seed=1).tokens
+    with pytest.raises(InterpError, match="must return a scalar, got shape"):
+        A.attribute_heads(induction_model, t, metric=lambda logits, tokens: logits[:, -1, :3])
+    with pytest.raises(InterpError, match=r"takes \(logits\), but metrics are called as"):
+        A.ablate_heads(induction_model, t, metric=lambda logits: logits.mean())
+    with pytest.raises(InterpError, match="CUDA is not available"):
+        load_model("induction-2l", device="cuda:0") if not torch.cuda.is_available() else (
+            _raise_cuda()
+        )
+    with pytest.raises(InterpError, match="unknown device 'tpu'"):
+        load_model("induction-2l", device="tpu")
+    with pytest.raises(InterpError, match="torch.int64 cannot hold model weights"):
+        load_model("induction-2l", dtype=torch.int64)
+    with pytest.raises(InterpError, match="on the meta device"):
+        A.head_scores(induction_model, torch.zeros(2, 8, dtype=torch.long, device="meta"))
+    with pytest.raises(InterpError, match="layer must be an integer, got str '1'"):
+        A.null_space_probe(induction_model, t, layer="1", head=1)
+
+
+def _raise_cuda():  # pragma: no cover - only on machines with CUDA
+    raise InterpError("CUDA is not available")
+
+
+def _gpt2_dir(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from interp.models.hf import word_tokenizer
+
+    d = tmp_path / "gpt2"
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=4, n_positions=64, vocab_size=30)
+    GPT2LMHeadModel(config).save_pretrained(d)
+    word_tokenizer(30).save_pretrained(d)
+    return d
+
+
+def test_a_truncated_weights_file_is_a_checkpoint_error(tmp_path):
+    d = _gpt2_dir(tmp_path)
+    w = d / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="damaged or incomplete"):
+        load_model(d)
+    code = main(["ablate", "--model", str(d), "--out", str(tmp_path / "t.csv")])
+    assert code == 2
+
+
+def test_tokenizer_checks_run_before_the_weights_load(tmp_path, capsys):
+    """A folder whose weights are damaged: the tokenizer's answer comes first, so the
+    weights were never read (and no pass plan was printed)."""
+    d = _gpt2_dir(tmp_path)
+    w = d / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:100])
+    out = str(tmp_path / "t.csv")
+    cases = [
+        (["patch", "--model", str(d), "--clean", "t2 t3", "--corrupted", "t2 t4",
+          "--logit-diff", "t5 t6,t7", "--out", out], "is 2 tokens for this tokenizer"),
+        (["ablate", "--model", str(d), "--prompt", "t2 t3 t4", "--positions", "7",
+          "--out", out], "--positions [7] out of range: the prompt has 4 tokens"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert message in captured.err and "forward passes" not in captured.out, captured.err
+
+
+def test_cli_input_errors_are_one_line(tmp_path, capsys):
+    empty = tmp_path / "empty.npy"
+    np.save(empty, np.zeros((0, 5), dtype=np.int64))
+    out = str(tmp_path / "t.csv")
+    cases = [
+        (["ablate", "--tokens", str(empty), "--out", out], "holds no token ids"),
+        (["ablate", "--prompt", "0 5 6", "--batch", "4", "--out", out], "drop --batch"),
+        (["ablate", "--device", "tpu", "--out", out], "unknown device 'tpu'"),
+        (["lab", "bank-sense", "--device", "cpu", "--out", str(tmp_path / "lab")],
+         "builds its own small models"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_duplicate_heads_warn_once_in_one_line(tmp_path, capsys):
+    out = str(tmp_path / "t.csv")
+    assert main(["ablate", "--heads", "L1H1,l1h1,L0H1", "--out", out, "--top", "0"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert err == ["interp: warning: --heads names L1H1 more than once; each is used once"]
