@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.interp-installed
 
-.PHONY: setup run test lint bench figures clean
+.PHONY: setup run test lint bench figures notebooks clean
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -29,6 +29,12 @@ lint: setup
 
 test: lint
 	$(VENV)/bin/pytest
+
+# Open the lab notebooks in JupyterLab (installs it into .venv once). Each notebook writes
+# its report to reports/<lab> here, wherever it is opened from (INTERP_REPORTS moves it).
+notebooks: setup
+	$(PIP) install --disable-pip-version-check -q -e ".[lab]"
+	$(VENV)/bin/jupyter lab labs/
 
 bench: setup
 	$(PY) benchmarks/run_all.py

@@ -96,6 +96,35 @@ def minilm():
     return load_model("minilm-l6")
 
 
+# The slowest modules, started first so the two workers finish together (``--dist loadfile``
+# sends whole modules to a worker: a lab's notebook and the tests that read it share one).
+SLOW_FIRST = (
+    "test_pretrained_lab",
+    "test_name_movers",
+    "test_training",
+    "test_cache",
+    "test_bank_sense",
+    "test_feature_recovery",
+    "test_induction_lab",
+)
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker gets one torch thread: two workers then use both cores
+    without four threads fighting over two (the suite's time is in many small models)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+        os.environ["OMP_NUM_THREADS"] = "1"  # notebook kernels started by this worker too
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow modules first (their order is the order xdist hands them out)."""
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__, len(rank)))
+
+
 _RUNS: dict[str, Path] = {}
 
 
@@ -128,3 +157,18 @@ def lab_run(tmp_path_factory):
         return _RUNS[lab]
 
     return run
+
+
+def check_notebook_output(out: Path, lab: str) -> None:
+    """A notebook ran top to bottom (``lab_run`` raised otherwise) and wrote its lab's output:
+    the marker, the report, every table and every figure it lists."""
+    import json
+
+    marker = json.loads((out / "interp-lab.json").read_text())
+    assert marker["lab"] == lab
+    assert (out / "report.html").is_file()
+    for name in marker["tables"]:
+        assert (out / f"{name}.csv").is_file(), name
+        assert (out / f"{name}.meta.json").is_file(), name
+    for name in marker["figures"]:
+        assert (out / "figures" / f"{name}.svg").stat().st_size > 1000, name

@@ -179,3 +179,10 @@ def test_data_files_come_from_interp_data(tmp_path, monkeypatch):
         bs.tired_cat()
     shutil.copy(src, tmp_path / "tired_cat_attention.csv")
     assert len(bs.tired_cat()["tokens"]) == 5
+
+
+@pytest.mark.notebook
+def test_notebook_runs_and_writes_its_lab(lab_run):
+    from conftest import check_notebook_output
+
+    check_notebook_output(lab_run("bank-sense"), "bank-sense")

@@ -1,9 +1,8 @@
 """The SmolLM2 cache: every file verified, damage reported and rebuilt, bad folders refused early.
 
-On a cold cache (a fresh CI machine) the rebuild below is the session's one
-conversion of the GGUF: a damaged copy is planted where the real one goes, so
-the first load must detect it and convert. On a warm cache it rebuilds a
-damaged copy in a temporary cache instead.
+The rebuild below converts the GGUF once into a private cache folder (the
+session's shared copy is left to whichever worker needs it first; a lock
+makes concurrent first loads convert once).
 """
 
 import json
@@ -16,35 +15,25 @@ from interp.models import pretrained
 
 
 def test_a_damaged_cache_is_reported_and_rebuilt(tmp_path, monkeypatch, capsys):
-    real = pretrained.smollm2_cache()
-    if pretrained.cache_status(real) == "ok":
-        monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
-        shutil.copytree(real, pretrained.smollm2_cache())
-        cfg = pretrained.smollm2_cache() / "config.json"
-        cfg.write_text(
-            cfg.read_text().replace('"num_hidden_layers": 30', '"num_hidden_layers": 31')
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
+    target = pretrained.smollm2_cache()
+    target.mkdir(parents=True)
+    (target / "config.json").write_text('{"num_hidden_layers": 31}')
+    entry = {"size": 2, "sha256": "0" * 64, "mtime_ns": 0}
+    (target / pretrained.MANIFEST).write_text(
+        json.dumps(
+            {"version": pretrained.MANIFEST_VERSION, "source": "x", "files": {"config.json": entry}}
         )
-    else:
-        target = pretrained.smollm2_cache()
-        target.mkdir(parents=True, exist_ok=True)
-        (target / "config.json").write_text("{}")
-        entry = {"size": 2, "sha256": "0" * 64, "mtime_ns": 0}
-        (target / pretrained.MANIFEST).write_text(
-            json.dumps(
-                {
-                    "version": pretrained.MANIFEST_VERSION,
-                    "source": "x",
-                    "files": {"config.json": entry},
-                }
-            )
-        )
-    assert pretrained.cache_status(pretrained.smollm2_cache()) != "ok"
+    )
+    assert pretrained.cache_status(target).startswith("config.json truncated")
     folder = pretrained.ensure_smollm2()
     assert "rebuilding" in capsys.readouterr().err
     assert pretrained.cache_status(folder, full=True) == "ok"
     assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == 30
     manifest = json.loads((folder / pretrained.MANIFEST).read_text())
     assert {"config.json", "tokenizer.json", "model.safetensors"} <= set(manifest["files"])
+    leftovers = [p for p in tmp_path.glob(".smollm2-135m-f32.*") if p.is_dir()]
+    assert leftovers == []  # no temporary folder left behind
 
 
 @pytest.fixture

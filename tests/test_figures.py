@@ -69,24 +69,6 @@ def test_svg_is_deterministic_and_labelled():
     assert '<figure class="interp-figure" data-name="lines">' in html and "<figcaption>c<" in html
 
 
-def test_identical_lab_runs_write_identical_files(induction_model, tmp_path):
-    """Figures, tables, their metadata and report.html (pandas Styler ids included)."""
-    from interp.labs import induction
-    from interp.labs.writer import write_lab
-
-    outs = [
-        write_lab(induction, induction.analyse(induction_model, seed=0), tmp_path / name)
-        for name in ("a", "b")
-    ]
-    files = sorted(
-        p.relative_to(outs[0].out_dir) for p in outs[0].out_dir.rglob("*") if p.is_file()
-    )
-    assert {"report.html", "ablation.csv", "ablation.meta.json"} <= {str(f) for f in files}
-    assert any(str(f).endswith(".svg") for f in files)
-    for f in files:
-        assert (outs[0].out_dir / f).read_bytes() == (outs[1].out_dir / f).read_bytes(), f
-
-
 def test_bad_shapes():
     with pytest.raises(InterpError, match="non-empty 2-D"):
         heatmap(

@@ -11,9 +11,6 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 
-from interp.models.checkpoints import load_checkpoint
-from interp.paths import INDUCTION_CHECKPOINT, data_dir
-
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
@@ -86,8 +83,11 @@ def test_conventions_table(lab):
     )
 
 
-def test_every_format_writes_the_same_tables(tmp_path):
-    """One analysis, exported four ways through the one writer (no second lab run)."""
+def test_every_format_and_every_entry_point_writes_the_same_files(lab, lab_run, tmp_path):
+    """One more analysis in this process, exported four ways through the one writer; its CSV
+    folder is byte-identical to the console script's run and to the notebook's (report.html
+    with its Styler ids, tables, their metadata sidecars, figures): identical runs, identical
+    files, whichever way the lab is run."""
     from interp.labs import induction
     from interp.labs.writer import write_lab
 
@@ -100,6 +100,14 @@ def test_every_format_writes_the_same_tables(tmp_path):
     a = pd.read_csv(tmp_path / "csv" / "ablation.csv")
     b = pd.read_parquet(tmp_path / "parquet" / "ablation.parquet")
     pd.testing.assert_frame_equal(a, b)
+    here = tmp_path / "csv"
+    files = sorted(p.relative_to(here) for p in here.rglob("*") if p.is_file())
+    assert {"report.html", "ablation.csv", "ablation.meta.json"} <= {str(f) for f in files}
+    for other in (lab[1], lab_run("induction")):
+        theirs = sorted(p.relative_to(other) for p in other.rglob("*") if p.is_file())
+        assert theirs == files
+        for name in files:
+            assert (here / name).read_bytes() == (other / name).read_bytes(), (other, name)
 
 
 @pytest.mark.browser
@@ -120,58 +128,6 @@ def test_report_renders_offline_with_its_figures(lab, chromium_paths):
     assert result["severe_logs"] == []
 
 
-@pytest.mark.slow
-def test_retraining_with_the_same_seed_reproduces_the_shipped_checkpoint():
-    """The shipped file is honestly reproducible: same seed and config, same scores and weights."""
-    import torch
-
-    from interp.analysis.induction import head_scores
-    from interp.training import InductionTrainConfig, train_induction
-
-    shipped, meta = load_checkpoint(data_dir() / INDUCTION_CHECKPOINT)
-    result = train_induction(InductionTrainConfig.from_dict(meta["training"]), progress=False)
-    # The first evaluation and the end. In between, around the loss's fast drop (steps
-    # 200-500), another CPU's rounding moves the curve by a few hundredths; it converges again.
-    assert len(result.history) == len(meta["history"])
-    for got, ref in (
-        (result.history[0], meta["history"][0]),
-        (result.history[-1], meta["history"][-1]),
-    ):
-        for key in ("induction", "previous_token", "repeated_loss", "first_half_loss"):
-            assert got[key] == pytest.approx(ref[key], abs=0.02), (got["step"], key)
-    probe = torch.randint(1, 64, (8, 20)).repeat(1, 2)
-    a, b = head_scores(result.model, probe), head_scores(shipped, probe)
-    assert a.nlargest(1, "induction")["label"].item() == b.nlargest(1, "induction")["label"].item()
-    # Same CPU kind: bit-identical; another CPU's kernels may round differently.
-    diffs = [
-        float((p - q).abs().max())
-        for p, q in zip(result.model.state_dict().values(), shipped.state_dict().values())
-    ]
-    assert max(diffs) < 0.05
-
-
-def test_training_is_deterministic_by_seed():
-    import torch
-
-    from interp.training import InductionTrainConfig, train_induction
-
-    cfg = InductionTrainConfig(steps=40, eval_every=20, eval_size=16, batch_size=16)
-    a, b = (train_induction(cfg, progress=False) for _ in range(2))
-    for (n, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values()):
-        assert torch.equal(p, q), n
-    assert a.history == [{**h, "seconds": a.history[i]["seconds"]} for i, h in enumerate(b.history)]
-
-
-def test_train_cli_writes_a_checkpoint_that_loads(tmp_path):
-    out = tmp_path / "ck"
-    proc = run_cli("train", "induction", "--out", str(out), "--steps", "30", "--quiet")
-    assert proc.returncode == 0, proc.stderr
-    model, meta = load_checkpoint(out)
-    assert meta["history"][-1]["step"] == 30 and model.cfg.n_layers == 2
-    bad = run_cli("train", "induction", "--out", str(out / "config.json"), "--steps", "2")
-    assert bad.returncode == 2 and "is a file" in bad.stderr
-
-
 def test_the_seed_moves_the_held_out_data(lab, induction_model):
     """--seed is used, not silently ignored: another seed, other sequences, other numbers."""
     from interp.labs import induction
@@ -180,3 +136,10 @@ def test_the_seed_moves_the_held_out_data(lab, induction_model):
     seed0 = table(lab, "head_scores")
     assert not (other.scores["induction"].to_numpy() == seed0["induction"].to_numpy()).all()
     assert (other.prev_label, other.induction_label) == ("L0H1", "L1H1")  # the same circuit
+
+
+@pytest.mark.notebook
+def test_notebook_runs_and_writes_its_lab(lab_run):
+    from conftest import check_notebook_output
+
+    check_notebook_output(lab_run("induction"), "induction")

@@ -91,3 +91,10 @@ def test_report_renders_offline(out, chromium_paths):
     for name, (w, h, caption) in result["figures"].items():
         assert w > 100 and h > 100 and caption > 40, name
     assert result["severe_logs"] == []
+
+
+@pytest.mark.notebook
+def test_notebook_runs_and_writes_its_lab(lab_run):
+    from conftest import check_notebook_output
+
+    check_notebook_output(lab_run("name-movers"), "name-movers")

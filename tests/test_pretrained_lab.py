@@ -181,3 +181,10 @@ def test_every_model_name_is_checked_before_any_loads(tmp_path, monkeypatch):
     with pytest.raises(InterpError, match="not found"):
         pretrained.analyse(["smollm2-135m", tmp_path / "nowhere"])
     assert loads == []
+
+
+@pytest.mark.notebook
+def test_notebook_runs_and_writes_its_lab(lab_run):
+    from conftest import check_notebook_output
+
+    check_notebook_output(lab_run("pretrained"), "pretrained")

@@ -159,12 +159,8 @@ def run_lab(
             raise InterpError(f"the {name} lab builds its own small models; drop --device/--dtype")
         check_device(device)
         check_dtype(dtype)
-    meta: dict[str, Any] = {"seed": kwargs["seed"]}
+    meta: dict[str, Any] = {}  # seed and model names come from the findings (writer)
     if "model" in kwargs or "models" in kwargs:
-        names = kwargs.get("models", (kwargs.get("model"),))
-        meta["models"] = [
-            os.fspath(m) if isinstance(m, (str, os.PathLike)) else type(m).__name__ for m in names
-        ]
         if placed:
             meta.update(device=str(device or "cpu"), dtype=str(dtype or "float32"))
 

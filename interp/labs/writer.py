@@ -34,6 +34,19 @@ class LabOutput:
     summary: list[str]
 
 
+def findings_meta(findings: Any) -> dict[str, Any]:
+    """What every lab output records from its findings: the seed and the models' names, so a
+    notebook and ``interp lab`` write the same files for the same run."""
+    meta: dict[str, Any] = {}
+    if hasattr(findings, "seed"):
+        meta["seed"] = findings.seed
+    if hasattr(findings, "model_name"):
+        meta["models"] = [findings.model_name]
+    elif isinstance(getattr(findings, "models", None), dict):
+        meta["models"] = list(findings.models)
+    return meta
+
+
 def write_lab(
     lab: Any,
     findings: Any,
@@ -51,6 +64,7 @@ def write_lab(
     from interp.tables import export
 
     check_format(fmt)
+    meta = {**findings_meta(findings), **(meta or {})}
     out = Path(out_dir)
     tables = lab.tables(findings)
     plots = lab.figures(findings)

@@ -25,12 +25,14 @@ without it pip pulls ``llm`` and compiles ``llama-cpp-python``, or pulls
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,14 +185,32 @@ def ensure_smollm2() -> Path:
     package_dir("smollm2-135m")  # clear install hint before any work
     check_cache_dir()
     target = smollm2_cache()
-    status = cache_status(target)
-    if status != "ok":
-        if status != "missing":
-            print(
-                f"interp: cached SmolLM2 copy at {target} is {status}; rebuilding", file=sys.stderr
-            )
-        _convert_smollm2(target)
+    if cache_status(target) == "ok":
+        return target
+    with _conversion_lock(target):  # another process may be converting: wait for it
+        status = cache_status(target)
+        if status != "ok":
+            if status != "missing":
+                print(
+                    f"interp: cached SmolLM2 copy at {target} is {status}; rebuilding",
+                    file=sys.stderr,
+                )
+            _convert_smollm2(target)
     return target
+
+
+@contextlib.contextmanager
+def _conversion_lock(target: Path) -> Iterator[None]:
+    """An exclusive lock beside ``target`` (``fcntl.flock``) while it is checked and built,
+    so two processes (two notebooks, two test workers) convert once, not twice at once."""
+    import fcntl
+
+    with open(target.parent / f".{target.name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def load_smollm2(*, dtype: Any = None, device_map: Any = None) -> Any:
