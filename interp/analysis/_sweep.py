@@ -1,12 +1,16 @@
 """The exact engine behind head ablations and activation patching.
 
-A sweep evaluates a metric under many *edits*; an edit replaces some heads'
-``hook_z`` (``[batch, pos, head, d_head]``) by zero or by a given tensor, at
-every position or at some. Every path gives what one ``run_with_hooks`` per
-edit gives (the "plain loop"), and each is checked against that loop once per
-model before it is trusted:
+A sweep evaluates a metric under many *edits*. An edit is a few :class:`Site`
+s edited together; a site is a slice of one hooked activation (a head of
+``hook_z``, ``hook_q``, ``hook_k``, ``hook_v`` or ``hook_pattern``, a
+position of ``hook_resid_pre`` / ``hook_attn_out`` / ``hook_mlp_out``, a
+group of MLP neurons ...), replaced by zero or by the same slice of a given
+tensor (the clean run's activation, a mean, a resampled one). Every path gives
+what one ``run_with_hooks`` per edit gives (the "plain loop"), and each is
+checked against that loop once per model before it is trusted:
 
-``resume-after-block`` (our attention-only models, one layer per edit). A
+``resume-after-block`` (our attention-only models, edits of one layer's
+``hook_z`` only). A
 head's output enters the residual stream only as ``z_h @ W_O[l, h]``, and an
 attention-only block adds nothing after its attention, so the edited residual
 after block ``l`` is the clean one plus ``(z_new - z_h) @ W_O[l, h]``. One hooked
@@ -54,7 +58,68 @@ from interp.analysis.metrics import Metric, scalar
 from interp.errors import InterpError
 from interp.hooks import hook_name
 
-Edit = Sequence[tuple[int, int]]
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """A slice of one hooked activation that an edit replaces.
+
+    ``hook`` is the full hook name and ``layer`` the block it belongs to (a
+    resumed pass must start there). ``head`` indexes the head axis
+    (``head_dim``), ``positions`` the position axis (``pos_dim``; for an
+    attention pattern, the query rows), ``channels`` a ``(start, stop)`` range
+    of the last axis (MLP neurons); ``None`` means all of that axis.
+    """
+
+    hook: str
+    layer: int
+    head: int | None = None
+    positions: tuple[int, ...] | None = None
+    channels: tuple[int, int] | None = None
+    head_dim: int = 2
+    pos_dim: int = 1
+
+    def index(self, ndim: int, device: Any = None) -> tuple:
+        """The index of this slice in an activation with ``ndim`` axes (batch first)."""
+        sel: list[Any] = [slice(None)] * ndim
+        if self.head is not None:
+            sel[self.head_dim] = self.head
+        if self.positions is not None:
+            sel[self.pos_dim] = torch.tensor(self.positions, device=device)
+        if self.channels is not None:
+            sel[-1] = slice(*self.channels)
+        return tuple(sel)
+
+
+Edit = Sequence[Site]
+HEAD_KINDS = {"z", "q", "k", "v", "result"}
+
+
+def site(kind: str, layer: int, *, head: int | None = None, positions: Any = None) -> Site:
+    """The :class:`Site` of activation ``kind`` (``hook_name``'s kinds) in ``layer``.
+
+    Example:
+        >>> site("z", 1, head=2).hook, site("pattern", 0, head=1, positions=[3]).pos_dim
+        ('blocks.1.attn.hook_z', 2)
+    """
+    pos = None if positions is None else tuple(int(p) for p in positions)
+    if kind == "pattern" or kind == "attn_scores":
+        return Site(hook_name(kind, layer), layer, head, pos, head_dim=1, pos_dim=2)
+    return Site(hook_name(kind, layer), layer, head, pos)
+
+
+def head_edits(heads: Sequence[tuple[int, int]], positions: Any = None) -> list[list[Site]]:
+    """One edit per head: its ``hook_z`` (at ``positions``, a ``[pos]`` bool mask, if given)."""
+    pos = None
+    if positions is not None:
+        pos = tuple(int(i) for i in torch.nonzero(positions.cpu()).flatten())
+    return [[site("z", l, head=h, positions=pos)] for l, h in heads]
+
+
+def edit_start(edit: Edit) -> int:
+    """The first block an edit changes (a resumed pass starts there)."""
+    return min(s.layer for s in edit)
+
+
 _CHECKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 MAX_EDITS_PER_PASS = 32
 CPU_TOKENS_PER_PASS = 2048
@@ -114,35 +179,33 @@ def _checked(model: Any, name: str, check: Callable[[], tuple[bool, str]]) -> tu
 
 
 # ------------------------------------------------------------------------- edits as hooks
-def _z_hook(heads: list[int], target: torch.Tensor | None, pos_m: torch.Tensor | None, copy: slice):
-    """A ``hook_z`` hook replacing ``heads`` in the rows ``copy`` of the batch."""
-
-    def hook(z: torch.Tensor, hook: Any) -> torch.Tensor:
-        z = z.clone()
-        cur = z[copy][:, :, heads]
-        new = torch.zeros_like(cur) if target is None else target[:, :, heads].to(z.dtype)
-        z[copy, :, heads] = new if pos_m is None else torch.where(pos_m, new, cur)
-        return z
-
-    return hook
-
-
 def _edit_hooks(
-    edits: Sequence[Edit],
-    replacement: dict[int, torch.Tensor] | None,
-    pos_m: torch.Tensor | None,
-    b: int,
+    edits: Sequence[Edit], values: dict[str, torch.Tensor] | None, b: int
 ) -> list[tuple[str, Callable]]:
-    """Hooks applying ``edits[i]`` to batch rows ``i*b .. (i+1)*b``."""
-    hooks = []
+    """Hooks applying ``edits[i]`` to batch rows ``i*b .. (i+1)*b``: one hook per activation,
+    replacing each site's slice by the same slice of ``values[hook]`` (zero without values)."""
+    by_hook: dict[str, list[tuple[int, Site]]] = {}
     for i, edit in enumerate(edits):
-        by_layer: dict[int, list[int]] = {}
-        for l, h in edit:
-            by_layer.setdefault(l, []).append(h)
-        for l, hs in sorted(by_layer.items()):
-            target = None if replacement is None else replacement[l]
-            hooks.append((hook_name("z", l), _z_hook(hs, target, pos_m, slice(i * b, (i + 1) * b))))
-    return hooks
+        for st in edit:
+            by_hook.setdefault(st.hook, []).append((i, st))
+
+    def make(name: str, sites: list[tuple[int, Site]]) -> Callable:
+        target_all = None if values is None else values[name]
+
+        def hook(x: torch.Tensor, hook: Any) -> torch.Tensor:
+            x = x.clone()
+            for i, st in sites:
+                sel = st.index(x.ndim, x.device)
+                rows = x[i * b : (i + 1) * b]  # a view: writing into it writes into x
+                if target_all is None:
+                    rows[sel] = 0.0
+                else:
+                    rows[sel] = target_all[sel].to(x.dtype)
+            return x
+
+        return hook
+
+    return [(name, make(name, sites)) for name, sites in by_hook.items()]
 
 
 def _repeat(x: Any, k: int) -> Any:
@@ -156,18 +219,18 @@ def _repeat(x: Any, k: int) -> Any:
 
 
 # ------------------------------------------------------------------------------ the loop
-def _loop_pass(model, tokens, chunk, replacement, pos_m) -> list[torch.Tensor]:
+def _loop_pass(model, tokens, chunk, values) -> list[torch.Tensor]:
     """One full forward pass per edit: the reference every faster path is checked against."""
     out = []
     for edit in chunk:
-        hooks = _edit_hooks([edit], replacement, pos_m, tokens.shape[0])
+        hooks = _edit_hooks([edit], values, tokens.shape[0])
         out.append(model.run_with_hooks(tokens, fwd_hooks=hooks))
     return out
 
 
 # ------------------------------------------------------- resume after the edited block
 class _AfterBlock:
-    """``resume-after-block``: our attention-only models, single-layer edits."""
+    """``resume-after-block``: our attention-only models, ``hook_z`` edits of one layer."""
 
     name = "resume-after-block"
 
@@ -183,24 +246,32 @@ class _AfterBlock:
         self.kept = kept
         self.w_o = {l: model.W_O[l].detach() for l in layers}
 
-    def run(self, chunk, replacement, pos_m, rows) -> list[torch.Tensor]:
+    @staticmethod
+    def fits(edits: Sequence[Edit]) -> bool:
+        """Only edits of whole heads' ``hook_z`` in a single layer."""
+        return all(
+            len({st.layer for st in e}) == 1
+            and all(st.hook.endswith("attn.hook_z") and st.channels is None for st in e)
+            for e in edits
+        )
+
+    def run(self, chunk, values, rows) -> list[torch.Tensor]:
         k = len(chunk)
-        layer = chunk[0][0][0]
+        layer = chunk[0][0].layer
         z = self.kept[hook_name("z", layer)]
         resid = self.kept[hook_name("resid_post", layer)]
+        W = self.w_o[layer]  # [head, d_head, d_model]
         deltas = []
         for edit in chunk:
-            hs = [h for _, h in edit]
-            target = (
-                torch.zeros_like(z[:, :, hs])
-                if replacement is None
-                else replacement[layer][:, :, hs].to(z.dtype)
+            new = z.clone()
+            target = None if values is None else values[hook_name("z", layer)].to(z.dtype)
+            for st in edit:
+                sel = st.index(z.ndim, z.device)
+                new[sel] = 0.0 if target is None else target[sel]
+            diff = new - z  # [batch, pos, head, d_head]
+            deltas.append(
+                resid + torch.einsum("bphe,hed->bpd", diff, W.to(z.dtype)).to(resid.dtype)
             )
-            diff = target - z[:, :, hs]  # [batch, pos, edited heads, d_head]
-            if pos_m is not None:
-                diff = diff * pos_m
-            W = self.w_o[layer][hs].to(z.dtype)  # [edited heads, d_head, d_model]
-            deltas.append(resid + torch.einsum("bphe,hed->bpd", diff, W).to(resid.dtype))
         logits = self.model.forward_from(torch.cat(deltas) if k > 1 else deltas[0], layer)
         return list(logits.split(resid.shape[0])) if k > 1 else [logits]
 
@@ -279,11 +350,11 @@ class _ResumeBlocks:
         params = inspect.signature(hf.forward).parameters if hf is not None else {}
         self.rows_ok = "logits_to_keep" in params
 
-    def run(self, chunk, replacement, pos_m, rows) -> list[torch.Tensor]:
+    def run(self, chunk, values, rows) -> list[torch.Tensor]:
         k = len(chunk)
         b, n = self.tokens.shape
-        start = min(l for edit in chunk for l, _ in edit)
-        hooks = _edit_hooks(chunk, replacement, pos_m, b)
+        start = min(edit_start(edit) for edit in chunk)
+        hooks = _edit_hooks(chunk, values, b)
         if self.native:
             with self.model.hooks(fwd_hooks=hooks):
                 if start == 0:
@@ -312,10 +383,10 @@ def _probe(model: Any, tokens: torch.Tensor, path_cls: Any, edit: Edit) -> tuple
     probe = tokens[:1, : min(tokens.shape[1], 8)]
     try:
         with torch.no_grad():
-            layers = {l for l, _ in edit}
+            layers = {st.layer for st in edit}
             engine = path_cls(model, probe, layers if path_cls is _AfterBlock else {min(layers)})
-            got = engine.run([edit], None, None, None)[0]
-            ref = _loop_pass(model, probe, [edit], None, None)[0]
+            got = engine.run([edit], None, None)[0]
+            ref = _loop_pass(model, probe, [edit], None)[0]
         if got.shape != ref.shape:
             return False, f"{path_cls.name} gave logits of shape {tuple(got.shape)}"
         if not torch.allclose(got.float(), ref.float(), atol=ATOL, rtol=RTOL):
@@ -329,12 +400,11 @@ def _probe(model: Any, tokens: torch.Tensor, path_cls: Any, edit: Edit) -> tuple
 def choose_path(model: Any, tokens: torch.Tensor, edits: Sequence[Edit]) -> tuple[str, str]:
     """Which path :func:`sweep` will take for these edits, and why (if not the fastest)."""
     cfg = model.cfg
-    single = all(len({l for l, _ in e}) == 1 for e in edits)
     native = callable(getattr(model, "forward_from", None))
     last = cfg.n_layers - 1
-    if native and single and getattr(cfg, "attn_only", False):
+    if native and getattr(cfg, "attn_only", False) and _AfterBlock.fits(edits):
         ok, why = _checked(
-            model, "after-block", lambda: _probe(model, tokens, _AfterBlock, [(0, 0)])
+            model, "after-block", lambda: _probe(model, tokens, _AfterBlock, [site("z", 0, head=0)])
         )
         if ok:
             return _AfterBlock.name, ""
@@ -342,7 +412,9 @@ def choose_path(model: Any, tokens: torch.Tensor, edits: Sequence[Edit]) -> tupl
         why = ""
     if cfg.n_layers > 1 and (native or blocks_of(model) is not None):
         ok, why2 = _checked(
-            model, "resume-blocks", lambda: _probe(model, tokens, _ResumeBlocks, [(last, 0)])
+            model,
+            "resume-blocks",
+            lambda: _probe(model, tokens, _ResumeBlocks, [site("z", last, head=0)]),
         )
         if ok:
             return _ResumeBlocks.name, why
@@ -366,11 +438,11 @@ def plan(model: Any, tokens: torch.Tensor, edits: Sequence[Edit], batch_size: An
 
 def _chunks(edits: Sequence[Edit], k: int, path: str) -> list[list[int]]:
     """Edit indices packed ``k`` per pass; a pass only holds edits that start in one layer."""
-    order = sorted(range(len(edits)), key=lambda i: min(l for l, _ in edits[i]))
+    order = sorted(range(len(edits)), key=lambda i: edit_start(edits[i]))
     chunks: list[list[int]] = []
     for i in order:
-        start = min(l for l, _ in edits[i])
-        same = chunks and min(l for l, _ in edits[chunks[-1][0]]) == start
+        start = edit_start(edits[i])
+        same = chunks and edit_start(edits[chunks[-1][0]]) == start
         if chunks and len(chunks[-1]) < k and (same or path == "loop"):
             chunks[-1].append(i)
         else:
@@ -384,8 +456,7 @@ def sweep(
     edits: Sequence[Edit],
     metric: Metric,
     *,
-    replacement: dict[int, torch.Tensor] | None = None,
-    positions: torch.Tensor | None = None,
+    values: dict[str, torch.Tensor] | None = None,
     batch_size: Any = None,
     memory_budget: Any = None,
     progress: bool = False,
@@ -393,10 +464,9 @@ def sweep(
 ) -> SweepResult:
     """Metric values, one per edit in the order given, and the unedited value.
 
-    ``replacement[layer]`` (``[batch, pos, head, d_head]``) is spliced in for
-    the edited heads of that layer; without it they are zeroed. ``positions``
-    (a ``[pos]`` bool mask) restricts every edit to those positions. The
-    caller runs this in eval mode under no_grad and has validated its inputs.
+    ``values[hook]`` (the full activation of that hook, batch first) supplies
+    each edited slice; without ``values`` the slices are zeroed. The caller
+    runs this in eval mode under no_grad and has validated its inputs.
 
     Raises:
         InterpError: for an empty edit list, a bad batch size or budget, or a
@@ -412,11 +482,10 @@ def sweep(
     rows = None
     if metric.rows is not None:
         rows = torch.tensor(sorted({p % n for p in metric.rows}), dtype=torch.long)
-    pos_m = None if positions is None else positions.to(tokens.device).view(1, -1, 1, 1)
-    starts = {min(l for l, _ in e) for e in edits}
+    starts = {edit_start(e) for e in edits}
     chunks = _chunks(edits, k, path)
     bar = tqdm(total=len(chunks) + 1, disable=not progress, desc=desc, unit="pass")
-    values: dict[int, float] = {}
+    results: dict[int, float] = {}
     try:
         if path == _AfterBlock.name:
             engine: Any = _AfterBlock(model, tokens, starts)
@@ -427,22 +496,22 @@ def sweep(
         else:
             clean_logits = model(tokens)
 
-            def run(chunk, replacement, pos_m, rows):
-                return _loop_pass(model, tokens, chunk, replacement, pos_m)  # rows: every row
+            def run(chunk, values, rows):
+                return _loop_pass(model, tokens, chunk, values)  # rows: every row
 
         clean = scalar(metric(clean_logits, tokens), metric.name)
         del clean_logits
         bar.update(1)
         for chunk in chunks:
-            outs = run([edits[i] for i in chunk], replacement, pos_m, rows)
+            outs = run([edits[i] for i in chunk], values, rows)
             for i, logits in zip(chunk, outs):
-                values[i] = scalar(metric(logits, tokens), metric.name)
+                results[i] = scalar(metric(logits, tokens), metric.name)
             del outs
             bar.update(1)
     finally:
         bar.close()
     return SweepResult(
-        values=[values[i] for i in range(len(edits))],
+        values=[results[i] for i in range(len(edits))],
         clean=clean,
         path=path,
         note=note,

@@ -31,14 +31,14 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import pandas as pd
 import torch
 
 from interp.analysis._common import CheckedCache, check_cache, rows_frame
-from interp.analysis._sweep import SweepResult, sweep
+from interp.analysis._sweep import SweepResult, head_edits, sweep
 from interp.analysis.metrics import Metric, prepare_metric
 from interp.errors import InterpError
 from interp.hooks import hook_name
@@ -109,36 +109,38 @@ def replacements(
     model: Any,
     tokens: torch.Tensor,
     method: str,
-    layers: set[int],
+    names: Sequence[str],
     *,
     reference_tokens: torch.Tensor | None,
     cache: CheckedCache | None,
     seed: int,
-) -> dict[int, torch.Tensor] | None:
-    """Per layer, the ``hook_z`` value an ablation splices in: ``[batch, pos, head, d_head]``.
+) -> dict[str, torch.Tensor] | None:
+    """Per hook in ``names``, the activation an ablation splices in (batch first).
 
-    ``None`` for zero ablation. Reads ``hook_z`` from ``cache`` (the checked
-    cache of ``tokens``) when there is no reference batch.
+    ``None`` for zero ablation; the mean over the batch (or the reference
+    batch) for ``"mean"``; a seeded draw of another sequence for
+    ``"resample"``. Reads the activations from ``cache`` (the checked cache
+    of ``tokens``) when there is no reference batch.
     """
     if method == "zero":
         return None
-    names = [hook_name("z", l) for l in sorted(layers)]
+    names = list(dict.fromkeys(names))
     if reference_tokens is not None:
         ref = reference_tokens
-        _, zcache = model.run_with_cache(ref, names_filter=names)
+        _, acts = model.run_with_cache(ref, names_filter=names)
     elif cache is not None:
-        ref, zcache = tokens, cache.complete(names)
+        ref, acts = tokens, cache.complete(names)
     else:
         ref = tokens
-        _, zcache = model.run_with_cache(ref, names_filter=names)
-    zs = {l: zcache[hook_name("z", l)] for l in layers}
+        _, acts = model.run_with_cache(ref, names_filter=names)
+    got = {n: acts[n] for n in names}
     if method == "mean":
         return {
-            l: z.mean(0, keepdim=True).expand(tokens.shape[0], -1, -1, -1) for l, z in zs.items()
+            n: x.mean(0, keepdim=True).expand(tokens.shape[0], *x.shape[1:]) for n, x in got.items()
         }
     n_ref = None if reference_tokens is None else ref.shape[0]
     idx = resample_index(tokens.shape[0], n_ref, seed, device=tokens.device)
-    return {l: z[idx] for l, z in zs.items()}
+    return {n: x[idx] for n, x in got.items()}
 
 
 def _prepare(model, tokens, method, metric, loss_mask, reference_tokens, positions, seed, cache):
@@ -264,7 +266,7 @@ def ablate_heads(
             model,
             tokens,
             method,
-            {l for l, _ in chosen},
+            [hook_name("z", l) for l in sorted({l for l, _ in chosen})],
             reference_tokens=reference_tokens,
             cache=cache,
             seed=seed,
@@ -272,10 +274,9 @@ def ablate_heads(
         result = sweep(
             model,
             tokens,
-            [[lh] for lh in chosen],
+            head_edits(chosen, pos),
             m,
-            replacement=repl,
-            positions=pos,
+            values=repl,
             batch_size=batch_size,
             memory_budget=memory_budget,
             progress=progress,
@@ -337,7 +338,7 @@ def ablate_head_groups(
             model,
             tokens,
             method,
-            layers,
+            [hook_name("z", l) for l in sorted(layers)],
             reference_tokens=reference_tokens,
             cache=cache,
             seed=seed,
@@ -345,10 +346,9 @@ def ablate_head_groups(
         result = sweep(
             model,
             tokens,
-            list(parsed.values()),
+            [[e[0] for e in head_edits(hs, pos)] for hs in parsed.values()],
             m,
-            replacement=repl,
-            positions=pos,
+            values=repl,
             batch_size=batch_size,
             memory_budget=memory_budget,
             progress=progress,
@@ -392,4 +392,4 @@ def sweep_plan(
     tokens = check_tokens(model, tokens)
     chosen = sorted(parse_heads(model, heads))
     with eval_no_grad(model):
-        return plan(model, tokens, [[lh] for lh in chosen], batch_size)
+        return plan(model, tokens, head_edits(chosen), batch_size)

@@ -300,15 +300,16 @@ def attribute_heads(
         if patching:
             clean_value, target = clean_run(model, tokens, m, layers, cache)
         else:
-            target = replacements(
+            by_hook = replacements(
                 model,
                 tokens,
                 "zero" if method == "zero" else "mean",
-                set(layers),
+                [hook_name("z", l) for l in layers],
                 reference_tokens=reference_tokens,
                 cache=cache,
                 seed=seed,
             )
+            target = None if by_hook is None else {l: by_hook[hook_name("z", l)] for l in layers}
     pattern_layers = list(range(min(layers) + 1, model.cfg.n_layers)) if correction == "qk" else []
     value, z, g_z, g_p = _gradients(model, run_tokens, m, layers, pattern_layers)
     diff = {}

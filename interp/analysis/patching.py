@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 
 from interp.analysis._common import CheckedCache, check_cache, rows_frame
-from interp.analysis._sweep import sweep
+from interp.analysis._sweep import head_edits, sweep
 from interp.analysis.metrics import Metric, logit_diff_metric, prepare_metric, scalar
 from interp.errors import InterpError
 from interp.hooks import hook_name
@@ -124,10 +124,9 @@ def patch_heads(
         result = sweep(
             model,
             corrupted_tokens,
-            [[lh] for lh in chosen],
+            head_edits(chosen, pos),
             m,
-            replacement=repl,
-            positions=pos,
+            values={hook_name("z", l): z for l, z in repl.items()},
             batch_size=batch_size,
             memory_budget=memory_budget,
             progress=progress,
