@@ -147,3 +147,60 @@ def test_ablate_and_patch_smollm_from_the_command_line(tmp_path, capsys):
     )  # fmt: skip
     assert rc == 0, capsys.readouterr().err
     assert pd.read_csv(pout)["normalized"].max() > 0.1
+
+
+def test_direct_logit_attribution_adds_up_on_smollm(smollm):
+    """SmolLM2 (RMSNorm with a learned weight, nothing folded, GQA): the heads, MLPs and
+    embedding shares sum to its own logit difference IO - S on name-mover prompts."""
+    from interp.analysis import direct_logit_attribution
+    from interp.datasets import name_mover_prompts
+
+    p = name_mover_prompts(4, seed=0, tokenizer=smollm.tokenizer)
+    df = direct_logit_attribution(smollm, p.clean, answer=p.io_ids, wrong=p.s_ids)
+    with torch.no_grad():
+        last = smollm(p.clean)[:, -1].float()
+    rows = torch.arange(len(p))
+    want = float((last[rows, p.io_ids] - last[rows, p.s_ids]).mean())
+    assert df["value"].sum() == pytest.approx(want, rel=1e-4)
+    assert "remainder" not in set(df["component"]) and (df["component"] == "head").sum() == 270
+    assert "RMS" in df.attrs["final_norm"]
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_the_lens_over_256_positions_holds_a_bounded_slab(smollm):
+    """30 layers x 256 positions x 49,152 tokens would be 1.6 GB of logits at once; the lens
+    unembeds 64 MiB chunks. Peak resident memory is sampled while it runs, beside a cache
+    built before (the residual stream of 31 stages: 18 MB)."""
+    import gc
+    import threading
+
+    from interp.analysis import logit_lens
+
+    tokens = torch.randint(1000, 20000, (1, 256), generator=torch.Generator().manual_seed(0))
+    names = ["blocks.0.hook_resid_pre", *(f"blocks.{l}.hook_resid_post" for l in range(30))]
+    with torch.no_grad():
+        _, cache = smollm.run_with_cache(tokens, names_filter=names)
+    gc.collect()
+    base, peak, done = _rss(), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss())
+            done.wait(0.002)
+
+    watcher = threading.Thread(target=sample)
+    watcher.start()
+    try:
+        df = logit_lens(smollm, tokens, k=3, cache=cache)
+    finally:
+        done.set()
+        watcher.join()
+    grew = max(peak[0], _rss()) - base
+    full = 31 * 256 * 49152 * 4
+    assert len(df) == 31 * 256
+    assert grew < 400 * 2**20, f"lens grew resident memory by {grew / 2**20:.0f} MiB"
+    assert grew < full / 4  # the whole logits tensor was never held

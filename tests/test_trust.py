@@ -70,6 +70,28 @@ CASES = {
             m, t, corrupted_tokens=t.flip(0), metric=A.logit_diff_metric(3, 4), cache=c
         ),
     ),
+    "direct_logit_attribution": (
+        "ind",
+        lambda m, t, c: A.direct_logit_attribution(m, t, answer=3, wrong=4, cache=c),
+    ),
+    "logit_lens": ("ind", lambda m, t, c: A.logit_lens(m, t, positions=[-1], cache=c)),
+    "patch_components": (
+        "ind",
+        lambda m, t, c: A.patch_components(
+            m,
+            t,
+            corrupted_tokens=t.flip(0),
+            component="resid_pre",
+            by="layer",
+            metric=A.logit_diff_metric(3, 4),
+            cache=c,
+        ),
+    ),
+    "ablate_layers": ("ind", lambda m, t, c: A.ablate_layers(m, t, method="mean", cache=c)),
+    "ablate_mlps": (
+        "gpt2",
+        lambda m, items, c: A.ablate_mlps(m, _item_tokens(items), method="mean", cache=c),
+    ),
     "word_states": ("gpt2", lambda m, items, c: A.word_states(m, items, cache=c)),
     "clue_attention": ("gpt2", lambda m, items, c: A.clue_attention(m, items, cache=c)),
 }

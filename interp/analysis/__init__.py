@@ -88,6 +88,11 @@ _EXPORTS = {
     "factored_subspaces": "interp.analysis.subspace",
     "head_subspaces": "interp.analysis.subspace",
     "null_space_probe": "interp.analysis.null_probe",
+    "direct_logit_attribution": "interp.analysis.dla",
+    "patch_components": "interp.analysis.component_patching",
+    "ablate_mlps": "interp.analysis.layer_ablation",
+    "ablate_layers": "interp.analysis.layer_ablation",
+    "logit_lens": "interp.analysis.lens",
     "read_fraction": "interp.analysis.null_probe",
 }
 

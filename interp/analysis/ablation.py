@@ -143,7 +143,16 @@ def replacements(
     return {n: x[idx] for n, x in got.items()}
 
 
-def _prepare(model, tokens, method, metric, loss_mask, reference_tokens, positions, seed, cache):
+def prepare_ablation(
+    model, tokens, method, metric, loss_mask, reference_tokens, positions, seed, cache
+):
+    """Every input of an ablation checked before any forward pass (the shared first step).
+
+    Returns ``(tokens, metric, reference_tokens, positions mask, seed, checked cache)``.
+
+    Raises:
+        InterpError: as :func:`ablate_heads`.
+    """
     check_model(model)
     if method not in METHODS:
         raise InterpError(f"unknown ablation method {method!r}; choose one of {', '.join(METHODS)}")
@@ -198,7 +207,7 @@ def check_reference(
     return reference_tokens
 
 
-def _record(
+def record_ablation(
     df: pd.DataFrame,
     result: SweepResult,
     method: str,
@@ -209,6 +218,7 @@ def _record(
     reference: Any,
     analysis: str,
 ) -> pd.DataFrame:
+    """``df`` with how the ablation was computed in ``df.attrs`` (exported with it)."""
     df.attrs.update(
         analysis=analysis,
         method=method,
@@ -257,7 +267,7 @@ def ablate_heads(
             lacks, a bad batch size, or a metric that returns a non-scalar or
             non-finite value.
     """
-    tokens, m, reference_tokens, pos, seed, cache = _prepare(
+    tokens, m, reference_tokens, pos, seed, cache = prepare_ablation(
         model, tokens, method, metric, loss_mask, reference_tokens, positions, seed, cache
     )
     chosen = sorted(parse_heads(model, heads))
@@ -290,7 +300,7 @@ def ablate_heads(
             "delta": [v - result.clean for v in result.values],
         },
     )
-    return _record(
+    return record_ablation(
         df, result, method, m, model, pos, seed, reference_tokens, "ablate_heads (exact, per head)"
     )
 
@@ -328,7 +338,7 @@ def ablate_head_groups(
         )
     if not groups:
         raise InterpError("no groups given: pass {name: [heads]}")
-    tokens, m, reference_tokens, pos, seed, cache = _prepare(
+    tokens, m, reference_tokens, pos, seed, cache = prepare_ablation(
         model, tokens, method, metric, loss_mask, reference_tokens, positions, seed, cache
     )
     parsed = {str(g): parse_heads(model, hs) for g, hs in groups.items()}
@@ -364,7 +374,7 @@ def ablate_head_groups(
             "delta": [v - result.clean for v in result.values],
         }
     )
-    return _record(
+    return record_ablation(
         df, result, method, m, model, pos, seed, reference_tokens, "ablate_head_groups (exact)"
     )
 
