@@ -351,3 +351,99 @@ def trace_2d(
     _label(ax, xlabel, ylabel, title)
     ax.legend(frameon=False, fontsize=8)
     return Plot(fig, caption)
+
+
+def dla_heatmap(
+    heads: Any,
+    mlp: Any,
+    *,
+    caption: str,
+    colorbar: str = "direct share of the logit difference",
+    title: str | None = None,
+) -> Plot:
+    """Direct logit attribution as a layer x head heatmap, with each layer's MLP in a column
+    beside it on the same colour scale (blank where a model has no MLPs).
+
+    ``heads`` is ``[layer, head]``, ``mlp`` ``[layer]`` (NaN for none); see
+    :func:`interp.analysis.dla.head_grid`.
+
+    Raises:
+        InterpError: for a non-2-D ``heads`` or an ``mlp`` of another length.
+    """
+    grid = _check_2d(heads, "heads")
+    col = np.asarray(mlp, dtype=float).reshape(-1)
+    if col.shape[0] != grid.shape[0]:
+        raise InterpError(f"mlp has {col.shape[0]} values for {grid.shape[0]} layers")
+    finite = np.concatenate([grid[np.isfinite(grid)], col[np.isfinite(col)]])
+    span = float(np.abs(finite).max()) if finite.size else 1.0
+    span = span or 1.0
+    L, H = grid.shape
+    fig = _figure(5.8, max(2.6, min(7.5, 1.0 + 0.2 * L)))
+    axes = fig.subplots(1, 2, width_ratios=[max(H, 1), 1.4], sharey=True)
+    ax, ax_mlp = axes
+    kw = {"aspect": "auto", "cmap": "RdBu_r", "vmin": -span, "vmax": span}
+    im = ax.imshow(grid, interpolation="nearest", **kw)
+    ax_mlp.imshow(col[:, None], interpolation="nearest", **kw)
+    ax.set_xticks(range(H), [str(h) for h in range(H)])
+    step = max(1, L // 16)
+    ax.set_yticks(range(0, L, step), [str(l) for l in range(0, L, step)])
+    _label(ax, "head", "layer", title)
+    ax_mlp.set_xticks([0], ["MLP"])
+    ax_mlp.set_xlabel("")
+    if not np.isfinite(col).any():
+        ax_mlp.text(0, (L - 1) / 2, "none", ha="center", va="center", fontsize=8, rotation=90)
+    if grid.size <= 64:
+        for (r, c), v in np.ndenumerate(grid):
+            if np.isfinite(v):
+                ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=7)
+    fig.colorbar(im, ax=list(axes), label=colorbar)
+    return Plot(fig, caption)
+
+
+def lens_grid(
+    top_tokens: Sequence[Sequence[str]],
+    top_probs: Any,
+    target_rank: Any,
+    *,
+    stage_labels: Sequence[str],
+    position_labels: Sequence[str],
+    caption: str,
+    title: str | None = None,
+) -> Plot:
+    """The logit lens as a stage x position grid: each cell shows the top token and its
+    probability; its colour is the target token's rank there (log scale, 1 = top).
+
+    ``top_tokens`` and ``top_probs`` are ``[stage, position]``; ``target_rank``
+    too (NaN where there is no target: blank).
+
+    Raises:
+        InterpError: for arrays whose shapes differ from the labels'.
+    """
+    from matplotlib.colors import LogNorm
+
+    probs = _check_2d(top_probs, "top_probs")
+    ranks = _check_2d(target_rank, "target_rank")
+    S, P = probs.shape
+    if ranks.shape != (S, P) or len(top_tokens) != S or any(len(r) != P for r in top_tokens):
+        raise InterpError(f"top_tokens, top_probs and target_rank must all be {S} x {P}")
+    if len(stage_labels) != S or len(position_labels) != P:
+        raise InterpError(f"{len(stage_labels)} stage and {len(position_labels)} position labels")
+    fig = _figure(max(5.6, 0.6 * P + 1.8), max(2.8, min(11.0, 0.8 + 0.34 * S)))
+    ax = fig.add_subplot()
+    finite = ranks[np.isfinite(ranks)]
+    hi = float(finite.max()) if finite.size else 10.0
+    norm = LogNorm(vmin=1, vmax=max(hi, 10.0))
+    im = ax.imshow(ranks, aspect="auto", cmap="viridis_r", norm=norm, interpolation="nearest")
+    size = 6 if P <= 16 else 5
+    for (s, p), prob in np.ndenumerate(probs):
+        tok = str(top_tokens[s][p]).replace("\n", "\\n")
+        tok = tok if len(tok) <= 8 else tok[:7] + "~"
+        dark = np.isfinite(ranks[s, p]) and norm(ranks[s, p]) > 0.45  # viridis_r is dark there
+        colour = "white" if dark else "black"
+        ax.text(p, s, f"{tok}\n{prob:.2f}", ha="center", va="center", fontsize=size, color=colour)
+    ax.set_xticks(range(P), [str(x) for x in position_labels], rotation=90 if P > 8 else 0)
+    step = max(1, S // 16)
+    ax.set_yticks(range(0, S, step), [str(x) for x in stage_labels][::step])
+    _label(ax, "position (input token)", "stage (0 = embeddings)", title)
+    fig.colorbar(im, ax=ax, label="target's rank (1 = top prediction)")
+    return Plot(fig, caption)

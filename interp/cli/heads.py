@@ -85,12 +85,24 @@ def add_parsers(sub: Any) -> None:
     at.add_argument("--top", type=count_arg(0), default=10, help="heads to print, by |estimate|")
     at.set_defaults(func=run_attribute)
 
-    pa = sub.add_parser("patch", help="per-head activation patching, clean into corrupted")
+    pa = sub.add_parser(
+        "patch", help="activation patching, clean into corrupted: per head, or any component grid"
+    )
     add_model(pa)
     pa.add_argument("--clean", required=True, help="clean prompt")
     pa.add_argument("--corrupted", required=True, help="corrupted prompt (same length)")
     _add_metric(pa, "logit-diff")
     pa.add_argument("--heads", help="comma-separated labels (default: all)")
+    pa.add_argument(
+        "--component",
+        choices=("resid_pre", "resid_mid", "attn_out", "mlp_out", "z", "q", "k", "v", "pattern"),
+        help="patch this activation's grid instead of each head's output",
+    )
+    pa.add_argument(
+        "--by",
+        choices=("layer", "layer_position", "head", "head_position"),
+        help="the grid's cells (with --component; default layer_position or head)",
+    )
     pa.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
     pa.add_argument("--top", type=count_arg(0), default=10, help="heads to print, by |normalized|")
     pa.set_defaults(func=run_patch)
@@ -275,6 +287,10 @@ def run_patch(args: argparse.Namespace) -> int:
     _check_metric_args(args)
     check_prompt(args.clean, "clean prompt")
     check_prompt(args.corrupted, "corrupted prompt")
+    if args.by is not None and args.component is None:
+        raise InterpError("--by goes with --component (e.g. --component resid_pre --by layer)")
+    if args.component is not None and heads is not None:
+        raise InterpError("--heads is for per-head patching; drop it with --component")
     check_model_args(args)
     _tokenizer_checks(args, [args.clean, args.corrupted], positions)
     from interp import export
@@ -283,6 +299,8 @@ def run_patch(args: argparse.Namespace) -> int:
     model = load(args)
     clean, corrupted = encode(model, args.clean), encode(model, args.corrupted)
     check_token_pair(model, clean, corrupted)  # before the plan's probe pass
+    if args.component is not None:
+        return _patch_grid(args, model, clean, corrupted, positions, out)
     _announce(model, corrupted, heads, "patching")
     df = patch_heads(
         model,
@@ -316,5 +334,30 @@ def run_scores(args: argparse.Namespace) -> int:
         best = df.loc[df[stripe].idxmax()]
         print(f"best {stripe} head: {best['label']} ({best[stripe]:.3f}, {args.convention})")
     export(_describe(df, args), out)
+    print(f"wrote {out}")
+    return 0
+
+
+def _patch_grid(args: argparse.Namespace, model: Any, clean: Any, corrupted: Any, positions: Any,
+                out: Path) -> int:  # fmt: skip
+    from interp import export
+    from interp.analysis.component_patching import LAYER_COMPONENTS, patch_components
+
+    by = args.by or ("layer_position" if args.component in LAYER_COMPONENTS else "head")
+    print(f"patching {args.component} by {by} on {clean.shape[1]} tokens")
+    df = patch_components(
+        model,
+        clean,
+        corrupted_tokens=corrupted,
+        component=args.component,
+        by=by,
+        metric=_metric(model, args, None),
+        positions=positions,
+        progress=True,
+    )
+    print_top(df, "normalized", args.top)
+    df.attrs.setdefault("model", args.model)
+    df.attrs.setdefault("inputs", f"--clean {args.clean!r} --corrupted {args.corrupted!r}")
+    export(df, out)
     print(f"wrote {out}")
     return 0

@@ -1,0 +1,265 @@
+"""``interp dla``, ``interp lens``, ``interp attention``: what components write, what the model
+believes after each block, and where heads look, on a prompt of your own.
+
+Everything that needs only the tokenizer (each answer is one token, positions
+fit the prompt) is checked before the weights load; bad input is one line on
+stderr and exit 2, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from interp.cli.args import (
+    add_model,
+    check_model_args,
+    check_out,
+    check_positions_fit,
+    check_prompt,
+    count_arg,
+    encode,
+    heads_arg,
+    load,
+    positions_arg,
+    print_top,
+    token_id,
+    tokenizer_of,
+)
+from interp.errors import InterpError
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``dla``, ``lens`` and ``attention`` to ``sub``."""
+    dla = sub.add_parser("dla", help="direct logit attribution: each component's share of a logit")
+    add_model(dla)
+    dla.add_argument("--prompt", required=True, help="text (ids for models without a tokenizer)")
+    dla.add_argument("--answer", required=True, help="the answer token, e.g. ' Mary' (or its id)")
+    dla.add_argument("--wrong", help="the wrong token: attribute logit[answer] - logit[wrong]")
+    dla.add_argument("--unit", default="head", choices=("head", "layer", "component"))
+    dla.add_argument("--positions", help="where the logits are read (default: the last)")
+    dla.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
+    dla.add_argument("--figure", help="also write the layer x head heatmap (.svg)")
+    dla.add_argument("--top", type=count_arg(0), default=10, help="rows to print, by |value|")
+    dla.set_defaults(func=run_dla)
+
+    lens = sub.add_parser("lens", help="the logit lens: top predictions after every block")
+    add_model(lens)
+    lens.add_argument("--prompt", required=True, help="text (ids for models without a tokenizer)")
+    lens.add_argument("--positions", help="comma-separated positions (default: all)")
+    lens.add_argument("--k", type=count_arg(1), default=5, help="top tokens per cell")
+    lens.add_argument("--target", help="the token to follow (default: each position's next token)")
+    lens.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
+    lens.add_argument("--figure", help="also write the stage x position grid (.svg)")
+    lens.set_defaults(func=run_lens)
+
+    att = sub.add_parser("attention", help="a self-contained page of attention views of a prompt")
+    add_model(att)
+    att.add_argument("--prompt", required=True, help="text (ids for models without a tokenizer)")
+    att.add_argument(
+        "--heads", help="labels, e.g. L18H6,L17H3 (default: the 5 best induction heads, or all)"
+    )
+    att.add_argument("--answer", help="also show the direct logit attribution of this token")
+    att.add_argument("--wrong", help="... as logit[answer] - logit[wrong]")
+    att.add_argument("--out", required=True, help="the page (.html)")
+    att.set_defaults(func=run_attention)
+
+
+def _check_svg(path: str | None) -> Path | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if p.suffix.lower() != ".svg":
+        raise InterpError(f"--figure {path!r} must end in .svg")
+    from interp.files import check_output_file
+
+    return check_output_file(p, "--figure")
+
+
+def _answers(args: argparse.Namespace, tok: Any) -> tuple[Any, Any]:
+    a = token_id(tok, args.answer) if args.answer is not None else None
+    w = token_id(tok, args.wrong) if args.wrong is not None else None
+    if a is not None and a == w:
+        raise InterpError("--answer and --wrong name the same token; the difference would be 0")
+    return a, w
+
+
+def _prechecked(args: argparse.Namespace, positions: Any) -> tuple[Any, Any]:
+    """Prompt, answers and positions checked with the tokenizer alone (no weights)."""
+    check_prompt(args.prompt, "prompt")
+    check_model_args(args)
+    tok = tokenizer_of(args.model)
+    answers = _answers(args, tok) if hasattr(args, "answer") else (None, None)
+    check_positions_fit(positions, encode(tok, args.prompt).shape[1])
+    return answers
+
+
+def run_dla(args: argparse.Namespace) -> int:
+    out = check_out(args.out)
+    figure = _check_svg(args.figure)
+    positions = positions_arg(args.positions)
+    answer, wrong = _prechecked(args, positions)
+    from interp import export
+    from interp.analysis.dla import direct_logit_attribution, head_grid
+
+    model = load(args)
+    tokens = encode(model, args.prompt)
+    df = direct_logit_attribution(
+        model,
+        tokens,
+        answer=answer,
+        wrong=wrong,
+        positions=-1 if positions is None else positions,
+        unit=args.unit,
+    )
+    df.attrs.update(inputs=f"--prompt {args.prompt!r}", answer=args.answer, wrong=args.wrong)
+    quantity = df.attrs["metric"]
+    print(f"{quantity}: {df.attrs['total']:.4f} (the model's own; rows sum to it)")
+    print_top(df, "value", args.top)
+    export(df, out)
+    if figure is not None:
+        from interp.figures import dla_heatmap
+        from interp.files import write_text
+
+        if args.unit != "head":
+            raise InterpError("--figure draws the layer x head heatmap: use --unit head")
+        grid, mlp = head_grid(df)
+        plot = dla_heatmap(grid, mlp, caption=_dla_caption(df, args))
+        write_text(figure, plot.svg())
+        print(f"wrote {figure}")
+    print(f"wrote {out}")
+    return 0
+
+
+def _dla_caption(df: Any, args: argparse.Namespace) -> str:
+    top = df.reindex(df["value"].abs().sort_values(ascending=False).index).head(3)
+    named = ", ".join(f"{r.label} {r.value:+.2f}" for r in top.itertuples())
+    return (
+        f"Direct logit attribution of {df.attrs['metric']} on {args.prompt!r}: what each head "
+        f"(and each layer's MLP, right) writes straight into it, the final norm's scale frozen. "
+        f"Largest: {named}; total {df.attrs['total']:.2f}. Direct only: heads that act through "
+        "later heads are not shown here."
+    )
+
+
+def run_lens(args: argparse.Namespace) -> int:
+    out = check_out(args.out)
+    figure = _check_svg(args.figure)
+    positions = positions_arg(args.positions)
+    check_prompt(args.prompt, "prompt")
+    check_model_args(args)
+    tok = tokenizer_of(args.model)
+    target = token_id(tok, args.target) if args.target is not None else None
+    check_positions_fit(positions, encode(tok, args.prompt).shape[1])
+    from interp import export
+    from interp.analysis.lens import logit_lens
+
+    model = load(args)
+    tokens = encode(model, args.prompt)
+    df = logit_lens(model, tokens, positions=positions, k=args.k, target=target)
+    df.attrs.update(inputs=f"--prompt {args.prompt!r}")
+    last = df[df["stage"] == df["stage"].max()]
+    for r in last.itertuples():
+        print(
+            f"position {r.position} {r.token!r}: the model predicts {r.top1!r} ({r.p1:.2f})"
+            + (f"; target {r.target!r} rank {r.target_rank}" if r.target else "")
+        )
+    export(df, out)
+    if figure is not None:
+        from interp.files import write_text
+
+        write_text(figure, lens_plot(df, title=None).svg())
+        print(f"wrote {figure}")
+    print(f"wrote {out}")
+    return 0
+
+
+def lens_plot(df: Any, *, title: str | None) -> Any:
+    """The stage x position grid of a :func:`interp.analysis.logit_lens` table (sequence 0)."""
+    import numpy as np
+
+    from interp.figures import lens_grid
+
+    one = df[df["sequence"] == 0]
+    stages = sorted(set(one["stage"]))
+    pos = sorted(set(one["position"]))
+    cell = one.set_index(["stage", "position"])
+    tops = [[str(cell.loc[(s, p), "top1"]) for p in pos] for s in stages]
+    probs = np.array([[float(cell.loc[(s, p), "p1"]) for p in pos] for s in stages])
+    rank = cell["target_rank"].astype("float64")
+    ranks = np.array([[rank.loc[(s, p)] for p in pos] for s in stages])
+    names = [str(cell.loc[(s, pos[0]), "stage_name"]) for s in stages]
+    labels = [f"{p}:{cell.loc[(stages[0], p), 'token']}" for p in pos]
+    return lens_grid(
+        tops,
+        probs,
+        ranks,
+        stage_labels=names,
+        position_labels=labels,
+        title=title,
+        caption="The logit lens: the top prediction and its probability after each block "
+        "(the final norm recomputed on each stage's own residual); colour is the target's "
+        "rank there. A prediction readable early is not one the model acts on early: later "
+        "blocks can still change it.",
+    )
+
+
+def run_attention(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.suffix.lower() != ".html":
+        raise InterpError(f"--out {args.out!r} must end in .html (a self-contained page)")
+    from interp.files import check_output_file
+
+    check_output_file(out, "--out")
+    heads = heads_arg(args.heads)
+    if args.wrong is not None and args.answer is None:
+        raise InterpError("--wrong goes with --answer")
+    answer, wrong = _prechecked(args, None)
+    from interp.analysis.induction import head_scores
+    from interp.analysis.patterns import attention_patterns
+    from interp.protocol import is_causal, parse_heads
+    from interp.render import Report
+
+    model = load(args)
+    tokens = encode(model, args.prompt)
+    cfg = model.cfg
+    if heads is None:
+        if cfg.n_layers * cfg.n_heads <= 16:
+            chosen = [f"L{l}H{h}" for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+            why = "all heads"
+        else:
+            scores = head_scores(model, stripes=("induction",))
+            chosen = scores.nlargest(5, "induction")["label"].tolist()
+            why = "the five heads with the highest induction score on the repeated-token probe"
+    else:
+        chosen = [f"L{l}H{h}" for l, h in parse_heads(model, heads)]
+        why = "the heads asked for"
+    pats = attention_patterns(model, tokens, heads=chosen)[0].cpu()  # [head, q, k]
+    strs = (
+        [str(s) for s in model.to_str_tokens(tokens[0])]
+        if hasattr(model, "to_str_tokens")
+        else [str(int(t)) for t in tokens[0]]
+    )
+    r = Report(f"Attention of {args.model} on a prompt")
+    r.text(f"Prompt: {args.prompt!r} ({tokens.shape[1]} tokens). Heads: {why}.")
+    r.cautions(
+        [
+            "A pattern says where a head looks, not what it writes: the values and W_O decide "
+            "that (the direct logit attribution below, when asked, shows what reaches the logits).",
+            "One prompt is an anecdote; check a role on many inputs and with interventions.",
+        ]
+    )
+    r.heading("Attention patterns")
+    r.attention(strs, pats, head_names=chosen, causal=is_causal(model))
+    if answer is not None:
+        from interp.analysis.dla import direct_logit_attribution, head_grid
+        from interp.figures import dla_heatmap
+
+        df = direct_logit_attribution(model, tokens, answer=answer, wrong=wrong)
+        grid, mlp = head_grid(df)
+        r.heading("Direct logit attribution")
+        r.figure(dla_heatmap(grid, mlp, caption=_dla_caption(df, args)), "dla")
+    r.write(out)
+    print(f"wrote {out} ({len(chosen)} heads)")
+    return 0
