@@ -122,6 +122,7 @@ def test_report_renders_offline_with_its_figures(lab, chromium_paths):
         "scores_induction",
         "scores_duplicate_token",
         "k_composition",
+        "logit_lens",
     }
     for name, (w, h, caption) in result["figures"].items():
         assert w > 100 and h > 100 and caption > 40, name
@@ -143,3 +144,15 @@ def test_notebook_runs_and_writes_its_lab(lab_run):
     from conftest import check_notebook_output
 
     check_notebook_output(lab_run("induction"), "induction")
+
+
+def test_the_lens_shows_the_answer_at_the_induction_heads_layer(lab):
+    lens = table(lab, "logit_lens")
+    rep = lens[lens["half"] == "repeated"].set_index("stage")["next_token_p"]
+    first = lens[lens["half"] == "first half"].set_index("stage")["next_token_p"]
+    assert rep[0] < 0.1 and rep[1] < 0.1 and rep[2] > 0.9  # appears after L1 (L1H1's block)
+    assert first.max() < 0.1  # the unpredictable half never becomes predictable
+    assert (
+        "the answer appears at stage 2 (L1, the block of L1H1)"
+        in (lab[1] / "report.html").read_text()
+    )

@@ -87,6 +87,9 @@ def test_report_renders_offline(out, chromium_paths):
         "estimate_vs_exact",
         "name_attention",
         "group_ablation",
+        "dla_heads",
+        "lens_final",
+        "lens_example",
     }
     for name, (w, h, caption) in result["figures"].items():
         assert w > 100 and h > 100 and caption > 40, name
@@ -98,3 +101,31 @@ def test_notebook_runs_and_writes_its_lab(lab_run):
     from conftest import check_notebook_output
 
     check_notebook_output(lab_run("name-movers"), "name-movers")
+
+
+def test_the_report_says_whether_the_top_heads_write_the_answer(out):
+    """DLA of every head on the clean prompts sums to the model's logit difference, and the
+    report states, with numbers, what each top patching head writes directly."""
+    dla = table(out, "dla")
+    clean = table(out, "patching")["clean"].iloc[0]
+    assert dla["value"].sum() == pytest.approx(clean, rel=1e-4)  # the same prompts and metric
+    verdicts = table(out, "direct_verdicts")
+    top = table(out, "patching").nlargest(3, "normalized")["label"].tolist()
+    assert verdicts["label"].tolist() == top
+    heads = dla[dla["component"] == "head"].set_index("label")["value"]
+    report = (out / "report.html").read_text()
+    for v in verdicts.itertuples():
+        assert v.dla == pytest.approx(heads[v.label])
+        assert f"it writes {v.dla:+.3f} into logit[IO] - logit[S] directly" in report
+        share = v.dla / clean
+        want = (
+            "writes the answer directly"
+            if share >= 0.1
+            else (
+                "writes against the answer directly" if share <= -0.1 else "writes little directly"
+            )
+        )
+        assert v.verdict.startswith(want), v
+    lens = table(out, "logit_lens_final")
+    assert lens["stage"].tolist() == list(range(31))
+    assert lens["p_io"].iloc[-1] > lens["p_s"].iloc[-1]  # the model answers with IO at the end

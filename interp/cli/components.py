@@ -168,41 +168,12 @@ def run_lens(args: argparse.Namespace) -> int:
     export(df, out)
     if figure is not None:
         from interp.files import write_text
+        from interp.labs.common import lens_figure
 
-        write_text(figure, lens_plot(df, title=None).svg())
+        write_text(figure, lens_figure(df).svg())
         print(f"wrote {figure}")
     print(f"wrote {out}")
     return 0
-
-
-def lens_plot(df: Any, *, title: str | None) -> Any:
-    """The stage x position grid of a :func:`interp.analysis.logit_lens` table (sequence 0)."""
-    import numpy as np
-
-    from interp.figures import lens_grid
-
-    one = df[df["sequence"] == 0]
-    stages = sorted(set(one["stage"]))
-    pos = sorted(set(one["position"]))
-    cell = one.set_index(["stage", "position"])
-    tops = [[str(cell.loc[(s, p), "top1"]) for p in pos] for s in stages]
-    probs = np.array([[float(cell.loc[(s, p), "p1"]) for p in pos] for s in stages])
-    rank = cell["target_rank"].astype("float64")
-    ranks = np.array([[rank.loc[(s, p)] for p in pos] for s in stages])
-    names = [str(cell.loc[(s, pos[0]), "stage_name"]) for s in stages]
-    labels = [f"{p}:{cell.loc[(stages[0], p), 'token']}" for p in pos]
-    return lens_grid(
-        tops,
-        probs,
-        ranks,
-        stage_labels=names,
-        position_labels=labels,
-        title=title,
-        caption="The logit lens: the top prediction and its probability after each block "
-        "(the final norm recomputed on each stage's own residual); colour is the target's "
-        "rank there. A prediction readable early is not one the model acts on early: later "
-        "blocks can still change it.",
-    )
 
 
 def run_attention(args: argparse.Namespace) -> int:

@@ -61,3 +61,36 @@ def random_head_groups(
         f"random {k} (draw {d})": [pool[i] for i in torch.randperm(len(pool), generator=gen)[:k]]
         for d in range(n_draws)
     }
+
+
+def lens_figure(
+    df: Any, *, sequence: int = 0, title: str | None = None, caption: str | None = None
+) -> Any:
+    """The stage x position grid of one sequence of a :func:`interp.analysis.logit_lens` table."""
+    import numpy as np
+
+    from interp.figures import lens_grid
+
+    one = df[df["sequence"] == sequence]
+    stages = sorted(set(one["stage"]))
+    pos = sorted(set(one["position"]))
+    cell = one.set_index(["stage", "position"])
+    tops = [[str(cell.loc[(s, p), "top1"]) for p in pos] for s in stages]
+    probs = np.array([[float(cell.loc[(s, p), "p1"]) for p in pos] for s in stages])
+    rank = cell["target_rank"].astype("float64")
+    ranks = np.array([[rank.loc[(s, p)] for p in pos] for s in stages])
+    names = [str(cell.loc[(s, pos[0]), "stage_name"]) for s in stages]
+    labels = [f"{p}:{cell.loc[(stages[0], p), 'token']}" for p in pos]
+    return lens_grid(
+        tops,
+        probs,
+        ranks,
+        stage_labels=names,
+        position_labels=labels,
+        title=title,
+        caption=caption
+        or "The logit lens: the top prediction and its probability after each block "
+        "(the final norm recomputed on each stage's own residual); colour is the target's "
+        "rank there. A prediction readable early is not one the model acts on early: later "
+        "blocks can still change it.",
+    )

@@ -34,6 +34,10 @@ def build(f: Any, plots: dict[str, Any]) -> Report:
     report.heading("The induction bump: loss per position")
     report.figure(plots["loss_by_position"], "loss_by_position")
 
+    report.heading("The logit lens: where the answer appears")
+    report.figure(plots["logit_lens"], "logit_lens")
+    report.table(f.lens)
+
     report.heading("Head scores (layer x head)")
     for stripe in ("previous_token", "induction", "duplicate_token"):
         report.figure(plots[f"scores_{stripe}"], f"scores_{stripe}")

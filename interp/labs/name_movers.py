@@ -39,6 +39,8 @@ import torch
 
 from interp.analysis.ablation import ablate_head_groups
 from interp.analysis.attribution import attribute_heads, estimate_agreement
+from interp.analysis.dla import direct_logit_attribution, head_grid
+from interp.analysis.lens import logit_lens
 from interp.analysis.metrics import logit_diff_metric
 from interp.analysis.patching import patch_heads
 from interp.analysis.patterns import attention_patterns
@@ -72,6 +74,9 @@ class NameMoverFindings:
     group_ablation: pd.DataFrame
     example_tokens: list[str]
     example_patterns: torch.Tensor  # [k, q, k] the top heads on prompt 0
+    dla: pd.DataFrame  # direct logit attribution of IO - S, every head, clean prompts
+    lens_final: pd.DataFrame  # per stage, final position: IO's and S's probability and rank
+    lens_example: pd.DataFrame  # the lens over every position of prompt 0, target IO
 
     @property
     def clean_logit_diff(self) -> float:
@@ -165,6 +170,61 @@ def attention_caption(name_attention: pd.DataFrame) -> str:
     )
 
 
+def _lens_at_final(model: Any, prompts: NameMoverPrompts) -> pd.DataFrame:
+    """The logit lens at the final position, per stage: the mean probability and median
+    rank of the indirect object (the answer) and of the subject, over the prompts."""
+    per = {}
+    for who, ids in (("io", prompts.io_ids), ("s", prompts.s_ids)):
+        lens = logit_lens(model, prompts.clean, positions=[-1], k=1, target=ids)
+        per[who] = lens.groupby("stage", sort=True)
+    rows = []
+    for (stage, io), (_, sj) in zip(per["io"], per["s"]):
+        rows.append(
+            {
+                "stage": int(stage),
+                "stage_name": str(io["stage_name"].iloc[0]),
+                "p_io": float(io["target_p"].mean()),
+                "p_s": float(sj["target_p"].mean()),
+                "rank_io": float(io["target_rank"].astype(float).median()),
+                "rank_s": float(sj["target_rank"].astype(float).median()),
+                "io_above_s": float((io["target_p"].to_numpy() > sj["target_p"].to_numpy()).mean()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+DIRECT_SHARE = 0.1  # a head "writes the answer directly" when its DLA is this share of the total
+
+
+def direct_verdicts(f: NameMoverFindings, k: int = 3) -> pd.DataFrame:
+    """For the top ``k`` heads by patching: their direct logit attribution, its rank among
+    heads, its share of the clean logit difference, and what that says (from the numbers)."""
+    heads = f.dla[f.dla["component"] == "head"].set_index("label")["value"]
+    order = heads.rank(ascending=False).astype(int)
+    total = float(f.dla.attrs["total"])
+    rows = []
+    for r in f.patching.nlargest(k, "normalized").itertuples():
+        value = float(heads[r.label])
+        share = value / total if total else float("nan")
+        if share >= DIRECT_SHARE:
+            says = "writes the answer directly"
+        elif share <= -DIRECT_SHARE:
+            says = "writes against the answer directly"
+        else:
+            says = "writes little directly: its effect goes through later components"
+        rows.append(
+            {
+                "label": r.label,
+                "patching_restored": float(r.normalized),
+                "dla": value,
+                "dla_rank": int(order[r.label]),
+                "dla_share": share,
+                "verdict": says,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def analyse(
     model: Any = "smollm2-135m",
     *,
@@ -213,6 +273,9 @@ def analyse(
     ablation.insert(1, "kind", ["top"] + ["random"] * n_random)
     bar.update()
     tokens = list(model.to_str_tokens(prompts.clean[0]))
+    dla = direct_logit_attribution(model, prompts.clean, answer=prompts.io_ids, wrong=prompts.s_ids)
+    lens_final = _lens_at_final(model, prompts)
+    lens_example = logit_lens(model, prompts.clean[:1], k=1, target=prompts.io_ids[:1])
     bar.update()
     bar.close()
     return NameMoverFindings(
@@ -233,6 +296,9 @@ def analyse(
         group_ablation=ablation,
         example_tokens=tokens,
         example_patterns=pats[0],
+        dla=dla,
+        lens_final=lens_final,
+        lens_example=lens_example,
     )
 
 
@@ -261,12 +327,15 @@ def tables(f: NameMoverFindings) -> dict[str, pd.DataFrame]:
         "agreement": f.agreement,
         "name_attention": f.name_attention,
         "group_ablation": f.group_ablation,
+        "dla": f.dla,
+        "direct_verdicts": direct_verdicts(f),
+        "logit_lens_final": f.lens_final,
     }
 
 
 def figures(f: NameMoverFindings) -> dict[str, Any]:
     """Recovery per head (exact and estimate), estimate vs exact, name attention, ablations."""
-    from interp.figures import bars, grouped_bars, heatmap, scatter
+    from interp.figures import bars, dla_heatmap, grouped_bars, heatmap, lines, scatter
 
     t = tables(f)["patching"]
     out = {}
@@ -310,6 +379,43 @@ def figures(f: NameMoverFindings) -> dict[str, Any]:
         xlabel="top heads by exact patching",
         ylabel="attention from the final position",
         caption=attention_caption(na),
+    )
+    grid, mlp = head_grid(f.dla)
+    top3 = direct_verdicts(f)
+    named = "; ".join(f"{r.label} {r.dla:+.2f} (rank {r.dla_rank})" for r in top3.itertuples())
+    out["dla_heads"] = dla_heatmap(
+        grid,
+        mlp,
+        colorbar="direct share of logit[IO] - logit[S]",
+        caption=f"Direct logit attribution of IO - S on the {len(f.prompts)} clean prompts: what "
+        "each head (and each layer's MLP, right) writes straight into the answer, the final "
+        f"norm's scale frozen (total {f.dla.attrs['total']:.2f}). The top heads by patching: "
+        f"{named}. Direct only: a head that moves information for later heads writes little here.",
+    )
+    lf = f.lens_final
+    last = lf.iloc[-1]
+    above = (lf["io_above_s"] > 0.5).tolist()  # IO more likely than S in most prompts
+    stays = [i for i in range(len(above)) if all(above[i:])]
+    first_above = [lf["stage_name"].iloc[stays[0]]] if stays else []
+    out["lens_final"] = lines(
+        lf["stage"].tolist(),
+        {"indirect object (answer)": lf["p_io"].tolist(), "subject": lf["p_s"].tolist()},
+        xlabel="stage (0 = embeddings, l + 1 = after block l)",
+        ylabel="probability at the final position",
+        markers=True,
+        caption="The logit lens at the final position, mean over the clean prompts: the "
+        "probability of the answer (IO) and of the subject after each block. IO is ahead of "
+        f"S in most prompts from {first_above[0] if first_above else 'no stage'} on and ends at "
+        f"{last['p_io']:.2f} against {last['p_s']:.2f}. Readable is not used: patching and "
+        "ablation test that.",
+    )
+    from interp.labs.common import lens_figure
+
+    out["lens_example"] = lens_figure(
+        f.lens_example,
+        caption="The logit lens on prompt 0: each cell is the top prediction after a block at "
+        "that position, with its probability; colour is the indirect object's rank there (the "
+        "answer at the last position).",
     )
     abl = f.group_ablation
     top = abl[abl["kind"] == "top"]["delta"].tolist()
@@ -371,6 +477,21 @@ def report(f: NameMoverFindings) -> Any:
     io = f.example_tokens[int(f.prompts.io_pos[0])]
     r.text(f"Prompt 0: {f.prompts.texts[0]!r}; the answer is the indirect object {io!r}.")
     r.attention(f.example_tokens, f.example_patterns, head_names=f.top_heads, causal=True)
+    r.heading("What the top heads write: direct logit attribution")
+    r.figure(plots["dla_heads"], "dla_heads")
+    verdicts = direct_verdicts(f)
+    for v in verdicts.itertuples():
+        r.text(
+            f"{v.label} restores {v.patching_restored:.2f} of the logit difference when patched; "
+            f"it writes {v.dla:+.3f} into logit[IO] - logit[S] directly (rank {v.dla_rank} of "
+            f"{f.n_layers * f.n_heads} heads, {v.dla_share:+.0%} of the clean total "
+            f"{f.dla.attrs['total']:.2f}): it {v.verdict}."
+        )
+    r.table(verdicts)
+    r.heading("The logit lens: when the answer appears")
+    r.figure(plots["lens_final"], "lens_final")
+    r.table(f.lens_final)
+    r.figure(plots["lens_example"], "lens_example")
     r.heading("Ablating the top heads together")
     r.figure(plots["group_ablation"], "group_ablation")
     r.raw(styled_html(f.group_ablation))
@@ -393,4 +514,9 @@ def summary(f: NameMoverFindings) -> list[str]:
         f"{ag.iloc[1]:.0f}, in top 30: {ag.iloc[2]:.0f}",
         f"mean-ablating the top {len(f.top_heads)} together: {abl['delta'].iloc[0]:+.3f}, random "
         f"(median of {len(abl) - 1}): {abl[abl['kind'] == 'random']['delta'].median():+.3f}",
+        "direct logit attribution of the top heads: "
+        + "; ".join(
+            f"{v.label} {v.dla:+.3f} (rank {v.dla_rank}): {v.verdict}"
+            for v in direct_verdicts(f).itertuples()
+        ),
     ]
