@@ -12,6 +12,7 @@ for name in (
     "score_functions",
     "ablation_sweep",
     "attribution",
+    "components",
     "composition",
     "load",
 ):

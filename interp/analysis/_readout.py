@@ -113,11 +113,18 @@ def final_norm(model: Any) -> FinalNorm | None:
     """The model's final norm (``None`` when it has none), read from its weights."""
     cfg = model.cfg
     kind = str(getattr(cfg, "normalization_type", None) or "")
-    if not kind or getattr(model, "ln_final", None) is None:
+    ln = getattr(model, "ln_final", None)
+    if not kind or ln is None:
         return None
-    sd = {k: v for k, v in model.state_dict().items() if k.startswith("ln_final.")}
-    weight = sd.get("ln_final.weight", sd.get("ln_final.w"))
-    bias = sd.get("ln_final.bias", sd.get("ln_final.b"))
+
+    def param(*names: str) -> Any:  # bridges name them weight/bias, our LayerNorm w/b
+        for n in names:
+            v = getattr(ln, n, None)
+            if isinstance(v, torch.Tensor):
+                return v
+        return None
+
+    weight, bias = param("weight", "w"), param("bias", "b")
     return FinalNorm(
         centred=kind.upper().startswith("LN"),
         weight=None if weight is None else weight.detach(),
@@ -161,3 +168,13 @@ def chunks(n_rows: int, d_vocab: int, budget: int = CHUNK_BYTES) -> Iterator[sli
 def final_resid_name(model: Any) -> str:
     """The hook holding the residual stream the final norm reads."""
     return hook_name("resid_post", model.cfg.n_layers - 1)
+
+
+def layer_weight(model: Any, name: str, layer: int) -> torch.Tensor:
+    """One layer's ``W_O`` (``[head, d_head, d_model]``) or similar, without stacking every
+    layer's (the model-wide property copies all of them on bridges)."""
+    attn = getattr(model.blocks[layer], "attn", None)
+    w = getattr(attn, name, None)
+    if isinstance(w, torch.Tensor) and w.ndim == 3:
+        return w.detach()
+    return getattr(model, name)[layer].detach()

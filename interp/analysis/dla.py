@@ -50,6 +50,7 @@ from interp.analysis._readout import (
     check_lm_head,
     final_norm,
     final_resid_name,
+    layer_weight,
     query_positions,
     readout,
     token_ids,
@@ -80,7 +81,6 @@ def _names(model: Any) -> dict[str, Any]:
         "final": final_resid_name(model),
         "scale": hook_name("ln_final_scale"),
         "z": [hook_name("z", l) for l in range(L)],
-        "attn_out": [hook_name("attn_out", l) for l in range(L)],
         "mlp_out": [hook_name("mlp_out", l) for l in range(L)],
     }
     names["pos_embed"] = hook_name("pos_embed") if hook_name("pos_embed") in have else None
@@ -142,13 +142,16 @@ def direct_logit_attribution(
         raise InterpError("answer and wrong name the same token; the difference would be 0")
     pos = query_positions(positions, n, default_all=False)
     names = _names(model)
-    wanted = [names["embed"], names["final"], *names["z"], *names["attn_out"], *names["mlp_out"]]
+    wanted = [names["embed"], names["final"], *names["z"], *names["mlp_out"]]
     wanted += [x for x in (names["pos_embed"], names["scale"]) if x]
     with eval_no_grad(model):
         acts = check_cache(model, tokens, cache, needs=wanted)
         if acts is None:
-            _, acts = model.run_with_cache(tokens, names_filter=wanted)
-        rows, attrs = _decompose(model, acts, names, tokens, ans, bad, pos)
+            acts = _at_positions(model, tokens, wanted, pos)
+            pos_in_acts = list(range(len(pos)))
+        else:
+            pos_in_acts = pos
+        rows, attrs = _decompose(model, acts, names, tokens, ans, bad, pos_in_acts)
     df = _table(rows, unit, cfg.n_layers)
     attrs.update(
         analysis="direct_logit_attribution",
@@ -162,6 +165,24 @@ def direct_logit_attribution(
     )
     df.attrs.update(attrs)
     return df
+
+
+def _at_positions(
+    model: Any, tokens: torch.Tensor, names: list[str], pos: list[int]
+) -> dict[str, torch.Tensor]:
+    """One forward pass keeping each hook's activation at ``pos`` only (``[batch, P, ...]``):
+    cheaper than a cache of every position, and all DLA reads."""
+    kept: dict[str, torch.Tensor] = {}
+    at = torch.tensor(pos, device=tokens.device)
+
+    def keeper(name: str) -> Any:  # keyed by the name asked for (aliases fire as themselves)
+        def keep(x: torch.Tensor, hook: Any) -> None:
+            kept[name] = x.index_select(1, at.to(x.device))
+
+        return keep
+
+    model.run_with_hooks(tokens, fwd_hooks=[(n, keeper(n)) for n in names])
+    return kept
 
 
 def _decompose(model, acts, names, tokens, ans, bad, pos):
@@ -199,15 +220,15 @@ def _decompose(model, acts, names, tokens, ans, bad, pos):
         if pe.shape == emb.shape:
             rows.append(("pos_embed", None, None, "pos_embed", share(pe)))
             built += pe
-    W_O = model.W_O.detach().float()  # [layer, head, d_head, d_model]
     b_O = _output_bias(model)
     for l in range(cfg.n_layers):
+        W_O = layer_weight(model, "W_O", l).float()  # [head, d_head, d_model]
         z = acts[names["z"][l]][:, sel].float()  # [batch, P, head, d_head]
-        v = torch.einsum("hed,bd->bhe", W_O[l], u)  # each head's readout direction
+        v = torch.einsum("hed,bd->bhe", W_O, u)  # each head's readout direction
         per_head = torch.einsum("bphe,bhe->bph", z, v) / scale  # [batch, P, head]
         for h in range(cfg.n_heads):
             rows.append(("head", l, h, head_label(l, h), per_head[..., h]))
-        built += torch.einsum("bphe,hed->bpd", z, W_O[l])
+        built += torch.einsum("bphe,hed->bpd", z, W_O)
         if b_O is not None and bool(b_O[l].abs().max() > 0):
             bias = b_O[l].float().expand_as(final)
             rows.append(("attn_bias", l, None, f"L{l}.attn_bias", share(bias)))
