@@ -28,6 +28,7 @@ DATA_POSITIONALS = {
     "nearest_neighbour_probe": ["states"],
     "stripe_mask": ["tokens", "stripe"],
     "pattern_scores": ["patterns", "tokens"],
+    "load_circuit": ["path", "model"],
     "loss_metric": ["loss_mask"],
     "logit_diff_metric": ["correct", "incorrect"],
     "estimate_agreement": ["exact", "estimate"],
@@ -44,6 +45,7 @@ WEIGHT_ONLY = {
     "zero_head_hooks",
     "ordinary_word_ids",
     "encode_word",
+    "circuit_graph",
 }
 
 
@@ -109,7 +111,9 @@ def test_weight_only_functions_do_not_run_the_model(induction_model):
     A.head_subspaces(spy, layer=0, head=1, component="V")
     A.probe_tokens(spy, n=2)
     A.zero_head_hooks(spy, heads=["L0H0"])
+    A.circuit_graph(spy)
     covered = {
+        "circuit_graph",
         "qk_circuit",
         "ov_circuit",
         "k_composition_circuit",

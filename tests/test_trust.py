@@ -92,6 +92,60 @@ CASES = {
         "gpt2",
         lambda m, items, c: A.ablate_mlps(m, _item_tokens(items), method="mean", cache=c),
     ),
+    "path_patch": (
+        "ind",
+        lambda m, t, c: A.path_patch(
+            m, t, corrupted_tokens=t.flip(0), metric=A.logit_diff_metric(3, 4), cache=c
+        ),
+    ),
+    "attribute_edges": (
+        "ind",
+        lambda m, t, c: A.attribute_edges(
+            m, t, corrupted_tokens=t.flip(0), metric=A.logit_diff_metric(3, 4), cache=c
+        ),
+    ),
+    "evaluate_circuit": (
+        "ind",
+        lambda m, t, c: A.evaluate_circuit(
+            m,
+            t,
+            edges=["L0H1 -> L1H1.k"],
+            metric=A.logit_diff_metric(3, 4),
+            ablation="mean",
+            cache=c,
+        ),
+    ),
+    "circuit_curve": (
+        "ind",
+        lambda m, t, c: A.circuit_curve(
+            m,
+            t,
+            scores=np.ones((6, 13)),
+            sizes=[3],
+            metric=A.logit_diff_metric(3, 4),
+            ablation="zero",
+            cache=c,
+        ),
+    ),
+    "find_circuit": (
+        "ind",
+        lambda m, t, c: A.evaluate_circuit(
+            m,
+            t,
+            metric=A.logit_diff_metric(3, 4),
+            ablation="zero",
+            cache=c,
+            edges=A.find_circuit(
+                m,
+                t,
+                scores=np.arange(78.0).reshape(6, 13),
+                metric=A.logit_diff_metric(3, 4),
+                ablation="zero",
+                target=0.5,
+                cache=c,
+            ),
+        ),
+    ),
     "word_states": ("gpt2", lambda m, items, c: A.word_states(m, items, cache=c)),
     "clue_attention": ("gpt2", lambda m, items, c: A.clue_attention(m, items, cache=c)),
 }

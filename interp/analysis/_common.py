@@ -257,3 +257,22 @@ def hook_names(model: Any) -> set[str]:
     if not names and hasattr(model, "hook_points"):
         names = {h.name for h in model.hook_points()}
     return names
+
+
+class FrozenParams:
+    """Parameters stop requiring grad for the duration (only activation gradients are taken)."""
+
+    def __init__(self, model: Any):
+        self.params = (
+            [p for p in model.parameters() if p.requires_grad]
+            if hasattr(model, "parameters")
+            else []
+        )
+
+    def __enter__(self) -> None:
+        for p in self.params:
+            p.requires_grad_(False)
+
+    def __exit__(self, *exc: Any) -> None:
+        for p in self.params:
+            p.requires_grad_(True)

@@ -57,7 +57,7 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis._common import check_cache, rows_frame
+from interp.analysis._common import FrozenParams, check_cache, rows_frame
 from interp.analysis.ablation import check_reference, replacements
 from interp.analysis.metrics import Metric, prepare_metric, scalar
 from interp.errors import InterpError
@@ -78,25 +78,6 @@ from interp.protocol import (
 Method = Literal["zero", "mean", "patch"]
 METHODS: tuple[str, ...] = ("zero", "mean", "patch")
 CORRECTIONS: tuple[str, ...] = ("none", "qk")
-
-
-class _FrozenParams:
-    """Parameters stop requiring grad for the duration (only activation gradients are taken)."""
-
-    def __init__(self, model: Any):
-        self.params = (
-            [p for p in model.parameters() if p.requires_grad]
-            if hasattr(model, "parameters")
-            else []
-        )
-
-    def __enter__(self) -> None:
-        for p in self.params:
-            p.requires_grad_(False)
-
-    def __exit__(self, *exc: Any) -> None:
-        for p in self.params:
-            p.requires_grad_(True)
 
 
 def _gradients(
@@ -126,7 +107,7 @@ def _gradients(
 
     hooks = [(hook_name("z", l), keep_z) for l in layers]
     hooks += [(hook_name("pattern", j), keep_pattern) for j in pattern_layers]
-    with eval_mode(model), _FrozenParams(model), torch.enable_grad():
+    with eval_mode(model), FrozenParams(model), torch.enable_grad():
         logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
         value = metric(logits, tokens)
         if isinstance(value, torch.Tensor) and value.numel() != 1:
@@ -199,7 +180,7 @@ def _qk_correction(
         inputs = clean_block_inputs(model, tokens, later)[1]
     out = {k: 0.0 for k in chosen}
     b = tokens.shape[0]
-    with eval_mode(model), _FrozenParams(model):
+    with eval_mode(model), FrozenParams(model):
         for j in later:
             x = inputs[j]
             g = g_pattern[j]

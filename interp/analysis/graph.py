@@ -1,0 +1,408 @@
+"""The computational graph circuits are made of: senders, receivers, and the edges between them.
+
+The residual stream is a sum: every component reads the sum of what earlier
+components wrote. An *edge* is one writer's contribution to one reader's
+input (Elhage et al. 2021; ACDC, Conmy et al. 2023; EAP, Syed et al. 2023).
+
+* **Senders** write: the token embedding (``embed``), the positional
+  embedding (``pos_embed``, where the model has one), every head's output
+  (``L3H7``: ``z @ W_O`` of that head) and every MLP (``L3.mlp``).
+* **Receivers** read: every head's query input (``L3H7.q``), every key and
+  value input (``L3H7.k`` / ``.v``; on grouped-query models one per key/value
+  head, ``L3KV1.k``: SmolLM2 has 9 query heads but 3 key/value heads a layer,
+  so 3 key receivers, not 9 copies), every MLP's input (``L3.mlp``) and the
+  logits (``logits``: the stream the final norm reads).
+* A sender precedes a receiver when it writes before the receiver reads:
+  embeddings precede everything, a layer's heads precede later layers and its
+  own MLP, a layer's MLP precedes later layers.
+
+Edge labels read ``L0H1 -> L1H1.k``, ``embed -> L1H1.v``, ``L29H1 -> logits``,
+``L3.mlp -> L20H0.q``; tables have ``sender, receiver, receiver_input``
+(``q``, ``k``, ``v``, ``mlp``, ``logits``). A circuit is a set of edges
+(:class:`Circuit`); it is saved as JSON and loaded back with
+:func:`load_circuit` to be evaluated on other prompts.
+
+Example:
+    >>> from interp.models import load_model
+    >>> graph = circuit_graph(load_model("induction-2l"))
+    >>> graph.n_edges, graph.edge_labels()[:2]
+    (42, ['embed -> L0H0.q', 'embed -> L0H1.q'])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from interp.errors import InterpError
+
+INPUTS = ("q", "k", "v", "mlp", "logits")
+
+
+@dataclasses.dataclass(frozen=True)
+class Graph:
+    """Senders, receivers and which sender may feed which receiver (module docstring)."""
+
+    model_name: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    has_mlp: bool
+    senders: tuple[str, ...]
+    sender_layer: tuple[int, ...]  # -1 for the embeddings
+    sender_kind: tuple[str, ...]  # "embed", "pos_embed", "head", "mlp"
+    receivers: tuple[str, ...]
+    receiver_layer: tuple[int, ...]  # n_layers for the logits
+    receiver_input: tuple[str, ...]  # "q", "k", "v", "mlp", "logits"
+    receiver_head: tuple[int, ...]  # head (q) or key/value head (k, v) index; -1 otherwise
+    valid: np.ndarray  # [n_senders, n_receivers] bool: the edges
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.valid.sum())
+
+    @property
+    def grouped(self) -> bool:
+        """Grouped-query attention: fewer key/value heads than query heads."""
+        return self.n_kv_heads != self.n_heads
+
+    def edge_labels(self) -> list[str]:
+        """Every edge as ``"sender -> receiver"``, senders in order, then receivers."""
+        s, r = np.nonzero(self.valid)
+        return [f"{self.senders[i]} -> {self.receivers[j]}" for i, j in zip(s, r)]
+
+    def edges(self) -> pd.DataFrame:
+        """One row per edge: ``sender, receiver, receiver_input, sender_layer,
+        receiver_layer, label``."""
+        s, r = np.nonzero(self.valid)
+        return pd.DataFrame(
+            {
+                "sender": [self.senders[i] for i in s],
+                "receiver": [self.receivers[j] for j in r],
+                "receiver_input": [self.receiver_input[j] for j in r],
+                "sender_layer": [self.sender_layer[i] for i in s],
+                "receiver_layer": [self.receiver_layer[j] for j in r],
+                "label": [f"{self.senders[i]} -> {self.receivers[j]}" for i, j in zip(s, r)],
+            }
+        )
+
+    def describe(self) -> str:
+        """The graph's size in one paragraph."""
+        kinds = pd.Series(self.receiver_input).value_counts()
+        counts = ", ".join(f"{kinds.get(k, 0)} {k}" for k in INPUTS if kinds.get(k, 0))
+        kv = f" ({self.n_kv_heads} key/value heads a layer)" if self.grouped else ""
+        return (
+            f"{self.model_name}: {len(self.senders)} senders, {len(self.receivers)} receivers "
+            f"({counts}){kv}, {self.n_edges:,} edges"
+        )
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def sender_index(self, label: Any) -> int:
+        """Index of a sender given by label (``"L3H7"``, ``"L3.mlp"``, ``"embed"``) or
+        ``(layer, head)``.
+
+        Raises:
+            InterpError: for a name that is not a sender of this graph.
+        """
+        if isinstance(label, tuple) and len(label) == 2:
+            label = f"L{int(label[0])}H{int(label[1])}"
+        text = str(label).strip()
+        if text.upper().startswith("L") and "H" in text.upper() and "." not in text:
+            text = text.upper()
+        try:
+            return self.senders.index(text)
+        except ValueError:
+            raise InterpError(
+                f"{label!r} is not a sender of this graph; senders are embed"
+                + (", pos_embed" if "pos_embed" in self.senders else "")
+                + ", heads like L0H1"
+                + (", MLPs like L0.mlp" if self.has_mlp else "")
+            ) from None
+
+    def receiver_indices(self, label: Any) -> list[int]:
+        """Indices of the receivers a name stands for: ``"L1H1.k"`` (one), ``"L1H1"`` (its q,
+        k and v inputs), ``"L2.mlp"``, ``"logits"``.
+
+        Raises:
+            InterpError: for a name that is not a receiver of this graph.
+        """
+        text = str(label).strip()
+        if text in self.receivers:
+            return [self.receivers.index(text)]
+        head = text.upper()
+        if head.startswith("L") and "H" in head and "." not in head:
+            layer, h = head[1:].split("H")
+            out = [self.receivers.index(f"L{int(layer)}H{int(h)}.q")]
+            g = int(h) // (self.n_heads // self.n_kv_heads)
+            kv = f"L{int(layer)}KV{g}" if self.grouped else f"L{int(layer)}H{int(h)}"
+            out += [self.receivers.index(f"{kv}.k"), self.receivers.index(f"{kv}.v")]
+            return out
+        if "." in text:
+            base, inp = text.rsplit(".", 1)
+            if inp in ("k", "v") and self.grouped and base.upper().startswith("L") and "H" in base:
+                layer, h = base[1:].upper().split("H")
+                g = int(h) // (self.n_heads // self.n_kv_heads)
+                name = f"L{int(layer)}KV{g}.{inp}"
+                if name in self.receivers:
+                    return [self.receivers.index(name)]
+        raise InterpError(
+            f"{label!r} is not a receiver of this graph; receivers are a head's input "
+            "(L1H1.q, L1H1.k, L1H1.v" + (", L1KV0.k" if self.grouped else "") + "), a head "
+            "(all three), " + ("an MLP (L2.mlp), " if self.has_mlp else "") + "or logits"
+        )
+
+
+def circuit_graph(model: Any) -> Any:
+    """The graph of ``model`` (module docstring): print it for its counts.
+
+    Raises:
+        InterpError: for a model whose blocks run attention and MLP in parallel
+            (their inputs are one stream; this graph assumes sequential blocks),
+            or an encoder without an LM head (no logits receiver).
+    """
+    from interp.analysis._common import hook_names
+    from interp.protocol import check_model, logits_meaningful, model_name
+
+    cfg = check_model(model)
+    if getattr(cfg, "parallel_attn_mlp", False):
+        raise InterpError(
+            "this model runs attention and MLP in parallel in each block; circuits here assume "
+            "sequential blocks (attention, then MLP)"
+        )
+    if not logits_meaningful(model):
+        raise InterpError(
+            "this model's logits are meaningless (no language-model head): a circuit ends at "
+            "the logits"
+        )
+    names = hook_names(model)
+    has_pos = "hook_pos_embed" in names and _has_positional(model)
+    has_mlp = "blocks.0.hook_mlp_out" in names
+    L, H = int(cfg.n_layers), int(cfg.n_heads)
+    kv = int(model.blocks[0].attn.W_K.shape[0]) if hasattr(model.blocks[0].attn, "W_K") else H
+    senders, s_layer, s_kind, s_order = ["embed"], [-1], ["embed"], [(-1, 0)]
+    if has_pos:
+        senders.append("pos_embed")
+        s_layer.append(-1)
+        s_kind.append("pos_embed")
+        s_order.append((-1, 0))
+    receivers, r_layer, r_input, r_head, r_order = [], [], [], [], []
+    for l in range(L):
+        for h in range(H):
+            receivers.append(f"L{l}H{h}.q")
+            r_layer.append(l)
+            r_input.append("q")
+            r_head.append(h)
+            r_order.append((l, 0))
+        for inp in ("k", "v"):
+            for g in range(kv):
+                receivers.append(f"L{l}KV{g}.{inp}" if kv != H else f"L{l}H{g}.{inp}")
+                r_layer.append(l)
+                r_input.append(inp)
+                r_head.append(g)
+                r_order.append((l, 0))
+        if has_mlp:
+            receivers.append(f"L{l}.mlp")
+            r_layer.append(l)
+            r_input.append("mlp")
+            r_head.append(-1)
+            r_order.append((l, 1))
+        for h in range(H):
+            senders.append(f"L{l}H{h}")
+            s_layer.append(l)
+            s_kind.append("head")
+            s_order.append((l, 0))
+        if has_mlp:
+            senders.append(f"L{l}.mlp")
+            s_layer.append(l)
+            s_kind.append("mlp")
+            s_order.append((l, 1))
+    receivers.append("logits")
+    r_layer.append(L)
+    r_input.append("logits")
+    r_head.append(-1)
+    r_order.append((L, 0))
+    valid = np.array([[s < r for r in r_order] for s in s_order], dtype=bool)
+    return Graph(
+        model_name=model_name(model),
+        n_layers=L,
+        n_heads=H,
+        n_kv_heads=kv,
+        has_mlp=has_mlp,
+        senders=tuple(senders),
+        sender_layer=tuple(s_layer),
+        sender_kind=tuple(s_kind),
+        receivers=tuple(receivers),
+        receiver_layer=tuple(r_layer),
+        receiver_input=tuple(r_input),
+        receiver_head=tuple(r_head),
+        valid=valid,
+    )
+
+
+def _has_positional(model: Any) -> bool:
+    """Does ``hook_pos_embed`` carry a learned positional embedding (not rotary, not absent)?"""
+    kind = str(getattr(model.cfg, "positional_embedding_type", "standard") or "standard")
+    return kind == "standard"
+
+
+@dataclasses.dataclass(frozen=True)
+class Circuit:
+    """A set of edges of a graph, with how it was found and how faithful it was measured."""
+
+    graph: Graph
+    mask: np.ndarray  # [n_senders, n_receivers] bool: the edges in the circuit
+    scores: np.ndarray | None = None  # [n_senders, n_receivers] the scores it was ranked by
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.mask.sum())
+
+    def edges(self) -> pd.DataFrame:
+        """One row per edge in the circuit (``sender, receiver, receiver_input, score, label``)."""
+        s, r = np.nonzero(self.mask)
+        g = self.graph
+        return pd.DataFrame(
+            {
+                "sender": [g.senders[i] for i in s],
+                "receiver": [g.receivers[j] for j in r],
+                "receiver_input": [g.receiver_input[j] for j in r],
+                "score": [
+                    float(self.scores[i, j]) if self.scores is not None else np.nan
+                    for i, j in zip(s, r)
+                ],  # fmt: skip
+                "label": [f"{g.senders[i]} -> {g.receivers[j]}" for i, j in zip(s, r)],
+            }
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The circuit as a JSON document (nodes, edges, scores, how it was found)."""
+        from interp import __version__
+        from interp.tables import plain
+
+        g = self.graph
+        used_s = sorted({g.senders[i] for i in np.nonzero(self.mask)[0]})
+        used_r = sorted({g.receivers[j] for j in np.nonzero(self.mask)[1]})
+        return {
+            "format": "interp-circuit",
+            "version": 1,
+            "interp_version": __version__,
+            "model": g.model_name,
+            "graph": {
+                "n_layers": g.n_layers,
+                "n_heads": g.n_heads,
+                "n_kv_heads": g.n_kv_heads,
+                "has_mlp": g.has_mlp,
+                "n_senders": len(g.senders),
+                "n_receivers": len(g.receivers),
+                "n_edges": g.n_edges,
+            },
+            "nodes": {"senders": used_s, "receivers": used_r},
+            "edges": plain(self.edges().drop(columns="label").to_dict("records")),
+            "info": plain(self.info),
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write :meth:`to_json` atomically.
+
+        Raises:
+            InterpError: for a destination that cannot be written.
+        """
+        from interp.files import write_text
+
+        return write_text(path, json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")
+
+
+def edge_mask(graph: Graph, edges: Any) -> np.ndarray:
+    """``edges`` as a ``[n_senders, n_receivers]`` bool mask: a :class:`Circuit`, a mask, a
+    table with ``sender`` and ``receiver`` columns, ``"a -> b"`` labels or ``(a, b)`` pairs.
+
+    Raises:
+        InterpError: for an edge that is not in the graph (a sender after its receiver,
+            an unknown name) or a mask of the wrong shape.
+    """
+    if isinstance(edges, Circuit):
+        if edges.graph.senders != graph.senders or edges.graph.receivers != graph.receivers:
+            raise InterpError(
+                f"this circuit belongs to another graph ({edges.graph.describe()}); this model's "
+                f"is {graph.describe()}"
+            )
+        return edges.mask.copy()
+    if isinstance(edges, np.ndarray) or hasattr(edges, "numpy"):
+        arr = np.asarray(edges.numpy() if hasattr(edges, "numpy") else edges, dtype=bool)
+        if arr.shape != graph.valid.shape:
+            raise InterpError(f"edge mask has shape {arr.shape}, the graph {graph.valid.shape}")
+        if (arr & ~graph.valid).any():
+            raise InterpError("the edge mask holds pairs that are not edges of the graph")
+        return arr
+    if isinstance(edges, pd.DataFrame):
+        pairs: Iterable[Any] = zip(edges["sender"], edges["receiver"])
+    elif isinstance(edges, (str, bytes)):
+        raise InterpError("edges must be a list of edges, not one string; pass [label]")
+    else:
+        pairs = edges
+    mask = np.zeros_like(graph.valid)
+    for item in pairs:
+        if isinstance(item, str):
+            if "->" not in item:
+                raise InterpError(f"edge {item!r} is not of the form 'sender -> receiver'")
+            a, b = (x.strip() for x in item.split("->", 1))
+        elif isinstance(item, Sequence) and len(item) == 2:
+            a, b = item
+        else:
+            raise InterpError(f"cannot read {item!r} as an edge")
+        s = graph.sender_index(a)
+        for r in graph.receiver_indices(b):
+            if not graph.valid[s, r]:
+                raise InterpError(
+                    f"{graph.senders[s]} -> {graph.receivers[r]} is not an edge: the sender "
+                    "writes after the receiver reads"
+                )
+            mask[s, r] = True
+    return mask
+
+
+def load_circuit(path: str | os.PathLike[str], model: Any) -> Circuit:
+    """A circuit saved by :meth:`Circuit.save`, on ``model``'s graph (to evaluate elsewhere).
+
+    Raises:
+        InterpError: for a missing or malformed file, or a circuit of a model whose
+            graph differs from ``model``'s.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InterpError(f"circuit file {str(p)!r} not found")
+    try:
+        doc = json.loads(p.read_text())
+        if doc.get("format") != "interp-circuit":
+            raise KeyError("format")
+        edges = doc["edges"]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise InterpError(f"{str(p)!r} is not an interp circuit file") from None
+    graph = circuit_graph(model)
+    shape = doc.get("graph", {})
+    if (shape.get("n_layers"), shape.get("n_heads"), shape.get("n_kv_heads")) != (
+        graph.n_layers,
+        graph.n_heads,
+        graph.n_kv_heads,
+    ):
+        raise InterpError(
+            f"{str(p)!r} is a circuit of a {shape.get('n_layers')} x {shape.get('n_heads')} "
+            f"model; this model is {graph.n_layers} x {graph.n_heads}"
+        )
+    mask = edge_mask(graph, [(e["sender"], e["receiver"]) for e in edges])
+    scores = np.full(graph.valid.shape, np.nan)
+    for e in edges:
+        s = graph.sender_index(e["sender"])
+        for r in graph.receiver_indices(e["receiver"]):
+            scores[s, r] = e.get("score") if e.get("score") is not None else np.nan
+    return Circuit(graph=graph, mask=mask, scores=scores, info=dict(doc.get("info", {})))

@@ -1,0 +1,382 @@
+"""Circuits: the graph, exact path patching, edge attribution and exact circuit evaluation.
+
+Every number is checked against an independent hooks-only computation of its
+definition (ARENA's two-pass path patching; activation patching of a sender;
+TransformerLens's split-qkv input hooks for gradients), on our attention-only
+model, a GPT-2 bridge and a Llama bridge with grouped-query attention.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from interp import InterpError
+from interp.analysis import (
+    attribute_edges,
+    circuit_curve,
+    circuit_graph,
+    evaluate_circuit,
+    find_circuit,
+    load_circuit,
+    path_patch,
+)
+from interp.analysis.metrics import logit_diff_metric, loss_metric
+from interp.datasets import repeated_random_tokens
+from interp.hooks import hook_name
+from interp.models import load_model
+from interp.models.hf import random_gpt2, random_llama
+
+
+def _jitter(model, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    return model
+
+
+MODELS = {
+    "attn-only": lambda: load_model("induction-2l"),
+    "gpt2": lambda: _jitter(random_gpt2(2, vocab=30)),
+    "llama-gqa": lambda: _jitter(random_llama(2, vocab=30)),
+}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def model(request):
+    return MODELS[request.param]()
+
+
+def _pair(seed=0, n=7, vocab=30):
+    gen = torch.Generator().manual_seed(seed)
+    clean = torch.randint(2, vocab, (3, n), generator=gen)
+    corrupted = torch.randint(2, vocab, (3, n), generator=gen)
+    return clean, corrupted
+
+
+METRIC = logit_diff_metric(torch.tensor([5, 7, 9]), torch.tensor([6, 8, 10]))
+
+
+# ------------------------------------------------------------- hooks-only references
+def _sender_out(model, cache, name):
+    """A sender's output from a cache: a head's z @ W_O, an MLP's output, an embedding."""
+    if name in ("embed", "pos_embed"):
+        return cache[hook_name(name)]
+    if name.endswith(".mlp"):
+        return cache[hook_name("mlp_out", int(name[1:].split(".")[0]))]
+    layer, head = (int(x) for x in name[1:].split("H"))
+    z = cache[hook_name("z", layer)][:, :, head]
+    return z @ model.W_O[layer, head]
+
+
+def _reference_path_patch(model, clean, corrupted, sender, receivers, metric):
+    """Path patching by hooks alone (ARENA's two passes, layer by layer): a pass whose input to
+    a receiver's layer is moved by the sender's corrupted - clean output captures the
+    receivers' q/k/v (or MLP input) there, earlier receivers already replaced; the last pass
+    is the clean run with every receiver replaced and the logits' input moved."""
+    with torch.no_grad():
+        _, cc = model.run_with_cache(clean)
+        _, kc = model.run_with_cache(corrupted)
+    delta = _sender_out(model, kc, sender) - _sender_out(model, cc, sender)
+    graph = circuit_graph(model)
+    steps = []  # (layer, part, where the input is moved, what is captured, [heads])
+    final = False
+    for r in receivers:
+        j = graph.receiver_indices(r)[0]
+        layer, kind, head = graph.receiver_layer[j], graph.receiver_input[j], graph.receiver_head[j]
+        if kind == "logits":
+            final = True
+        elif kind == "mlp":
+            steps.append(
+                (layer, 1, hook_name("resid_mid", layer), f"blocks.{layer}.mlp.hook_in", None)
+            )
+        else:
+            steps.append((layer, 0, hook_name("resid_pre", layer), hook_name(kind, layer), head))
+    replaced = []  # hooks that put captured receiver inputs back
+
+    def putter(want, head, value):
+        def put(x, hook):
+            if head is None:
+                return value
+            x = x.clone()
+            x[:, :, head] = value[:, :, head]
+            return x
+
+        return (want, put)
+
+    for _, _, where, want, head in sorted(steps, key=lambda t: (t[0], t[1])):
+        grabbed: dict = {}
+
+        def grab(x, hook, grabbed=grabbed):
+            grabbed["x"] = x.clone()
+
+        hooks = [*replaced, (where, lambda x, hook: x + delta), (want, grab)]
+        with torch.no_grad():
+            model.run_with_hooks(clean, fwd_hooks=hooks)
+        replaced.append(putter(want, head, grabbed["x"]))
+    if final:
+        name = hook_name("resid_post", model.cfg.n_layers - 1)
+        replaced.append((name, lambda x, hook: x + delta))
+    with torch.no_grad():
+        return float(metric(model.run_with_hooks(clean, fwd_hooks=replaced), clean))
+
+
+def _reference_sender_patch(model, clean, corrupted, sender, metric, value="corrupted"):
+    """Activation patching of one sender's whole output: every edge out of it corrupted."""
+    with torch.no_grad():
+        _, kc = model.run_with_cache(corrupted)
+    if sender in ("embed", "pos_embed"):
+        hook = (hook_name(sender), lambda x, hook: kc[hook_name(sender)])
+    elif sender.endswith(".mlp"):
+        name = hook_name("mlp_out", int(sender[1:].split(".")[0]))
+        hook = (name, lambda x, hook: kc[name])
+    else:
+        layer, head = (int(x) for x in sender[1:].split("H"))
+        name = hook_name("z", layer)
+
+        def put(x, hook):
+            x = x.clone()
+            x[:, :, head] = kc[name][:, :, head]
+            return x
+
+        hook = (name, put)
+    with torch.no_grad():
+        return float(metric(model.run_with_hooks(clean, fwd_hooks=[hook]), clean))
+
+
+# ------------------------------------------------------------------------ the graph
+def test_the_graph_counts_and_labels(model):
+    g = circuit_graph(model)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    kv = g.n_kv_heads
+    assert g.receivers[-1] == "logits" and g.senders[0] == "embed"
+    assert sum(1 for x in g.receiver_input if x == "k") == L * kv
+    if g.grouped:
+        assert "L1KV1.k" in g.receivers and "L1H3.k" not in g.receivers
+    edges = g.edges()
+    assert len(edges) == g.n_edges and set(edges.columns) >= {
+        "sender",
+        "receiver",
+        "receiver_input",
+    }
+    # a sender precedes its receivers: same-layer heads never feed each other
+    assert not ((edges["sender_layer"] == edges["receiver_layer"])
+                & edges["receiver_input"].isin(["q", "k", "v"])).any()  # fmt: skip
+    assert f"L0H1 -> L1H{min(1, H - 1)}.q" in g.edge_labels()
+    assert str(g).endswith(f"{g.n_edges:,} edges")
+
+
+def test_smollm_graph_has_key_value_groups(smollm):
+    g = circuit_graph(smollm)
+    assert g.n_edges == 70_651 and g.n_kv_heads == 3
+    assert sum(1 for x in g.receiver_input if x == "k") == 90  # 3 per layer, not 9 copies
+
+
+# ---------------------------------------------------------------- exact path patching
+def test_path_patching_equals_the_two_pass_algorithm(model):
+    clean, corrupted = _pair()
+    g = circuit_graph(model)
+    L = model.cfg.n_layers
+    kv = "KV1" if g.grouped else "H1"
+    cases = [
+        (["L0H1"], ["L1H1.q"]),
+        (["embed", "L0H0"], [f"L1{kv}.k", f"L1{kv}.v"]),
+        (["L0H1"], ["L1H0.q", "logits"]),
+        (["embed"], ["L0H1.v", f"L{L - 1}H1.q"]),  # receivers in two layers
+    ]
+    if g.has_mlp:
+        cases.append((["L0.mlp", "L0H1"], ["L1.mlp", "logits"]))
+    for senders, receivers in cases:
+        df = path_patch(
+            model, clean, corrupted_tokens=corrupted, senders=senders, receivers=receivers,
+            metric=METRIC,
+        )  # fmt: skip
+        for row in df.itertuples():
+            want = _reference_path_patch(model, clean, corrupted, row.sender, receivers, METRIC)
+            assert row.patched == pytest.approx(want, abs=1e-5, rel=1e-5), (senders, receivers)
+
+
+def test_direct_paths_to_the_logits_default(model):
+    clean, corrupted = _pair(1)
+    df = path_patch(model, clean, corrupted_tokens=corrupted, metric=METRIC)
+    g = circuit_graph(model)
+    assert df["sender"].tolist() == list(g.senders) and df.attrs["receivers"] == ["logits"]
+    row = df.iloc[3]
+    want = _reference_path_patch(model, clean, corrupted, row["sender"], ["logits"], METRIC)
+    assert row["patched"] == pytest.approx(want, abs=1e-5, rel=1e-5)
+
+
+# --------------------------------------------------------------- circuits, exactly
+def test_whole_graph_is_clean_and_empty_graph_is_corrupted(model):
+    clean, corrupted = _pair(2)
+    whole = evaluate_circuit(model, clean, corrupted_tokens=corrupted, edges=None, metric=METRIC)
+    with torch.no_grad():
+        want_clean = float(METRIC(model(clean), clean))
+        want_corrupted = float(METRIC(model(corrupted), corrupted))
+    assert whole["metric"].item() == want_clean  # nothing edited: bit for bit
+    empty = evaluate_circuit(model, clean, corrupted_tokens=corrupted, edges=[], metric=METRIC)
+    assert empty["metric"].item() == pytest.approx(want_corrupted, abs=1e-4, rel=1e-4)
+    assert whole["faithfulness"].item() == 1.0 and abs(empty["faithfulness"].item()) < 1e-4
+
+
+def test_cutting_a_senders_edges_is_patching_its_output(model):
+    """A circuit without any edge out of sender s: every receiver reads s's corrupted output,
+    which is activation patching of s (hooks-only), whatever s feeds."""
+    clean, corrupted = _pair(3)
+    g = circuit_graph(model)
+    senders = ["embed", "L0H1", "L1H0"] + (["L0.mlp"] if g.has_mlp else [])
+    for sender in senders:
+        s = g.sender_index(sender)
+        keep = g.valid.copy()
+        keep[s] = False
+        got = evaluate_circuit(model, clean, corrupted_tokens=corrupted, edges=keep, metric=METRIC)
+        want = _reference_sender_patch(model, clean, corrupted, sender, METRIC)
+        assert got["metric"].item() == pytest.approx(want, abs=1e-5, rel=1e-5), sender
+
+
+def test_zero_ablation_of_every_edge_zeroes_every_output(model):
+    clean, _ = _pair(4)
+    got = evaluate_circuit(model, clean, edges=[], metric=METRIC, ablation="zero")
+    names = [hook_name("embed"), *(hook_name("z", l) for l in range(model.cfg.n_layers))]
+    g = circuit_graph(model)
+    if "pos_embed" in g.senders:
+        names.append(hook_name("pos_embed"))
+    if g.has_mlp:
+        names += [hook_name("mlp_out", l) for l in range(model.cfg.n_layers)]
+    with torch.no_grad():
+        logits = model.run_with_hooks(
+            clean, fwd_hooks=[(n, lambda x, hook: torch.zeros_like(x)) for n in names]
+        )
+    assert got["metric"].item() == pytest.approx(float(METRIC(logits, clean)), abs=1e-4)
+
+
+# ---------------------------------------------------------------- edge attribution
+def test_exact_edge_effects_are_single_edge_path_patches(model):
+    clean, corrupted = _pair(5)
+    g = circuit_graph(model)
+    picks = ["L0H1 -> L1H1.q", "embed -> logits", f"L0H0 -> {g.receivers[len(g.receivers) // 2]}"]
+    df = attribute_edges(
+        model, clean, corrupted_tokens=corrupted, metric=METRIC, method="exact", edges=picks
+    )
+    assert list(df.columns) == ["sender", "receiver", "receiver_input", "label", "exact"]
+    for row in df.itertuples():
+        want = _reference_path_patch(model, clean, corrupted, row.sender, [row.receiver], METRIC)
+        assert row.exact == pytest.approx(want - df.attrs["clean"], abs=1e-5, rel=1e-5), row
+
+
+def test_eap_equals_gradients_through_transformer_lens_split_inputs():
+    """On a Llama bridge (GQA), TransformerLens's split-qkv input hooks (hook_q_input [batch,
+    pos, head, d_model]; hook_k_input per key/value head) give the gradient at each head's
+    input by plain autograd: EAP scores are (corrupted - clean) . that gradient."""
+    model = _jitter(random_llama(2, vocab=30))
+    clean, corrupted = _pair(6)
+    eap = attribute_edges(model, clean, corrupted_tokens=corrupted, metric=METRIC)
+    split = _jitter(random_llama(2, vocab=30))
+    split.set_use_split_qkv_input(True)
+    names = [f"blocks.1.hook_{k}_input" for k in ("q", "k", "v")]
+    kept = {}
+
+    def keep(x, hook):
+        x = x.detach().requires_grad_(True)
+        kept[hook.name] = x
+        return x
+
+    params = [p for p in split.parameters()]
+    for p in params:
+        p.requires_grad_(False)
+    logits = split.run_with_hooks(clean, fwd_hooks=[(n, keep) for n in names])
+    grads = dict(zip(kept, torch.autograd.grad(METRIC(logits, clean), list(kept.values()))))
+    with torch.no_grad():
+        _, cc = split.run_with_cache(clean)
+        _, kc = split.run_with_cache(corrupted)
+    delta = _sender_out(split, kc, "L0H1") - _sender_out(split, cc, "L0H1")
+    table = eap.set_index("label")["estimate"]
+    for kind, idx, label in (("q", 2, "L0H1 -> L1H2.q"), ("k", 1, "L0H1 -> L1KV1.k"),
+                             ("v", 0, "L0H1 -> L1KV0.v")):  # fmt: skip
+        g = grads[[n for n in grads if f"hook_{kind}_input" in n][0]][:, :, idx]
+        assert table[label] == pytest.approx(float((delta * g).sum()), abs=1e-5, rel=1e-4)
+
+
+def test_eap_ig_with_one_step_is_eap_and_differs_with_more():
+    model = load_model("induction-2l")
+    clean, corrupted = _pair(7, vocab=64)
+    eap = attribute_edges(model, clean, corrupted_tokens=corrupted, metric=METRIC)
+    one = attribute_edges(
+        model, clean, corrupted_tokens=corrupted, metric=METRIC, method="eap-ig", steps=1
+    )
+    five = attribute_edges(
+        model, clean, corrupted_tokens=corrupted, metric=METRIC, method="eap-ig", steps=5
+    )
+    np.testing.assert_allclose(one["estimate"], eap["estimate"], atol=1e-6)
+    assert not np.allclose(five["estimate"], eap["estimate"], atol=1e-3)
+    assert five.attrs["steps"] == 5 and "5 forwards and backwards" in five.attrs["passes"]
+
+
+# ----------------------------------------------------------------- the induction circuit
+@pytest.fixture(scope="module")
+def induction_task():
+    model = load_model("induction-2l")
+    data = repeated_random_tokens(16, 12, d_vocab=64, seed=3)
+    corrupted = data.tokens.clone()
+    gen = torch.Generator().manual_seed(9)
+    corrupted[:, 1:13] = torch.randint(1, 64, (16, 12), generator=gen)  # first copy replaced
+    return model, data.tokens, corrupted, loss_metric(data.loss_mask)
+
+
+def test_the_found_circuit_is_verified_and_round_trips(induction_task, tmp_path):
+    model, clean, corrupted, metric = induction_task
+    exact = attribute_edges(model, clean, corrupted_tokens=corrupted, metric=metric, method="exact")
+    circuit = find_circuit(
+        model, clean, corrupted_tokens=corrupted, metric=metric, scores=exact, target=0.8
+    )
+    edges = set(circuit.edges()["label"])
+    assert {"L0H1 -> L1H1.k", "L1H1 -> logits", "embed -> L1H1.v"} <= edges
+    assert circuit.info["faithfulness"] >= 0.8 and circuit.n_edges <= 6
+    check = evaluate_circuit(model, clean, corrupted_tokens=corrupted, metric=metric, edges=circuit)
+    assert check["faithfulness"].item() == pytest.approx(circuit.info["faithfulness"])
+    path = circuit.save(tmp_path / "c.json")
+    back = load_circuit(path, model)
+    assert set(back.edges()["label"]) == edges and back.info["target"] == 0.8
+    smaller = find_circuit(  # on other prompts of the same task it still holds
+        model, clean[:8], corrupted_tokens=corrupted[:8], metric=loss_metric(), scores=exact
+    )
+    assert smaller.info["faithfulness"] >= 0.8
+
+
+def test_curves_beat_random_circuits(induction_task):
+    model, clean, corrupted, metric = induction_task
+    eap = attribute_edges(model, clean, corrupted_tokens=corrupted, metric=metric)
+    curve = circuit_curve(
+        model, clean, corrupted_tokens=corrupted, metric=metric, scores=eap, sizes=[4, 8, 42],
+        random_draws=3,
+    )  # fmt: skip
+    top = curve[curve["kind"] == "top"].set_index("n_edges")["faithfulness"]
+    rand = curve[curve["kind"] == "random"].groupby("n_edges")["faithfulness"].median()
+    assert top[42] == pytest.approx(1.0) and top[8] > rand[8]
+    assert curve.attrs["passes"] == 1 + 3 * 4
+
+
+def test_bad_input_is_named(induction_task):
+    model, clean, corrupted, metric = induction_task
+    with pytest.raises(InterpError, match="unknown method"):
+        attribute_edges(model, clean, corrupted_tokens=corrupted, metric=metric, method="acdc")
+    with pytest.raises(InterpError, match="needs corrupted_tokens"):
+        attribute_edges(model, clean, metric=metric)
+    with pytest.raises(InterpError, match="eap-ig interpolates"):
+        attribute_edges(model, clean, metric=metric, method="eap-ig", ablation="zero")
+    with pytest.raises(InterpError, match="corrupted_tokens are for ablation='patch'"):
+        evaluate_circuit(model, clean, corrupted_tokens=corrupted, edges=None, metric=metric,
+                         ablation="mean")  # fmt: skip
+    with pytest.raises(InterpError, match="is not an edge: the sender writes after"):
+        evaluate_circuit(model, clean, corrupted_tokens=corrupted, metric=metric,
+                         edges=["L1H1 -> L1H0.q"])  # fmt: skip
+    with pytest.raises(InterpError, match="not a sender of this graph"):
+        path_patch(model, clean, corrupted_tokens=corrupted, metric=metric, senders=["L5H0"])
+    with pytest.raises(InterpError, match="not a receiver of this graph"):
+        path_patch(model, clean, corrupted_tokens=corrupted, metric=metric, receivers=["mlp"])
+    with pytest.raises(InterpError, match="does not precede"):
+        path_patch(model, clean, corrupted_tokens=corrupted, metric=metric, senders=["L1H0"],
+                   receivers=["L1H1.q"])  # fmt: skip
+    with pytest.raises(InterpError, match="target must be in"):
+        find_circuit(model, clean, corrupted_tokens=corrupted, metric=metric, scores=np.zeros(
+            circuit_graph(model).valid.shape), target=1.5)  # fmt: skip
