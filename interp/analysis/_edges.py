@@ -34,6 +34,7 @@ forward pass.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -74,8 +75,56 @@ def layer_parts(model: Any, layer: int) -> Layer:
     )
 
 
-def _norm(module: Any, x: torch.Tensor) -> torch.Tensor:
-    return x if module is None else module(x)
+# Verdicts kept per live module / model (weakly: a new object never inherits an old one's).
+_NORM_OK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def model_eps(model: Any) -> float:
+    """The epsilon of the model's norms (``cfg.eps``)."""
+    return float(getattr(model.cfg, "eps", 1e-5) or 1e-5)
+
+
+def _norm(module: Any, x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """The norm ``module`` applied to ``x`` (any leading dims): LayerNorm and RMSNorm in
+    closed form (checked once per module against the module itself, which is used
+    throughout when they differ: another formula, an offset weight)."""
+    if module is None:
+        return x
+    key = (eps, tuple(x.shape[-1:]))
+    verdicts = _NORM_OK.setdefault(module, {})
+    if key not in verdicts:
+        probe = x.reshape(-1, x.shape[-1])[:4]
+        mine = _closed_norm(module, probe, eps)
+        verdicts[key] = mine is not None and torch.allclose(
+            mine, module(probe).float(), atol=1e-5, rtol=1e-5
+        )
+    if verdicts[key]:
+        return _closed_norm(module, x, eps).to(x.dtype)
+    return module(x)
+
+
+def _norm_params(module: Any) -> tuple[Any, Any]:
+    found = []
+    for names in (("weight", "w"), ("bias", "b")):
+        value = None
+        for n in names:
+            v = getattr(module, n, None)
+            if isinstance(v, torch.Tensor):
+                value = v.detach().float()
+                break
+        found.append(value)
+    return found[0], found[1]
+
+
+def _closed_norm(module: Any, x: torch.Tensor, eps: float) -> Any:
+    weight, bias = _norm_params(module)
+    if weight is None:
+        return None
+    xf = x.float()
+    if "rms" not in type(module).__name__.lower():
+        xf = xf - xf.mean(-1, keepdim=True)
+    out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight
+    return out if bias is None or "rms" in type(module).__name__.lower() else out + bias
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,8 +216,10 @@ def sender_outputs(
     *,
     extra_hooks: Sequence[tuple[str, Callable]] = (),
     parts: list[Layer] | None = None,
+    rows: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One forward pass: every sender's output ``[sender, batch, pos, d_model]`` and the logits."""
+    """One forward pass: every sender's output ``[sender, batch, pos, d_model]`` and the
+    logits (on bridges only at ``rows`` when given: the pass is for its senders)."""
     index = Index.of(graph)
     parts = parts or [layer_parts(model, l) for l in range(graph.n_layers)]
     b, n = tokens.shape
@@ -180,9 +231,23 @@ def sender_outputs(
 
     with torch.no_grad():
         logits = model.run_with_hooks(
-            tokens, fwd_hooks=[*sender_hooks(graph, index, parts, store), *extra_hooks]
+            tokens,
+            fwd_hooks=[*sender_hooks(graph, index, parts, store), *extra_hooks],
+            **keep_rows(model, rows),
         )
     return out, logits
+
+
+def keep_rows(model: Any, rows: Sequence[int] | None) -> dict[str, Any]:
+    """``logits_to_keep`` for a bridge whose model takes it (only these rows unembedded)."""
+    hf = getattr(model, "interp_hf_model", None)
+    if rows is None or hf is None:
+        return {}
+    import inspect
+
+    if "logits_to_keep" not in inspect.signature(hf.forward).parameters:
+        return {}
+    return {"logits_to_keep": torch.tensor(sorted(set(rows)), dtype=torch.long)}
 
 
 def input_hooks(graph: Any, store: dict[str, torch.Tensor]) -> list[tuple[str, Callable]]:
@@ -218,7 +283,11 @@ class EdgeRun:
         ref: torch.Tensor | None,
         b: int,
         positions: torch.Tensor | None = None,
+        cum: dict[str, torch.Tensor] | None = None,
+        *,
+        eps: float,
     ):
+        self.eps = eps  # the norms' epsilon (cfg.eps)
         self.graph = graph
         self.index = Index.of(graph)
         self.parts = parts
@@ -228,28 +297,72 @@ class EdgeRun:
         self.k = masks.shape[0]
         self.b = b
         self.pos = None if positions is None else positions.float()
-        self.running: dict[int, torch.Tensor] = {}  # sender -> [k, batch, pos, d_model]
+        self.running: torch.Tensor | None = None  # [sender, k, batch, pos, d_model], filled
+        self.run_total: torch.Tensor | None = None  # the sum of those stored so far
+        self.layer_delta: dict[int, torch.Tensor | None] = {}  # a layer's q/k/v edits
+        self.n_stored = 0
+        self.cum: dict[str, torch.Tensor] = cum if cum is not None else {}  # prefix sums
         self.resid: dict[str, torch.Tensor] = {}
 
     # ----------------------------------------------------------------- the edit
     def delta(self, receivers: Sequence[int], n_senders: int) -> torch.Tensor | None:
-        """``[k, receiver, batch, pos, d_model]`` added to these receivers' inputs, or None."""
+        """``[k, receiver, batch, pos, d_model]`` added to these receivers' inputs, or None.
+
+        Summed over whichever is fewer: the edited edges, or the unedited ones subtracted
+        from the edit of every edge (``sum over all s < n of (alt_s - ref_s)``, one prefix
+        sum). A circuit of a few edges then costs a few edges' work per receiver, not the
+        whole graph's, and so does editing nearly every edge."""
         m = self.masks[:, :n_senders][:, :, receivers]  # [k, sender, receiver]
-        used = torch.nonzero(m.sum(dim=(0, 2)) != 0).flatten()
-        if used.numel() == 0:
+        edited = int(torch.count_nonzero(m))
+        if edited == 0:
             return None
-        m = m[:, used]
-        alt = self.alt[used]  # [s, batch, pos, d]
-        if self.ref is None:
-            run = torch.stack([self.running[int(s)] for s in used])  # [s, k, batch, pos, d]
-            diff = alt[:, None] - run
-            out = torch.einsum("skbpd,ksr->krbpd", diff, m.to(diff.dtype))
+        if edited <= m.numel() - edited:
+            out = self._sum(m)
         else:
-            diff = alt - self.ref[used]
-            out = torch.einsum("sbpd,ksr->krbpd", diff, m.to(diff.dtype))
+            total = self._all_edited(n_senders)  # [k, batch, pos, d_model]
+            out = total[:, None].expand(m.shape[0], m.shape[2], *total.shape[1:]).clone()
+            rest = self._sum(1.0 - m)
+            if rest is not None:
+                out -= rest
         if self.pos is not None:
             out = out * self.pos.to(out.device)[:, None]
         return out
+
+    def _sum(self, m: torch.Tensor) -> torch.Tensor | None:
+        """``sum_s m[k, s, r] * (alt_s - ref_s)`` over the senders ``m`` covers, as matrix
+        products that read each sender's output once (no ``alt - ref`` is built)."""
+        k, n, R = m.shape
+        used = torch.nonzero(m.sum(dim=(0, 2)) != 0).flatten()
+        if used.numel() == 0:
+            return None
+        if used.numel() < n // 4:  # a few senders: gather them; else read the prefix in place
+            m, alt = m[:, used], self.alt.index_select(0, used)
+            ref = (self.running if self.ref is None else self.ref).index_select(0, used)
+        else:
+            alt, ref = self.alt[:n], (self.running if self.ref is None else self.ref)[:n]
+        shape = alt.shape[1:]  # [batch, pos, d_model]
+        mt = m.transpose(1, 2).to(alt.dtype)  # [k, receiver, sender]
+        out = (mt.reshape(k * R, -1) @ alt.reshape(alt.shape[0], -1)).view(k, R, *shape)
+        if self.ref is None:  # this pass's outputs: one product per copy
+            for c in range(k):
+                out[c] -= (mt[c] @ ref[:, c].reshape(ref.shape[0], -1)).view(R, *shape)
+        else:
+            out -= (mt.reshape(k * R, -1) @ ref.reshape(ref.shape[0], -1)).view(k, R, *shape)
+        return out
+
+    def _all_edited(self, n: int) -> torch.Tensor:
+        """``sum over s < n of (alt_s - ref_s)``, ``[k, batch, pos, d_model]``."""
+        alt = self._prefix("alt", self.alt, n)
+        if self.ref is None:
+            if self.n_stored != n:  # senders arrive in graph order; a hook fired out of it
+                raise InterpError(f"edge engine: {self.n_stored} senders seen, {n} expected")
+            return alt[None] - self.run_total
+        return (alt - self._prefix("ref", self.ref, n))[None].expand(self.k, *alt.shape)
+
+    def _prefix(self, key: str, x: torch.Tensor, n: int) -> torch.Tensor:
+        if key not in self.cum:
+            self.cum[key] = x.cumsum(0)  # [sender, batch, pos, d_model], once per run
+        return self.cum[key][n - 1]
 
     # ----------------------------------------------------------------- hooks
     def hooks(self, start: int = 0) -> list[tuple[str, Callable]]:
@@ -259,7 +372,16 @@ class EdgeRun:
         if self.ref is None:
 
             def store(s: int, x: torch.Tensor) -> None:
-                self.running[s] = x.float().view(self.k, self.b, *x.shape[1:])
+                x = x.float().view(self.k, self.b, *x.shape[1:])
+                if self.running is None:
+                    shape = (len(g.senders), *x.shape)
+                    buf = self.cum.get("running buffer")  # reused across passes: no new pages
+                    if buf is None or tuple(buf.shape) != shape or buf.dtype != x.dtype:
+                        buf = self.cum["running buffer"] = x.new_empty(shape)
+                    self.running = buf
+                self.running[s] = x
+                self.run_total = x.clone() if self.run_total is None else self.run_total + x
+                self.n_stored += 1
 
             hooks += [
                 h
@@ -283,20 +405,31 @@ class EdgeRun:
         return hook
 
     def _attn_input(self, l: int, kind: str) -> Callable:
-        receivers = getattr(self.index, kind)[l]
+        ix = self.index
+        every = ix.q[l] + ix.k[l] + ix.v[l]  # one delta for the layer's q, k and v receivers
+        lo = {"q": 0, "k": len(ix.q[l]), "v": len(ix.q[l]) + len(ix.k[l])}[kind]
+        width = len(getattr(ix, kind)[l])
 
         def hook(x: torch.Tensor, hook: Any) -> torch.Tensor | None:
-            d = self.delta(receivers, self.index.before_attn[l])
+            if l not in self.layer_delta:
+                self.layer_delta[l] = self.delta(every, ix.before_attn[l])
+            d = self.layer_delta[l]
             if d is None:
                 return None
+            edited = self.masks[:, :, every[lo : lo + width]].any(1)  # [k, receiver]
+            if not edited.any():
+                return None  # none of these receivers is edited: the model's own values
+            d = d[:, lo : lo + width]
             part = self.parts[l]
             pre = self._base(f"pre{l}")  # [k, batch, pos, d_model]
             inp = pre[:, None] + d.to(pre.dtype)  # [k, receiver, batch, pos, d_model]
-            normed = _norm(part.ln1, inp)
+            normed = _norm(part.ln1, inp, self.eps)
             new = torch.einsum("krbpd,rde->kbpre", normed, part.W[kind].to(normed.dtype))
             if part.b[kind] is not None:
                 new = new + part.b[kind].to(new.dtype)
-            return new.reshape(x.shape).to(x.dtype)
+            own = x.view(new.shape)  # unedited receivers keep the model's values, bit for bit
+            keep = edited.to(x.device)[:, None, None, :, None]
+            return torch.where(keep, new.to(x.dtype), own).reshape(x.shape)
 
         return hook
 
@@ -309,7 +442,10 @@ class EdgeRun:
                 return None
             mid = self._base(f"mid{l}")
             inp = mid + d[:, 0].to(mid.dtype)
-            return _norm(self.parts[l].ln2, inp).reshape(x.shape).to(x.dtype)
+            new = _norm(self.parts[l].ln2, inp, self.eps).to(x.dtype)
+            edited = self.masks[:, :, receiver[0]].any(1).to(x.device)  # [k]
+            own = x.view(new.shape)
+            return torch.where(edited.view(-1, *[1] * (new.ndim - 1)), new, own).reshape(x.shape)
 
         return hook
 
@@ -405,7 +541,7 @@ def clean_inputs(model: Any, tokens: torch.Tensor, layers: set[int]) -> tuple[An
     return clean_block_inputs(model, tokens, {l for l in layers if 0 < l < model.cfg.n_layers})
 
 
-_EXACT: dict[int, tuple[bool, str]] = {}
+_EXACT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def check_exact(model: Any, graph: Any, parts: list[Layer], tokens: torch.Tensor) -> None:
@@ -415,10 +551,9 @@ def check_exact(model: Any, graph: Any, parts: list[Layer], tokens: torch.Tensor
     Raises:
         InterpError: if this model's receivers cannot be given their own inputs exactly.
     """
-    key = id(model)
-    if key not in _EXACT:
-        _EXACT[key] = _probe(model, graph, parts, tokens)
-    ok, why = _EXACT[key]
+    if model not in _EXACT:
+        _EXACT[model] = _probe(model, graph, parts, tokens)
+    ok, why = _EXACT[model]
     if not ok:
         raise InterpError(
             f"circuits need each head's query, key and value recomputed from its own input, and "
@@ -435,7 +570,8 @@ def _probe(model, graph, parts, tokens) -> tuple[bool, str]:
             corr_out, corr_logits = sender_outputs(model, graph, other, parts=parts)
             valid = torch.as_tensor(graph.valid, dtype=torch.float32)
             force = torch.ones_like(valid)[None] * valid  # every edge, so every receiver recomputed
-            zero = EdgeRun(graph, parts, force, clean_out, clean_out, 1)  # alt - ref = 0
+            eps = model_eps(model)
+            zero = EdgeRun(graph, parts, force, clean_out, clean_out, 1, eps=eps)  # alt - ref = 0
             got = run(model, probe, zero)
             # float32 rounding of a per-head einsum against the model's fused projection,
             # carried through every layer: about 1e-6 of the logits' size (2.7e-5 on SmolLM2)
@@ -443,7 +579,7 @@ def _probe(model, graph, parts, tokens) -> tuple[bool, str]:
             gap = float((got.float() - ref_logits.float()).abs().max())
             if gap > tol:
                 return False, f"recomputed inputs change the logits by {gap:.2e}"
-            every = EdgeRun(graph, parts, force, corr_out, None, 1)
+            every = EdgeRun(graph, parts, force, corr_out, None, 1, eps=eps)
             got = run(model, probe, every)
             tol = 1e-3 * max(1.0, float(corr_logits.abs().max()))
             gap = float((got.float() - corr_logits.float()).abs().max())
@@ -458,15 +594,19 @@ def _probe(model, graph, parts, tokens) -> tuple[bool, str]:
 
 def edits_per_pass(graph: Any, tokens: torch.Tensor, d_model: int, running: bool) -> int:
     """Copies per pass: about :data:`interp.analysis._sweep.CPU_TOKENS_PER_PASS` tokens (a
-    pass's fixed cost is then paid once for many copies), fewer when the engine's own
-    tensors (the senders' outputs per copy when ``running``, each layer's per-receiver
-    inputs) would pass 512 MiB."""
+    pass's fixed cost is then paid once for many copies; the replacement outputs are read
+    once for all of them), fewer when the engine's own tensors (the senders' outputs per
+    copy when ``running``, each layer's per-receiver inputs) would pass 2 GiB or a quarter
+    of the free memory."""
     from interp.analysis._sweep import CPU_TOKENS_PER_PASS
+
+    from interp.protocol import available_memory
 
     per_copy = len(graph.senders) * tokens.numel() * d_model * 4 if running else 0
     per_copy += max(graph.n_heads, 1) * tokens.numel() * d_model * 4 * 3
     by_tokens = -(-CPU_TOKENS_PER_PASS // tokens.numel())
-    return int(max(1, min(32, by_tokens, (512 << 20) // max(1, per_copy))))
+    budget = min(2 << 30, available_memory(tokens.device) // 4)
+    return int(max(1, min(32, by_tokens, budget // max(1, per_copy))))
 
 
 def as_tensor(mask: np.ndarray, device: Any = None) -> torch.Tensor:
@@ -474,6 +614,59 @@ def as_tensor(mask: np.ndarray, device: Any = None) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ gradients at receivers
+_VJP_OK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def norm_vjp(module: Any, x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
+    """``[receiver, batch, pos, d_model]``: ``g`` (the gradient at the norm's output, one per
+    receiver) carried back through the norm at input ``x`` (``[batch, pos, d_model]``).
+
+    LayerNorm and RMSNorm have closed-form vector-Jacobian products (the mean and scale of
+    ``x`` are shared by every receiver, so this costs a few elementwise passes); each
+    module is checked once against autograd through the module itself, and a norm that
+    does not match (another formula, an offset weight) uses autograd throughout."""
+    if module is None:
+        return g
+    verdicts = _VJP_OK.setdefault(module, {})
+    if eps not in verdicts:
+        slice_x, slice_g = x[:1, :2], g[:2, :1, :2]
+        want = _autograd_vjp(module, slice_x, slice_g)
+        got = _closed_vjp(module, slice_x, slice_g, eps)
+        verdicts[eps] = got is not None and torch.allclose(got, want, atol=1e-6, rtol=1e-4)
+    if verdicts[eps]:
+        return _closed_vjp(module, x, g, eps)
+    return _autograd_vjp(module, x, g)
+
+
+def _autograd_vjp(module: Any, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    with torch.enable_grad():
+        leaf = x.detach()[None].expand(g.shape[0], *x.shape).clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(module(leaf), leaf, grad_outputs=g.to(leaf.dtype))
+    return grad.float()
+
+
+def _closed_vjp(module: Any, x: torch.Tensor, g: torch.Tensor, eps: float) -> Any:
+    weight = None
+    for name in ("weight", "w"):
+        v = getattr(module, name, None)
+        if isinstance(v, torch.Tensor):
+            weight = v.detach().float()
+            break
+    if weight is None:
+        return None
+    centred = "rms" not in type(module).__name__.lower()
+    xf = x.float()
+    if centred:
+        xf = xf - xf.mean(-1, keepdim=True)
+    scale = (xf.pow(2).mean(-1, keepdim=True) + eps).sqrt()  # [batch, pos, 1]
+    xhat = xf / scale
+    wg = g.float() * weight  # [receiver, batch, pos, d]
+    out = wg - xhat * (wg * xhat).mean(-1, keepdim=True)
+    if centred:
+        out = out - wg.mean(-1, keepdim=True)
+    return out / scale
+
+
 @dataclasses.dataclass
 class ReceiverGrads:
     """One backward pass's gradients at every receiver's read point (module docstring)."""
@@ -483,6 +676,19 @@ class ReceiverGrads:
     pre: dict[int, torch.Tensor]  # the stream entering each layer
     mid: dict[int, torch.Tensor]  # ... and each MLP
     senders: torch.Tensor | None  # [sender, batch, pos, d_model] of this pass
+    eps: float = 1e-5  # the norms' epsilon (cfg.eps)
+
+    def attention_inputs(self, parts: list[Layer], layer: int) -> torch.Tensor:
+        """``[q heads + k heads + v heads, batch, pos, d_model]``: the gradient with respect to
+        each of a layer's attention receivers' inputs, through the norm in one autograd call."""
+        part = parts[layer]
+        g_norm = torch.cat(
+            [
+                torch.einsum("bphe,hde->hbpd", self.at[(k, layer)], part.W[k].float())
+                for k in ("q", "k", "v")
+            ]
+        )
+        return norm_vjp(part.ln1, self.pre[layer], g_norm, self.eps)
 
     def inputs(self, parts: list[Layer], kind: str, layer: int) -> torch.Tensor:
         """The gradient with respect to each receiver's input: ``[receiver, batch, pos,
@@ -493,17 +699,9 @@ class ReceiverGrads:
         part = parts[layer]
         g = self.at[(kind, layer)]
         if kind == "mlp":
-            x, module, g_norm = self.mid[layer][None], part.ln2, g[None]
-        else:
-            x, module = self.pre[layer], part.ln1
-            g_norm = torch.einsum("bphe,hde->hbpd", g, part.W[kind].to(g.dtype))
-            x = x[None].expand(g_norm.shape[0], *x.shape)
-        if module is None:
-            return g_norm
-        with torch.enable_grad():
-            leaf = x.detach().clone().requires_grad_(True)
-            (grad,) = torch.autograd.grad(module(leaf), leaf, grad_outputs=g_norm.to(leaf.dtype))
-        return grad
+            return norm_vjp(part.ln2, self.mid[layer], g[None], self.eps)
+        g_norm = torch.einsum("bphe,hde->hbpd", g, part.W[kind].to(g.dtype))
+        return norm_vjp(part.ln1, self.pre[layer], g_norm, self.eps)
 
 
 def receiver_gradients(
@@ -565,8 +763,13 @@ def receiver_gradients(
             hooks.append((hook_name("resid_mid", l), keep(mid, l)))
             hooks.append((f"blocks.{l}.mlp.hook_in", leaf(("mlp", l))))
     hooks.append((hook_name("resid_post", graph.n_layers - 1), leaf(("logits", 0))))
+    kwargs = {} if metric.rows is None else keep_rows(model, [r % n for r in metric.rows])
     with eval_mode(model), FrozenParams(model), torch.enable_grad():
-        logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
+        logits = model.run_with_hooks(tokens, fwd_hooks=hooks, **kwargs)
+        if kwargs:  # only the metric's rows were unembedded: put them where it reads them
+            full = logits.new_zeros(logits.shape[0], n, logits.shape[-1])
+            full[:, kwargs["logits_to_keep"].to(logits.device)] = logits
+            logits = full
         value = metric(logits, tokens)
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             scalar(value, metric.name)  # raises the explanation
@@ -582,7 +785,12 @@ def receiver_gradients(
         for k, g in zip(keys, grads)
     }
     return ReceiverGrads(
-        value=scalar(value.detach(), metric.name), at=out, pre=pre, mid=mid, senders=senders
+        value=scalar(value.detach(), metric.name),
+        at=out,
+        pre=pre,
+        mid=mid,
+        senders=senders,
+        eps=model_eps(model),
     )
 
 
@@ -590,22 +798,22 @@ def score_edges(
     graph: Any, parts: list[Layer], grads: ReceiverGrads, diff: torch.Tensor
 ) -> torch.Tensor:
     """``[sender, receiver]``: ``sum over batch, positions and d_model of diff_s * grad_r``
-    for every edge (0 elsewhere); ``diff`` is ``[sender, batch, pos, d_model]``."""
+    for every edge (0 elsewhere); ``diff`` is ``[sender, batch, pos, d_model]``.
+
+    Every receiver's gradient is gathered first and multiplied by every sender's
+    difference in one matrix product: done layer by layer the products are bound by
+    memory (each reads every sender's difference again), not by arithmetic."""
     index = Index.of(graph)
-    scores = torch.zeros(len(graph.senders), len(graph.receivers))
-    flat = diff.flatten(1)  # [sender, batch * pos * d_model]
+    N = diff[0].numel()
+    G = torch.zeros(len(graph.receivers), N, dtype=torch.float32, device=diff.device)
     for l in range(graph.n_layers):
-        for kind in ("q", "k", "v"):
-            rec = getattr(index, kind)[l]
-            g = grads.inputs(parts, kind, l).flatten(1)  # [receiver, N]
-            n = index.before_attn[l]
-            scores[:n, rec] = (flat[:n] @ g.T.to(flat.dtype)).cpu()
+        rec = index.q[l] + index.k[l] + index.v[l]
+        G[rec] = grads.attention_inputs(parts, l).flatten(1).float()
         if index.mlp[l] >= 0:
-            g = grads.inputs(parts, "mlp", l).flatten(1)
-            n = index.before_mlp[l]
-            scores[:n, index.mlp[l]] = (flat[:n] @ g.T.to(flat.dtype))[:, 0].cpu()
-    g = grads.inputs(parts, "logits", 0).flatten(1)
-    scores[:, index.logits] = (flat @ g.T.to(flat.dtype))[:, 0].cpu()
+            G[index.mlp[l]] = grads.inputs(parts, "mlp", l).flatten().float()
+    G[index.logits] = grads.inputs(parts, "logits", 0).flatten().float()
+    scores = (diff.flatten(1).float() @ G.T).cpu()
+    del G
     return scores * torch.as_tensor(graph.valid, dtype=scores.dtype)
 
 
@@ -623,11 +831,12 @@ class Prepared:
     corrupted: torch.Tensor | None
     metric: Any
     ablation: str
-    clean_out: torch.Tensor  # [sender, batch, pos, d_model]
-    alt: torch.Tensor  # the replacement outputs: corrupted, zero or the batch mean
+    clean_out: torch.Tensor | None  # [sender, batch, pos, d_model]
+    alt: torch.Tensor | None  # the replacement outputs: corrupted, zero or the batch mean
     clean_value: float
     positions: torch.Tensor | None
     clean_inputs: dict[str, torch.Tensor]  # every receiver layer's clean input (input_hooks)
+    cum: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # shared prefix sums
 
 
 def prepare(
@@ -639,8 +848,13 @@ def prepare(
     ablation: str,
     positions: Any,
     cache: Any = None,
+    clean_pass: bool = True,
 ) -> Prepared:
     """Check every input (before any forward pass), then run the clean (and corrupted) pass.
+
+    ``clean_pass=False`` leaves the clean senders' outputs to the caller (edge attribution
+    takes them from its own clean forward pass): ``clean_out`` is None, and so is ``alt``
+    for zero and mean ablation (:func:`replacement` makes it).
 
     Raises:
         InterpError: for an unknown ablation, corrupted tokens missing for ``"patch"`` or
@@ -681,16 +895,17 @@ def prepare(
         check_cache(model, tokens, cache)  # a cache of other tokens is refused, as everywhere
         check_exact(model, graph, parts, tokens)
         clean_inputs: dict[str, torch.Tensor] = {}
-        clean_out, logits = sender_outputs(
-            model, graph, tokens, parts=parts, extra_hooks=input_hooks(graph, clean_inputs)
-        )
-        clean_value = scalar(m(logits, tokens), m.name)
+        clean_out, clean_value = None, float("nan")
+        if clean_pass:
+            clean_out, logits = sender_outputs(
+                model, graph, tokens, parts=parts, extra_hooks=input_hooks(graph, clean_inputs)
+            )
+            clean_value = scalar(m(logits, tokens), m.name)
+        alt = None
         if ablation == "patch":
-            alt, _ = sender_outputs(model, graph, corrupted_tokens, parts=parts)
-        elif ablation == "zero":
-            alt = torch.zeros_like(clean_out)
-        else:
-            alt = clean_out.mean(1, keepdim=True).expand_as(clean_out).contiguous()
+            alt, _ = sender_outputs(model, graph, corrupted_tokens, parts=parts, rows=[0])
+        elif clean_out is not None:
+            alt = replacement(ablation, clean_out)
     return Prepared(
         graph=graph,
         parts=parts,
@@ -704,6 +919,13 @@ def prepare(
         positions=None if pos is None else pos.to(tokens.device),
         clean_inputs=clean_inputs,
     )
+
+
+def replacement(ablation: str, clean_out: torch.Tensor) -> torch.Tensor:
+    """The senders' replacement outputs for zero or mean ablation (of the clean outputs)."""
+    if ablation == "zero":
+        return torch.zeros_like(clean_out)
+    return clean_out.mean(1, keepdim=True).expand_as(clean_out).contiguous()
 
 
 def evaluate_masks(
@@ -730,7 +952,17 @@ def evaluate_masks(
             for i in range(0, len(masks), k):
                 group = masks[i : i + k]
                 stacked = torch.stack([as_tensor(m, prep.tokens.device) for m in group])
-                er = EdgeRun(prep.graph, prep.parts, stacked, prep.alt, None, b, prep.positions)
+                er = EdgeRun(
+                    prep.graph,
+                    prep.parts,
+                    stacked,
+                    prep.alt,
+                    None,
+                    b,
+                    prep.positions,
+                    prep.cum,
+                    eps=model_eps(model),
+                )
                 logits = run(model, prep.tokens, er, rows=prep.metric.rows)
                 for c in range(len(group)):
                     part = logits[c * b : (c + 1) * b]
@@ -784,7 +1016,15 @@ def patch_edges(
                 start = starts[chunk[0]]
                 stacked = torch.stack([as_tensor(masks[i], prep.tokens.device) for i in chunk])
                 er = EdgeRun(
-                    graph, prep.parts, stacked, prep.alt, prep.clean_out, b, prep.positions
+                    graph,
+                    prep.parts,
+                    stacked,
+                    prep.alt,
+                    prep.clean_out,
+                    b,
+                    prep.positions,
+                    prep.cum,
+                    eps=model_eps(model),
                 )
                 logits = run(
                     model, prep.tokens, er, start=start, kept=kept, final=final,

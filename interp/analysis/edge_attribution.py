@@ -100,6 +100,7 @@ def attribute_edges(
         ablation=ablation,
         positions=positions,
         cache=cache,
+        clean_pass=method == "exact",  # estimates take the clean outputs from their own pass
     )
     graph = prep.graph
     wanted = graph.valid if edges is None else edge_mask(graph, edges)
@@ -141,24 +142,36 @@ def attribute_edges(
 
 
 def _estimate(model: Any, prep: E.Prepared, method: str, steps: int) -> torch.Tensor:
-    """EAP or EAP-IG scores ``[sender, receiver]``."""
-    diff = prep.alt - prep.clean_out  # [sender, batch, pos, d_model]
-    if prep.positions is not None:
-        diff = diff * prep.positions.float()[None, None, :, None]
+    """EAP or EAP-IG scores ``[sender, receiver]``. The clean pass (EAP's only one; EAP-IG's
+    last point, all the way to the clean embeddings) also gives the clean senders' outputs."""
     if method == "eap":
-        grads = E.receiver_gradients(model, prep.graph, prep.parts, prep.tokens, prep.metric)
-        return E.score_edges(prep.graph, prep.parts, grads, diff)
-    with eval_no_grad(model):
-        clean_embed = _embedding(model, prep.tokens)
-        corr_embed = _embedding(model, prep.corrupted)
-    total = torch.zeros(diff.shape[0], len(prep.graph.receivers))
-    for k in range(1, steps + 1):
-        alpha = k / steps
-        embed = corr_embed + alpha * (clean_embed - corr_embed)
+        alphas = [1.0]
+    else:
+        with eval_no_grad(model):
+            clean_embed = _embedding(model, prep.tokens)
+            corr_embed = _embedding(model, prep.corrupted)
+        alphas = [k / steps for k in range(steps, 0, -1)]  # the clean point first
+    total, diff = None, None
+    for alpha in alphas:
+        embed = None if alpha == 1.0 else corr_embed + alpha * (clean_embed - corr_embed)
         grads = E.receiver_gradients(
-            model, prep.graph, prep.parts, prep.tokens, prep.metric, embed=embed
+            model,
+            prep.graph,
+            prep.parts,
+            prep.tokens,
+            prep.metric,
+            embed=embed,
+            keep_senders=diff is None,
         )
-        total += E.score_edges(prep.graph, prep.parts, grads, diff) / steps
+        if diff is None:  # alpha = 1: the clean run
+            prep.clean_out, prep.clean_value = grads.senders, grads.value
+            if prep.alt is None:
+                prep.alt = E.replacement(prep.ablation, prep.clean_out)
+            diff = prep.alt - prep.clean_out  # [sender, batch, pos, d_model]
+            if prep.positions is not None:
+                diff = diff * prep.positions.float()[None, None, :, None]
+            total = torch.zeros(diff.shape[0], len(prep.graph.receivers))
+        total += E.score_edges(prep.graph, prep.parts, grads, diff) / len(alphas)
     return total
 
 
