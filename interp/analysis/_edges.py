@@ -599,7 +599,6 @@ def edits_per_pass(graph: Any, tokens: torch.Tensor, d_model: int, running: bool
     copy when ``running``, each layer's per-receiver inputs) would pass 2 GiB or a quarter
     of the free memory."""
     from interp.analysis._sweep import CPU_TOKENS_PER_PASS
-
     from interp.protocol import available_memory
 
     per_copy = len(graph.senders) * tokens.numel() * d_model * 4 if running else 0
