@@ -143,13 +143,15 @@ def lines(
     caption: str,
     title: str | None = None,
     logy: bool = False,
+    logx: bool = False,
     markers: bool = False,
     shade: tuple[float, float] | None = None,
     shade_label: str | None = None,
 ) -> Plot:
     """Several named series over a shared ``x`` (positions, stages, steps).
 
-    ``shade`` marks an ``x`` interval (e.g. the repeated half of a sequence).
+    ``shade`` marks an ``x`` interval (e.g. the repeated half of a sequence);
+    ``logx`` / ``logy`` put that axis on a log scale.
 
     Raises:
         InterpError: for no series or a series whose length differs from ``x``.
@@ -169,6 +171,8 @@ def lines(
         ax.axvspan(*shade, color="0.9", zorder=0, label=shade_label)
     if logy:
         ax.set_yscale("log")
+    if logx:
+        ax.set_xscale("log")
     _label(ax, xlabel, ylabel, title)
     if len(series) > 1 or shade_label:
         ax.legend(frameon=False, fontsize=8)
@@ -446,4 +450,119 @@ def lens_grid(
     ax.set_yticks(range(0, S, step), [str(x) for x in stage_labels][::step])
     _label(ax, "position (input token)", "stage (0 = embeddings)", title)
     fig.colorbar(im, ax=ax, label="target's rank (1 = top prediction)")
+    return Plot(fig, caption)
+
+
+INPUT_COLOURS = {
+    "q": "#1f77b4",
+    "k": "#2ca02c",
+    "v": "#ff7f0e",
+    "mlp": "#9467bd",
+    "logits": "#555555",
+}
+
+
+def circuit_figure(
+    edges: Sequence[Mapping[str, Any]],
+    *,
+    n_layers: int,
+    caption: str,
+    title: str | None = None,
+    max_edges: int = 100,
+) -> Plot:
+    """A circuit as a layered graph: the input at the top, layers top to bottom, the logits at
+    the bottom; components as boxes; each edge a line from its sender to the component whose
+    input it feeds, coloured by that input (q, k, v, MLP, logits), its width by ``|score|``.
+
+    Each edge is ``{"sender", "receiver", "receiver_input", "score"}`` (receivers as
+    :mod:`interp.analysis.graph` names them: ``L1H1.k``, ``L3.mlp``, ``logits``). A
+    circuit of more than ``max_edges`` edges is drawn by its ``max_edges`` strongest
+    (by ``|score|``), and the caption says so.
+
+    Example:
+        >>> plot = circuit_figure([{"sender": "embed", "receiver": "L0H1.v",
+        ...     "receiver_input": "v", "score": 1.0}], n_layers=1, caption="One edge.")
+        >>> plot.svg().startswith("<svg")
+        True
+
+    Raises:
+        InterpError: for no edges, or an edge whose input is not q, k, v, mlp or logits.
+    """
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import FancyBboxPatch
+
+    if not edges:
+        raise InterpError("circuit_figure needs at least one edge")
+    edges = list(edges)
+    if len(edges) > max_edges:
+        strength = [abs(float(e.get("score", 0.0) or 0.0)) for e in edges]
+        keep = sorted(np.argsort(strength, kind="stable")[::-1][:max_edges])
+        caption = (
+            f"{caption} The {max_edges} strongest of the circuit's {len(edges):,} edges are "
+            "drawn; the table lists all."
+        )
+        edges = [edges[int(i)] for i in keep]
+
+    def component(name: str, inp: str) -> str:
+        if inp == "logits":
+            return "logits"
+        if inp == "mlp":
+            return name
+        base = name.rsplit(".", 1)[0]
+        return base
+
+    def row(node: str) -> float:
+        if node in ("embed", "pos_embed"):
+            return 0.0
+        if node == "logits":
+            return float(n_layers + 1)
+        layer = int(node[1:].split("H")[0].split("K")[0].split(".")[0])
+        return layer + 1 + (0.5 if node.endswith(".mlp") else 0.0)
+
+    nodes: dict[str, float] = {}
+    for e in edges:
+        if e["receiver_input"] not in INPUT_COLOURS:
+            raise InterpError(
+                f"edge input {e['receiver_input']!r} is not one of {list(INPUT_COLOURS)}"
+            )
+        nodes[e["sender"]] = row(e["sender"])
+        r = component(str(e["receiver"]), e["receiver_input"])
+        nodes[r] = row(r)
+    by_row: dict[float, list[str]] = {}
+    for n, y in nodes.items():
+        by_row.setdefault(y, []).append(n)
+    pos: dict[str, tuple[float, float]] = {}
+    width = max(len(v) for v in by_row.values())
+    for y, names in by_row.items():
+        names.sort(key=lambda s: (not s.startswith("embed"), s))
+        for i, n in enumerate(names):
+            pos[n] = ((i + 1) * (width + 1) / (len(names) + 1), y)
+    scores = np.array([abs(float(e.get("score", 1.0) or 0.0)) for e in edges])
+    top = float(scores.max()) if scores.size and scores.max() > 0 else 1.0
+    fig = _figure(max(5.6, 1.1 * width + 2.0), max(3.4, 0.55 * (n_layers + 2) + 1.0))
+    ax = fig.add_subplot()
+    order = np.argsort(scores)  # the strongest edges drawn last, on top
+    for i in order:
+        e = edges[int(i)]
+        x0, y0 = pos[e["sender"]]
+        x1, y1 = pos[component(str(e["receiver"]), e["receiver_input"])]
+        lw = 0.6 + 4.0 * scores[i] / top
+        ax.plot([x0, x1], [y0 + 0.18, y1 - 0.18], color=INPUT_COLOURS[e["receiver_input"]],
+                linewidth=lw, alpha=0.75, solid_capstyle="round")  # fmt: skip
+    for n, (x, y) in pos.items():
+        box = FancyBboxPatch((x - 0.42, y - 0.16), 0.84, 0.32, boxstyle="round,pad=0.02",
+                             facecolor="#f7f7f7", edgecolor="#333333", linewidth=0.8)  # fmt: skip
+        ax.add_patch(box)
+        ax.text(x, y, n, ha="center", va="center", fontsize=7)
+    ax.set_xlim(0, width + 1)
+    ax.set_ylim(n_layers + 1.6, -0.6)
+    labels = ["input"] + [f"L{l}" for l in range(n_layers)] + ["logits"]
+    ticks = list(range(n_layers + 2))
+    step = max(1, len(ticks) // 16)
+    ax.set_yticks(ticks[::step], labels[::step])
+    ax.set_xticks([])
+    _label(ax, "components (boxes); edges coloured by the input they feed", "layer", title)
+    used = sorted({e["receiver_input"] for e in edges}, key=list(INPUT_COLOURS).index)
+    handles = [Line2D([0], [0], color=INPUT_COLOURS[k], linewidth=2.5) for k in used]
+    ax.legend(handles, [f"into {k}" for k in used], frameon=False, fontsize=7, loc="lower right")
     return Plot(fig, caption)

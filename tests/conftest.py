@@ -23,6 +23,7 @@ NOTEBOOKS = {
     "feature-recovery": "feature_recovery",
     "pretrained": "pretrained_heads",
     "name-movers": "name_movers",
+    "circuits": "circuits",
 }
 
 
@@ -106,6 +107,8 @@ SLOW_FIRST = (
     "test_bank_sense",
     "test_feature_recovery",
     "test_induction_lab",
+    "test_circuits_lab",
+    "test_edge_circuits",
 )
 
 

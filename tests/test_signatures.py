@@ -32,6 +32,7 @@ DATA_POSITIONALS = {
     "loss_metric": ["loss_mask"],
     "logit_diff_metric": ["correct", "incorrect"],
     "estimate_agreement": ["exact", "estimate"],
+    "edge_agreement": ["exact", "estimate"],
 }
 WEIGHT_ONLY = {
     "qk_circuit",

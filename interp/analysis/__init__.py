@@ -97,6 +97,7 @@ _EXPORTS = {
     "load_circuit": "interp.analysis.graph",
     "path_patch": "interp.analysis.path_patching",
     "attribute_edges": "interp.analysis.edge_attribution",
+    "edge_agreement": "interp.analysis.edge_attribution",
     "evaluate_circuit": "interp.analysis.circuit_eval",
     "circuit_curve": "interp.analysis.circuit_eval",
     "find_circuit": "interp.analysis.circuit_eval",

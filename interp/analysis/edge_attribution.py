@@ -216,3 +216,49 @@ def score_matrix(graph: Any, scores: Any) -> np.ndarray:
     if arr.shape != graph.valid.shape:
         raise InterpError(f"scores have shape {arr.shape}; the graph's is {graph.valid.shape}")
     return np.where(graph.valid, arr, np.nan)
+
+
+def edge_agreement(exact: pd.Series, estimate: pd.Series, *, threshold: float) -> pd.DataFrame:
+    """How well an estimate finds the edges that matter: one row per measure.
+
+    ``exact`` and ``estimate`` hold one value per edge, indexed by label. The
+    edges that matter are those with ``|exact| > threshold``; rows: ROC AUC of
+    ``|estimate|`` for telling them apart from the rest (the probability that a
+    random edge that matters outscores a random one that does not; ties count
+    1/2), Spearman correlation of estimate and exact, and how many of the
+    ``m`` edges that matter are in the estimate's top ``m``.
+
+    Example:
+        >>> exact = pd.Series([5.0, 0.1, -3.0, 0.0], index=list("abcd"))
+        >>> est = pd.Series([2.0, 0.5, -0.2, 0.3], index=exact.index)
+        >>> edge_agreement(exact, est, threshold=1.0)["value"].round(3).tolist()
+        [0.5, 1.0, 1.0]
+
+    Raises:
+        InterpError: for series over different edges, or no edge (or every edge) above
+            the threshold.
+    """
+    if set(exact.index) != set(estimate.index):
+        raise InterpError("exact and estimate must hold the same edges (index by label)")
+    est = estimate.reindex(exact.index)
+    matters = (exact.abs() > threshold).to_numpy()
+    if matters.all() or not matters.any():
+        raise InterpError(
+            f"{int(matters.sum())} of {len(matters)} edges pass the threshold {threshold}; "
+            "ROC AUC needs edges on both sides"
+        )
+    score = est.abs().to_numpy()
+    pos, neg = score[matters], score[~matters]
+    greater = (pos[:, None] > neg[None, :]).mean()
+    ties = (pos[:, None] == neg[None, :]).mean()
+    auc = float(greater + 0.5 * ties)
+    rho = float(exact.rank().corr(est.rank()))
+    m = int(matters.sum())
+    hits = len(set(exact.index[matters]) & set(est.abs().nlargest(m).index))
+    return pd.DataFrame(
+        [
+            {"measure": "ROC AUC (|estimate| finds the edges that matter)", "value": auc},
+            {"measure": "Spearman (estimate vs exact)", "value": rho},
+            {"measure": f"edges that matter ({m}) in the estimate's top {m}", "value": float(hits)},
+        ]
+    )

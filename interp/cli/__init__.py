@@ -4,7 +4,8 @@
   command runs before a model loads;
 * :mod:`interp.cli.labs`: ``interp lab``, ``interp train``, ``interp models``;
 * :mod:`interp.cli.heads`: ``interp ablate``, ``attribute``, ``patch``, ``scores``;
-* :mod:`interp.cli.components`: ``interp dla``, ``lens``, ``attention``.
+* :mod:`interp.cli.components`: ``interp dla``, ``lens``, ``attention``;
+* :mod:`interp.cli.circuits`: ``interp circuit``, ``paths``.
 
 Errors print one line on stderr and exit non-zero (2 for bad input, 130 for
 Ctrl-C, 1 for anything unexpected); set ``INTERP_DEBUG=1`` for a traceback.
@@ -23,7 +24,7 @@ from typing import Any
 
 from interp.cli.args import Parser
 
-GROUPS = ("interp.cli.labs", "interp.cli.heads", "interp.cli.components")
+GROUPS = ("interp.cli.labs", "interp.cli.heads", "interp.cli.components", "interp.cli.circuits")
 
 
 def build_parser() -> argparse.ArgumentParser:

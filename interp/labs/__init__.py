@@ -36,6 +36,7 @@ LABS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "feature-recovery": ("interp.labs.feature_recovery", "none", ()),
     "pretrained": ("interp.labs.pretrained", "many", ("smollm2-135m", "minilm-l6")),
     "name-movers": ("interp.labs.name_movers", "one", ("smollm2-135m",)),
+    "circuits": ("interp.labs.circuits", "one", ("induction-2l",)),
 }
 
 

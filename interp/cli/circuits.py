@@ -1,0 +1,276 @@
+"""``interp circuit`` and ``interp paths``: which edges carry a task, and what one path carries.
+
+Both take a task: ``--clean`` and ``--corrupted`` prompts (each may be given
+several times, in pairs of equal token length) with a metric, or by default
+the circuits lab's task for the model (:func:`interp.labs.circuits.circuit_task`:
+repeated tokens without a tokenizer, indirect-object prompts with one).
+
+``interp circuit`` scores every edge with EAP or EAP-IG, finds the smallest
+top-n circuit whose exact faithfulness reaches ``--target``, and writes it as
+JSON (:meth:`interp.analysis.graph.Circuit.save`), with its edge table and
+layered drawing if asked. ``interp paths`` path-patches every sender into the
+``--receivers`` (default the logits). Everything checkable without weights is
+checked first; bad input is one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from interp.cli.args import (
+    add_model,
+    check_model_args,
+    check_out,
+    check_prompt,
+    count_arg,
+    encode,
+    load,
+    pair_arg,
+    print_top,
+    seed_arg,
+    token_id,
+    tokenizer_of,
+)
+from interp.errors import InterpError
+
+
+def _add_task(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--clean", action="append", help="clean prompt (repeat for a batch; default: the lab's)"
+    )
+    p.add_argument("--corrupted", action="append", help="its corrupted twin (same token count)")
+    p.add_argument(
+        "--metric", choices=("logit-diff", "loss"), help="with --clean (default logit-diff)"
+    )
+    p.add_argument(
+        "--logit-diff",
+        action="append",
+        help="CORRECT,INCORRECT for --metric logit-diff: once for every pair, or once per pair",
+    )
+    p.add_argument("--n", type=count_arg(2), default=16, help="prompt pairs of the default task")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the default task")
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``circuit`` and ``paths`` to ``sub``."""
+    ci = sub.add_parser("circuit", help="find the smallest faithful circuit of edges for a task")
+    add_model(ci)
+    _add_task(ci)
+    ci.add_argument("--method", default="eap-ig", choices=("eap", "eap-ig"), help="edge scores")
+    ci.add_argument("--steps", type=count_arg(1), default=5, help="EAP-IG's integration steps")
+    ci.add_argument("--target", type=float, default=0.8, help="faithfulness to reach, in (0, 1]")
+    ci.add_argument("--out", required=True, help="the circuit (.json)")
+    ci.add_argument("--table", help="also every edge's score: .csv .parquet .md .html .json")
+    ci.add_argument("--figure", help="also the circuit as a layered graph (.svg)")
+    ci.set_defaults(func=run_circuit)
+
+    pa = sub.add_parser("paths", help="path patching: each sender's effect through a receiver")
+    add_model(pa)
+    _add_task(pa)
+    pa.add_argument(
+        "--receivers",
+        default="logits",
+        help="comma-separated receiving inputs, e.g. L1H1.k or L1H1 (its q, k, v) or L2.mlp",
+    )
+    pa.add_argument("--senders", help="comma-separated senders, e.g. L0H1,embed (default: all)")
+    pa.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
+    pa.add_argument("--top", type=count_arg(0), default=10, help="senders to print")
+    pa.set_defaults(func=run_paths)
+
+
+# ------------------------------------------------------------------ checks, no weights
+def _labels(text: str | None, option: str) -> list[str] | None:
+    if text is None:
+        return None
+    parts = [t.strip() for t in text.split(",")]
+    if not all(parts):
+        raise InterpError(f"{option} {text!r} holds an empty label; e.g. L1H1.k,logits")
+    return list(dict.fromkeys(parts))
+
+
+def _check_task(args: argparse.Namespace) -> None:
+    clean, corrupted = args.clean or [], args.corrupted or []
+    if not clean and not corrupted:
+        if args.metric is not None or args.logit_diff:
+            raise InterpError(
+                "--metric and --logit-diff go with --clean/--corrupted prompts; the default "
+                "task brings its own metric"
+            )
+        return
+    if len(clean) != len(corrupted):
+        raise InterpError(
+            f"{len(clean)} --clean and {len(corrupted)} --corrupted prompts: give them in pairs"
+        )
+    for c, k in zip(clean, corrupted):
+        check_prompt(c, "clean prompt")
+        check_prompt(k, "corrupted prompt")
+    metric = args.metric or "logit-diff"
+    pairs = args.logit_diff or []
+    if metric == "loss" and pairs:
+        raise InterpError("--logit-diff is used only with --metric logit-diff; drop it")
+    if metric == "logit-diff":
+        if not pairs:
+            raise InterpError("--metric logit-diff needs --logit-diff CORRECT,INCORRECT")
+        if len(pairs) not in (1, len(clean)):
+            raise InterpError(
+                f"{len(pairs)} --logit-diff pairs for {len(clean)} prompts: give one for all, "
+                "or one per prompt"
+            )
+        for p in pairs:
+            pair_arg(p)
+
+
+def _batch(source: Any, texts: list[str], what: str) -> Any:
+    import torch
+
+    rows = [encode(source, t) for t in texts]
+    lengths = sorted({int(r.shape[1]) for r in rows})
+    if len(lengths) > 1:
+        raise InterpError(
+            f"the {what} prompts are {lengths} tokens long: every prompt of a batch needs the "
+            "same number of tokens (reword them, or run them one at a time)"
+        )
+    return torch.cat(rows)
+
+
+def _prompt_task(args: argparse.Namespace, source: Any) -> tuple[Any, Any, Any]:
+    """Clean and corrupted ``[batch, pos]`` ids and the metric from ``--clean/--corrupted``
+    (``source``: the tokenizer before loading, the model after)."""
+    import torch
+
+    from interp.analysis.metrics import logit_diff_metric, loss_metric
+
+    clean = _batch(source, args.clean, "clean")
+    corrupted = _batch(source, args.corrupted, "corrupted")
+    if clean.shape != corrupted.shape:
+        raise InterpError(
+            f"clean prompts are {clean.shape[1]} tokens, corrupted {corrupted.shape[1]}: "
+            "each corrupted twin needs its clean prompt's token count"
+        )
+    if (args.metric or "logit-diff") == "loss":
+        return clean, corrupted, loss_metric(None)
+    tok = getattr(source, "tokenizer", None) if hasattr(source, "cfg") else source
+    pairs = [pair_arg(p) for p in args.logit_diff]
+    ids = [(token_id(tok, a), token_id(tok, b)) for a, b in pairs]
+    if len(ids) == 1:
+        return clean, corrupted, logit_diff_metric(*ids[0])
+    return (
+        clean,
+        corrupted,
+        logit_diff_metric(torch.tensor([a for a, _ in ids]), torch.tensor([b for _, b in ids])),
+    )
+
+
+def _prechecked(args: argparse.Namespace) -> None:
+    _check_task(args)
+    check_model_args(args)
+    if args.clean:
+        _prompt_task(args, tokenizer_of(args.model))
+
+
+def _task(args: argparse.Namespace, model: Any) -> tuple[Any, Any, Any, str]:
+    if args.clean:
+        clean, corrupted, metric = _prompt_task(args, model)
+        return clean, corrupted, metric, f"{len(args.clean)} prompt pair(s) from --clean"
+    from interp.labs.circuits import circuit_task
+
+    task = circuit_task(model, n=args.n, seed=args.seed)
+    return task.clean, task.corrupted, task.metric, f"{task.name}: {task.description}"
+
+
+def _check_svg(path: str | None) -> Path | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if p.suffix.lower() != ".svg":
+        raise InterpError(f"--figure {path!r} must end in .svg")
+    from interp.files import check_output_file
+
+    return check_output_file(p, "--figure")
+
+
+# ------------------------------------------------------------------------ commands
+def run_circuit(args: argparse.Namespace) -> int:
+    from interp.files import check_output_file
+
+    out = Path(args.out)
+    if out.suffix.lower() != ".json":
+        raise InterpError(f"--out {args.out!r} must end in .json (the circuit document)")
+    check_output_file(out, "--out")
+    table = check_out(args.table) if args.table else None
+    figure = _check_svg(args.figure)
+    if not 0 < args.target <= 1:
+        raise InterpError(f"--target must be in (0, 1], got {args.target}")
+    _prechecked(args)
+    from interp import export
+    from interp.analysis.circuit_eval import find_circuit
+    from interp.analysis.edge_attribution import attribute_edges
+
+    model = load(args)
+    clean, corrupted, metric, what = _task(args, model)
+    print(f"task: {what}; {clean.shape[0]} x {clean.shape[1]} tokens")
+    scores = attribute_edges(
+        model, clean, corrupted_tokens=corrupted, metric=metric, method=args.method,
+        steps=args.steps,
+    )  # fmt: skip
+    a = scores.attrs
+    n_edges = len(scores)
+    print(f"scored {n_edges:,} edges by {args.method} ({a['passes']}); clean {a['clean']:.4f}")
+    circuit = find_circuit(
+        model, clean, corrupted_tokens=corrupted, metric=metric, scores=scores,
+        target=args.target, progress=True,
+    )  # fmt: skip
+    info = circuit.info
+    circuit.info.update(task=what, method=args.method, seed=args.seed if not args.clean else None)
+    print(
+        f"circuit: {info['n_edges']} of {n_edges:,} edges ({info['fraction_of_edges']:.2%}), "
+        f"faithfulness {info['faithfulness']:.3f} (target {args.target}, measured exactly)"
+    )
+    for label in circuit.edges()["label"][:12]:
+        print(f"  {label}")
+    circuit.save(out)
+    if table is not None:
+        scores.attrs.update(model=args.model, inputs=what)
+        export(scores, table)
+        print(f"wrote {table}")
+    if figure is not None:
+        from interp.figures import circuit_figure
+        from interp.files import write_text
+
+        plot = circuit_figure(
+            circuit.edges().to_dict("records"),
+            n_layers=int(model.cfg.n_layers),
+            caption=f"The smallest top-n circuit by |{args.method.upper()}| (pruned to edges "
+            f"connected to the input and the logits) keeping {info['faithfulness']:.2f} of the "
+            f"clean - corrupted difference: {info['n_edges']} of {n_edges:,} edges. "
+            "Width is |score|; faithfulness measured with the corrupted prompts as replacement.",
+        )
+        write_text(figure, plot.svg())
+        print(f"wrote {figure}")
+    print(f"wrote {out}")
+    return 0
+
+
+def run_paths(args: argparse.Namespace) -> int:
+    out = check_out(args.out)
+    receivers = _labels(args.receivers, "--receivers")
+    senders = _labels(args.senders, "--senders")
+    _prechecked(args)
+    from interp import export
+    from interp.analysis.path_patching import path_patch
+
+    model = load(args)
+    clean, corrupted, metric, what = _task(args, model)
+    print(f"task: {what}; {clean.shape[0]} x {clean.shape[1]} tokens")
+    df = path_patch(
+        model, clean, corrupted_tokens=corrupted, metric=metric, senders=senders,
+        receivers=receivers, progress=True,
+    )  # fmt: skip
+    print(f"path patching into {', '.join(receivers)} ({len(df)} senders)")
+    print_top(df, "normalized", args.top)
+    df.attrs.update(model=args.model, inputs=what)
+    export(df, out)
+    print(f"wrote {out}")
+    return 0
