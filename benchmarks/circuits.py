@@ -130,24 +130,44 @@ def main() -> None:
     ig_t, _ = timed(lambda: attribute_edges(model, clean, method="eap-ig", steps=5, **kw))
     print(f"EAP, {len(eap):,} edges: {eap_t:7.2f} s = {eap_t / fwd:5.2f} fwd-eq (target <= 3)")
     print(f"EAP-IG, 5 steps:      {ig_t:7.2f} s = {ig_t / fwd:5.2f} fwd-eq (target <= 15)")
+    n_s, n_r = len(graph.senders), len(graph.receivers)
+    width = clean.numel() * model.cfg.d_model
+    left, right = torch.randn(n_s, width), torch.randn(width, n_r)
+    product = timed(lambda l=left, r=right: l @ r, 3)[0]
+    del left, right
     print(
-        f"floor of any EAP (1 corrupted fwd + 1 clean fwd and bwd, plain autograd): "
-        f"{floor:.2f} s = {floor / fwd:.2f} fwd-eq"
+        f"floor of any EAP: 1 corrupted fwd + 1 clean fwd and bwd (plain autograd) "
+        f"{floor:.2f} s = {floor / fwd:.2f} fwd-eq, plus the scores' one product "
+        f"[{n_s} x {width:,}] @ [{width:,} x {n_r}] {product:.2f} s = {product / fwd:.2f} fwd-eq"
     )
 
+    from interp.analysis import _edges as E
+
+    base = timed(
+        lambda: E.prepare(
+            model, clean, ablation="patch", positions=None, clean_pass="metric", **kw
+        ),
+        2,
+    )[0]
+    print(
+        f"circuit baselines (a plain clean forward; the corrupted run with every sender's "
+        f"output): {base:.2f} s = {base / fwd:.2f} fwd-eq, once per task"
+    )
     scores = score_matrix(graph, eap)
     for n in (10, 1000, 20000):
         mask = top_edges(scores, n)
         evaluate_circuit(model, clean, edges=mask, **kw)
         t, df = timed(lambda mask=mask: evaluate_circuit(model, clean, edges=mask, **kw), 2)
         print(
-            f"evaluate_circuit, {n:>6,} edges: {t:6.2f} s = {t / fwd:5.2f} fwd-eq (target <= 2); "
+            f"evaluate_circuit, {n:>6,} edges: {t:6.2f} s = {t / fwd:5.2f} fwd-eq = baselines + "
+            f"{(t - base) / fwd:.2f} for the circuit (target <= 2); "
             f"faithfulness {df['faithfulness'].item():.3f}"
         )
     t, curve = timed(lambda: circuit_curve(model, clean, scores=eap, points=20, **kw))
+    per = (t - base) / len(curve)
     print(
-        f"circuit_curve, {len(curve)} sizes:    {t:6.2f} s = {t / fwd:5.2f} fwd-eq (target <= 30); "
-        f"{len(curve) and t / len(curve) / fwd:.2f} per circuit"
+        f"circuit_curve, {len(curve)} sizes: {t:6.2f} s = {t / fwd:5.2f} fwd-eq (target <= 30); "
+        f"the two baselines {base / fwd:.2f}, then {per / fwd:.2f} per circuit"
     )
 
     layer = args.layer

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -224,18 +224,40 @@ def sender_outputs(
     parts = parts or [layer_parts(model, l) for l in range(graph.n_layers)]
     b, n = tokens.shape
     d = int(model.cfg.d_model)
-    out = torch.zeros(len(graph.senders), b, n, d, device=tokens.device)
+    out = torch.empty(len(graph.senders), b, n, d, device=tokens.device)  # each filled once
+    seen: set[int] = set()
 
     def store(s: int, x: torch.Tensor) -> None:
         out[s] = x.detach().float()
+        seen.add(s)
 
     with torch.no_grad():
         logits = model.run_with_hooks(
             tokens,
             fwd_hooks=[*sender_hooks(graph, index, parts, store), *extra_hooks],
-            **keep_rows(model, rows),
+            **keep_rows(model, None if rows is None else [r % n for r in rows]),
         )
+    _check_filled(seen, graph)
     return out, logits
+
+
+def _check_filled(seen: set[int], graph: Any) -> None:
+    if len(seen) != len(graph.senders):
+        missing = [graph.senders[i] for i in range(len(graph.senders)) if i not in seen][:5]
+        raise InterpError(
+            f"edge engine: the outputs of {missing} were never seen in the forward pass; this "
+            "model's hooks do not fire as its graph says"
+        )
+
+
+def metric_logits(model: Any, tokens: torch.Tensor, rows: Sequence[int] | None) -> torch.Tensor:
+    """Plain logits ``[batch, pos, d_vocab]``, on bridges unembedded only at ``rows`` (the
+    positions a metric reads; other rows 0), exactly as :func:`run` unembeds them."""
+    n = tokens.shape[1]
+    keep = None if rows is None else sorted({r % n for r in rows})
+    with torch.no_grad():
+        logits = model(tokens, **keep_rows(model, keep))
+    return _full_rows(logits, keep, n)
 
 
 def keep_rows(model: Any, rows: Sequence[int] | None) -> dict[str, Any]:
@@ -297,6 +319,7 @@ class EdgeRun:
         self.k = masks.shape[0]
         self.b = b
         self.pos = None if positions is None else positions.float()
+        # In a running pass (ref None): alt_s - (sender s's output in this pass), per copy.
         self.running: torch.Tensor | None = None  # [sender, k, batch, pos, d_model], filled
         self.run_total: torch.Tensor | None = None  # the sum of those stored so far
         self.layer_delta: dict[int, torch.Tensor | None] = {}  # a layer's q/k/v edits
@@ -330,24 +353,31 @@ class EdgeRun:
 
     def _sum(self, m: torch.Tensor) -> torch.Tensor | None:
         """``sum_s m[k, s, r] * (alt_s - ref_s)`` over the senders ``m`` covers, as matrix
-        products that read each sender's output once (no ``alt - ref`` is built)."""
+        products that read each sender's output once. In a running pass the store already
+        holds ``alt_s - running_s`` (one product per copy); with a fixed ``ref``, two products
+        (no ``alt - ref`` is built)."""
         k, n, R = m.shape
         used = torch.nonzero(m.sum(dim=(0, 2)) != 0).flatten()
         if used.numel() == 0:
             return None
-        if used.numel() < n // 4:  # a few senders: gather them; else read the prefix in place
-            m, alt = m[:, used], self.alt.index_select(0, used)
-            ref = (self.running if self.ref is None else self.ref).index_select(0, used)
-        else:
-            alt, ref = self.alt[:n], (self.running if self.ref is None else self.ref)[:n]
-        shape = alt.shape[1:]  # [batch, pos, d_model]
-        mt = m.transpose(1, 2).to(alt.dtype)  # [k, receiver, sender]
-        out = (mt.reshape(k * R, -1) @ alt.reshape(alt.shape[0], -1)).view(k, R, *shape)
-        if self.ref is None:  # this pass's outputs: one product per copy
+        few = used.numel() < n // 4  # a few senders: gather them; else read the prefix in place
+        if few:
+            m = m[:, used]
+        mt = m.transpose(1, 2)  # [k, receiver, sender]
+        if self.ref is None:  # this pass's differences, [sender, k, batch, pos, d_model]
+            diff = self.running.index_select(0, used) if few else self.running[:n]
+            shape = diff.shape[2:]
+            mt = mt.to(diff.dtype)
+            out = diff.new_empty((k, R, *shape))
             for c in range(k):
-                out[c] -= (mt[c] @ ref[:, c].reshape(ref.shape[0], -1)).view(R, *shape)
-        else:
-            out -= (mt.reshape(k * R, -1) @ ref.reshape(ref.shape[0], -1)).view(k, R, *shape)
+                out[c] = (mt[c] @ diff[:, c].reshape(diff.shape[0], -1)).view(R, *shape)
+            return out
+        alt = self.alt.index_select(0, used) if few else self.alt[:n]
+        ref = self.ref.index_select(0, used) if few else self.ref[:n]
+        shape = alt.shape[1:]  # [batch, pos, d_model]
+        mt = mt.to(alt.dtype)
+        out = (mt.reshape(k * R, -1) @ alt.reshape(alt.shape[0], -1)).view(k, R, *shape)
+        out -= (mt.reshape(k * R, -1) @ ref.reshape(ref.shape[0], -1)).view(k, R, *shape)
         return out
 
     def _all_edited(self, n: int) -> torch.Tensor:
@@ -356,7 +386,7 @@ class EdgeRun:
         if self.ref is None:
             if self.n_stored != n:  # senders arrive in graph order; a hook fired out of it
                 raise InterpError(f"edge engine: {self.n_stored} senders seen, {n} expected")
-            return alt[None] - self.run_total
+            return self.run_total
         return (alt - self._prefix("ref", self.ref, n))[None].expand(self.k, *alt.shape)
 
     def _prefix(self, key: str, x: torch.Tensor, n: int) -> torch.Tensor:
@@ -379,8 +409,9 @@ class EdgeRun:
                     if buf is None or tuple(buf.shape) != shape or buf.dtype != x.dtype:
                         buf = self.cum["running buffer"] = x.new_empty(shape)
                     self.running = buf
-                self.running[s] = x
-                self.run_total = x.clone() if self.run_total is None else self.run_total + x
+                d = self.running[s]
+                torch.sub(self.alt[s], x, out=d)  # alt_s - running_s, each copy
+                self.run_total = d.clone() if self.run_total is None else self.run_total + d
                 self.n_stored += 1
 
             hooks += [
@@ -597,15 +628,24 @@ def edits_per_pass(graph: Any, tokens: torch.Tensor, d_model: int, running: bool
     pass's fixed cost is then paid once for many copies; the replacement outputs are read
     once for all of them), fewer when the engine's own tensors (the senders' outputs per
     copy when ``running``, each layer's per-receiver inputs) would pass 2 GiB or a quarter
-    of the free memory."""
+    of the free memory. On a CPU a running pass's store is read back by every receiver
+    layer, so copies are packed only while the store of all of them stays under
+    :data:`CPU_STORE_BYTES` (measured on SmolLM2, 32 x 15 tokens, a 20-circuit curve:
+    33 s one copy a pass, 40 s two, 54 s four)."""
     from interp.analysis._sweep import CPU_TOKENS_PER_PASS
     from interp.protocol import available_memory
 
-    per_copy = len(graph.senders) * tokens.numel() * d_model * 4 if running else 0
-    per_copy += max(graph.n_heads, 1) * tokens.numel() * d_model * 4 * 3
+    store = len(graph.senders) * tokens.numel() * d_model * 4 if running else 0
+    per_copy = store + max(graph.n_heads, 1) * tokens.numel() * d_model * 4 * 3
     by_tokens = -(-CPU_TOKENS_PER_PASS // tokens.numel())
     budget = min(2 << 30, available_memory(tokens.device) // 4)
-    return int(max(1, min(32, by_tokens, budget // max(1, per_copy))))
+    k = max(1, min(32, by_tokens, budget // max(1, per_copy)))
+    if running and tokens.device.type == "cpu":
+        k = max(1, min(k, CPU_STORE_BYTES // max(1, store)))
+    return int(k)
+
+
+CPU_STORE_BYTES = 64 << 20  # a running pass's sender store packed on a CPU, all copies
 
 
 def as_tensor(mask: np.ndarray, device: Any = None) -> torch.Tensor:
@@ -725,14 +765,16 @@ def receiver_gradients(
     pre: dict[int, torch.Tensor] = {}
     mid: dict[int, torch.Tensor] = {}
     senders = None
-    if keep_senders:
-        senders = torch.zeros(
+    seen: set[int] = set()
+    if keep_senders:  # each filled once by the pass (checked)
+        senders = torch.empty(
             len(graph.senders), b, n, int(model.cfg.d_model), device=tokens.device
         )
 
     def store(s: int, x: torch.Tensor) -> None:
         if senders is not None:
             senders[s] = x.detach().float()
+            seen.add(s)
 
     def root(x: torch.Tensor, hook: Any) -> torch.Tensor:
         x = embed.to(x.dtype) if embed is not None else x
@@ -779,6 +821,8 @@ def receiver_gradients(
             )
         keys = list(at)
         grads = torch.autograd.grad(value, [at[k] for k in keys], allow_unused=True)
+    if senders is not None:
+        _check_filled(seen, graph)
     out = {
         k: (g if g is not None else torch.zeros_like(at[k])).detach().float()
         for k, g in zip(keys, grads)
@@ -804,7 +848,7 @@ def score_edges(
     memory (each reads every sender's difference again), not by arithmetic."""
     index = Index.of(graph)
     N = diff[0].numel()
-    G = torch.zeros(len(graph.receivers), N, dtype=torch.float32, device=diff.device)
+    G = torch.empty(len(graph.receivers), N, dtype=torch.float32, device=diff.device)  # all set
     for l in range(graph.n_layers):
         rec = index.q[l] + index.k[l] + index.v[l]
         G[rec] = grads.attention_inputs(parts, l).flatten(1).float()
@@ -835,6 +879,7 @@ class Prepared:
     clean_value: float
     positions: torch.Tensor | None
     clean_inputs: dict[str, torch.Tensor]  # every receiver layer's clean input (input_hooks)
+    corrupted_value: float | None = None  # the metric of the corrupted run (ablation="patch")
     cum: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # shared prefix sums
 
 
@@ -847,13 +892,16 @@ def prepare(
     ablation: str,
     positions: Any,
     cache: Any = None,
-    clean_pass: bool = True,
+    clean_pass: bool | Literal["metric"] = True,
 ) -> Prepared:
     """Check every input (before any forward pass), then run the clean (and corrupted) pass.
 
     ``clean_pass=False`` leaves the clean senders' outputs to the caller (edge attribution
     takes them from its own clean forward pass): ``clean_out`` is None, and so is ``alt``
-    for zero and mean ablation (:func:`replacement` makes it).
+    for zero and mean ablation (:func:`replacement` makes it). ``clean_pass="metric"``
+    (circuit evaluation with a corrupted prompt, which reads only this pass's outputs) runs
+    a plain clean forward for the clean metric. With ``ablation="patch"`` the corrupted
+    pass also gives ``corrupted_value``: every edge replaced is the corrupted run.
 
     Raises:
         InterpError: for an unknown ablation, corrupted tokens missing for ``"patch"`` or
@@ -895,14 +943,22 @@ def prepare(
         check_exact(model, graph, parts, tokens)
         clean_inputs: dict[str, torch.Tensor] = {}
         clean_out, clean_value = None, float("nan")
-        if clean_pass:
+        if clean_pass == "metric" and ablation == "patch":
+            clean_value = scalar(m(metric_logits(model, tokens, m.rows), tokens), m.name)
+        elif clean_pass:
             clean_out, logits = sender_outputs(
-                model, graph, tokens, parts=parts, extra_hooks=input_hooks(graph, clean_inputs)
+                model,
+                graph,
+                tokens,
+                parts=parts,
+                extra_hooks=input_hooks(graph, clean_inputs),
+                rows=m.rows,
             )
-            clean_value = scalar(m(logits, tokens), m.name)
-        alt = None
+            clean_value = scalar(m(_full_rows(logits, m.rows, tokens.shape[1]), tokens), m.name)
+        alt, corrupted_value = None, None
         if ablation == "patch":
-            alt, _ = sender_outputs(model, graph, corrupted_tokens, parts=parts, rows=[0])
+            alt, logits = sender_outputs(model, graph, corrupted_tokens, parts=parts, rows=m.rows)
+            corrupted_value = scalar(m(_full_rows(logits, m.rows, tokens.shape[1]), tokens), m.name)
         elif clean_out is not None:
             alt = replacement(ablation, clean_out)
     return Prepared(
@@ -917,7 +973,18 @@ def prepare(
         clean_value=clean_value,
         positions=None if pos is None else pos.to(tokens.device),
         clean_inputs=clean_inputs,
+        corrupted_value=corrupted_value,
     )
+
+
+def _full_rows(logits: torch.Tensor, rows: Sequence[int] | None, n: int) -> torch.Tensor:
+    """Logits of only some rows (a bridge's ``logits_to_keep``) back at their positions."""
+    if rows is None or logits.shape[1] == n:
+        return logits
+    keep = torch.tensor(sorted({r % n for r in rows}), device=logits.device)
+    full = logits.new_zeros(logits.shape[0], n, logits.shape[-1])
+    full[:, keep] = logits
+    return full
 
 
 def replacement(ablation: str, clean_out: torch.Tensor) -> torch.Tensor:

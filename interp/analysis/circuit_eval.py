@@ -48,9 +48,11 @@ Ablation = Literal["patch", "zero", "mean"]
 
 
 def _baselines(model: Any, prep: E.Prepared) -> tuple[float, float]:
-    """The clean metric and the metric with every edge replaced."""
-    corrupted = E.evaluate_masks(model, prep, [prep.graph.valid])[0]
-    return prep.clean_value, corrupted
+    """The clean metric and the metric with every edge replaced (with a corrupted prompt:
+    the corrupted run's, from the pass that gave its outputs; else one circuit pass)."""
+    if prep.corrupted_value is not None:
+        return prep.clean_value, prep.corrupted_value
+    return prep.clean_value, E.evaluate_masks(model, prep, [prep.graph.valid])[0]
 
 
 def _faith(value: float, clean: float, corrupted: float) -> float:
@@ -74,8 +76,10 @@ def evaluate_circuit(
 
     ``edges``: a :class:`~interp.analysis.graph.Circuit`, a mask, a table
     with ``sender`` and ``receiver`` columns, ``"a -> b"`` labels or pairs;
-    ``None`` means the whole graph. Costs one forward pass (and one for the
-    corrupted baseline).
+    ``None`` means the whole graph. Costs the two baselines (a plain clean
+    forward; the corrupted run, which also records the senders' outputs) and one
+    pass for the circuit; :func:`circuit_curve` shares the baselines and packs
+    several circuits into each pass.
 
     Raises:
         InterpError: for edges not in the graph, an unknown ablation, tokens
@@ -90,10 +94,12 @@ def evaluate_circuit(
         ablation=ablation,
         positions=positions,
         cache=cache,
+        clean_pass="metric",
     )
     graph = prep.graph
     keep = graph.valid.copy() if edges is None else edge_mask(graph, edges)
-    value, corrupted = E.evaluate_masks(model, prep, [graph.valid & ~keep, graph.valid])
+    value = E.evaluate_masks(model, prep, [graph.valid & ~keep])[0]
+    corrupted = _baselines(model, prep)[1]
     df = pd.DataFrame(
         [
             {
@@ -221,6 +227,7 @@ def circuit_curve(
         ablation=ablation,
         positions=None,
         cache=cache,
+        clean_pass="metric",
     )
     graph = prep.graph
     sc = score_matrix(graph, scores)
@@ -231,7 +238,7 @@ def circuit_curve(
     sizes = [check_int(n, "each size", minimum=0) for n in sizes]
     if any(n > graph.n_edges for n in sizes):
         raise InterpError(f"a size exceeds the graph's {graph.n_edges} edges")
-    rows, masks = [], [graph.valid]  # the first mask: the corrupted baseline
+    rows, masks = [], []
     rng = np.random.default_rng(check_seed(seed))
     valid_idx = np.flatnonzero(graph.valid)
     for n in sizes:
@@ -243,13 +250,13 @@ def circuit_curve(
             rows.append({"kind": "random", "draw": d, "n_edges": n})
             masks.append(graph.valid & ~pick.reshape(graph.valid.shape))
     values = E.evaluate_masks(model, prep, masks, progress=progress, desc="faithfulness curve")
-    corrupted = values[0]
+    corrupted = _baselines(model, prep)[1]
     df = pd.DataFrame(rows)
     df["fraction_of_edges"] = df["n_edges"] / graph.n_edges
-    df["metric"] = values[1:]
-    df["faithfulness"] = [_faith(v, prep.clean_value, corrupted) for v in values[1:]]
+    df["metric"] = values
+    df["faithfulness"] = [_faith(v, prep.clean_value, corrupted) for v in values]
     df.attrs.update(_attrs(model, prep, "circuit_curve"))
-    df.attrs.update(clean=prep.clean_value, corrupted=corrupted, passes=len(masks))
+    df.attrs.update(clean=prep.clean_value, corrupted=corrupted, circuits=len(masks))
     return df
 
 
@@ -287,13 +294,14 @@ def find_circuit(
         ablation=ablation,
         positions=None,
         cache=cache,
+        clean_pass="metric",
     )
     target = check_finite(target, "target")
     if not 0 < target <= 1:
         raise InterpError(f"target must be in (0, 1], got {target}")
     graph = prep.graph
     sc = score_matrix(graph, scores)
-    corrupted = E.evaluate_masks(model, prep, [graph.valid])[0]
+    corrupted = _baselines(model, prep)[1]
     tried: dict[int, tuple[float, np.ndarray]] = {}
 
     def faith(n: int) -> float:

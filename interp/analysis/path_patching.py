@@ -106,7 +106,7 @@ def path_patch(
         m[s, r_idx] = True
         masks.append(m)
     patched = E.patch_edges(model, prep, masks, progress=progress, desc="path patching")
-    corrupted = float(prep.metric(_corrupted_logits(model, prep), prep.corrupted))
+    corrupted = float(prep.corrupted_value)  # the corrupted run, read as the patched runs are
     clean = prep.clean_value
     df = pd.DataFrame(
         {
@@ -131,7 +131,3 @@ def path_patch(
     )
     return df
 
-
-def _corrupted_logits(model: Any, prep: E.Prepared) -> torch.Tensor:
-    with torch.no_grad():
-        return model(prep.corrupted)
