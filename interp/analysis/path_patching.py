@@ -130,4 +130,3 @@ def path_patch(
         receivers=[graph.receivers[j] for j in r_idx],
     )
     return df
-
