@@ -341,6 +341,17 @@ def test_the_found_circuit_is_verified_and_round_trips(induction_task, tmp_path)
         model, clean[:8], corrupted_tokens=corrupted[:8], metric=loss_metric(), scores=exact
     )
     assert smaller.info["faithfulness"] >= 0.8
+    # A bracket from a curve bisects inside it and finds the same circuit; one whose top
+    # does not reach the target is refused with what it reaches.
+    kw = dict(corrupted_tokens=corrupted, metric=metric, scores=exact)
+    within = find_circuit(model, clean, bracket=(2, 8), **kw)
+    assert set(within.edges()["label"]) == edges and set(within.info["evaluations"]) <= {
+        "2", "3", "4", "5", "6", "7", "8"
+    }  # fmt: skip
+    with pytest.raises(InterpError, match="bracket's top-1 circuit reaches only"):
+        find_circuit(model, clean, bracket=(0, 1), **kw)
+    with pytest.raises(InterpError, match="bracket must be"):
+        find_circuit(model, clean, bracket=(5, 5), **kw)
 
 
 def test_curves_beat_random_circuits(induction_task):

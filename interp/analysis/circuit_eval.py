@@ -268,6 +268,7 @@ def find_circuit(
     metric: Metric | Callable[[torch.Tensor, torch.Tensor], Any],
     corrupted_tokens: torch.Tensor | None = None,
     target: float = 0.8,
+    bracket: tuple[int, int] | None = None,
     ablation: Ablation = "patch",
     cache: Any = None,
     progress: bool = False,
@@ -277,14 +278,19 @@ def find_circuit(
 
     ``n`` is found by doubling, then bisection, every candidate measured
     exactly (faithfulness need not grow with ``n``; the answer is the smallest
-    ``n`` this search verified). ``cache`` (of the clean tokens) is checked.
+    ``n`` this search verified). ``bracket=(lo, hi)`` starts the bisection
+    there instead, ``hi`` a size known to reach the target (say the first
+    point of a :func:`circuit_curve` that does, ``lo`` the one before), so a
+    dip in faithfulness between doublings is not mistaken for the answer.
+    ``cache`` (of the clean tokens) is checked.
     The :class:`Circuit`'s ``info`` records its faithfulness, size, fraction
     of all edges, the target, the evaluations and how scores were made;
     ``circuit.save(path)`` writes it as JSON.
 
     Raises:
         InterpError: as :func:`circuit_curve`, for a target outside (0, 1], or
-            when even the whole graph does not reach it.
+            when even the whole graph does not reach it, or a ``bracket`` whose
+            ``hi`` does not.
     """
     prep = E.prepare(
         model,
@@ -312,6 +318,14 @@ def find_circuit(
         return tried[n][0]
 
     lo, hi = 0, 1
+    if bracket is not None:
+        lo, hi = (check_int(n, "bracket", minimum=0) for n in bracket)
+        if not lo < hi <= graph.n_edges:
+            raise InterpError(f"bracket must be (lo, hi), 0 <= lo < hi <= {graph.n_edges}")
+        if faith(hi) < target:
+            raise InterpError(
+                f"the bracket's top-{hi} circuit reaches only {faith(hi):.3f}, below {target}"
+            )
     while faith(hi) < target:
         if hi >= graph.n_edges:
             raise InterpError(

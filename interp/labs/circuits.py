@@ -194,7 +194,10 @@ def analyse(
     curve = pd.concat(curves, ignore_index=True)
     bar.update()
     ranking = "exact" if graph.n_edges <= EXACT_ALL else "eap_ig"
-    circuit = find_circuit(model, task.clean, scores=_matrix(scores, ranking), target=TARGET, **kw)
+    circuit = find_circuit(
+        model, task.clean, scores=_matrix(scores, ranking), target=TARGET,
+        bracket=_bracket(curve, ranking), **kw,
+    )  # fmt: skip
     info = {**circuit.info, "ranked_by": ranking.replace("_", "-")}
     held = evaluate_circuit(
         model, task.held_clean, corrupted_tokens=task.held_corrupted, metric=task.held_metric,
@@ -231,6 +234,19 @@ def _matrix(scores: pd.DataFrame, column: str) -> pd.DataFrame:
     out = scores[["sender", "receiver", "receiver_input", "label"]].copy()
     out["estimate"] = scores[column].to_numpy()
     return out
+
+
+def _bracket(curve: pd.DataFrame, ranking: str) -> tuple[int, int] | None:
+    """The curve's first size reaching the target and the size before it (for the ranking's
+    own curve; None when there is none)."""
+    c = curve[curve["kind"] == ranking.replace("_", "-")].sort_values("n_edges")
+    if c.empty:
+        return None
+    sizes, faith = c["n_edges"].tolist(), c["faithfulness"].tolist()
+    for i, f in enumerate(faith):
+        if f >= TARGET:
+            return (sizes[i - 1] if i else 0), sizes[i]
+    return None
 
 
 def _curve_sizes(n_edges: int) -> list[int]:
