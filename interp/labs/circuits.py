@@ -233,6 +233,7 @@ def _matrix(scores: pd.DataFrame, column: str) -> pd.DataFrame:
     """An ``attribute_edges``-shaped table of one score column (NaN edges never chosen)."""
     out = scores[["sender", "receiver", "receiver_input", "label"]].copy()
     out["estimate"] = scores[column].to_numpy()
+    out.attrs["method"] = column.replace("_", "-")
     return out
 
 
