@@ -1,8 +1,8 @@
-"""The SmolLM2 cache: every file verified, damage reported and rebuilt, bad folders refused early.
+"""The SmolLM2 cache: every file verified, damage reported and repaired, bad folders refused early.
 
-The rebuild below converts the GGUF once into a private cache folder (the
-session's shared copy is left to whichever worker needs it first; a lock
-makes concurrent first loads convert once).
+The repair below works on a private copy of the cache (the session's shared
+copy is built by whichever worker needs it first; a lock makes concurrent
+first loads convert once).
 """
 
 import json
@@ -14,24 +14,29 @@ from interp import InterpError
 from interp.models import pretrained
 
 
-def test_a_damaged_cache_is_reported_and_rebuilt(tmp_path, monkeypatch, capsys):
+def test_a_damaged_cache_is_reported_and_repaired(tmp_path, monkeypatch, capsys, smollm):
+    """Damaged small files (config, tokenizer, generation config) are rewritten from the
+    GGUF's metadata to the manifest's hashes; the verified weights are not converted again.
+    (A missing or damaged weights file takes the full conversion, which builds the session's
+    cache on a fresh machine.)"""
+    from interp.paths import cache_dir
+
+    real = cache_dir() / "smollm2-135m-f32"
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
     target = pretrained.smollm2_cache()
-    target.mkdir(parents=True)
+    shutil.copytree(real, target)
     (target / "config.json").write_text('{"num_hidden_layers": 31}')
-    entry = {"size": 2, "sha256": "0" * 64, "mtime_ns": 0}
-    (target / pretrained.MANIFEST).write_text(
-        json.dumps(
-            {"version": pretrained.MANIFEST_VERSION, "source": "x", "files": {"config.json": entry}}
-        )
-    )
+    tok = target / "tokenizer.json"
+    tok.write_bytes(tok.read_bytes()[:1000])
+    (target / "generation_config.json").unlink()
+    weights = (target / "model.safetensors").stat()
     assert pretrained.cache_status(target).startswith("config.json truncated")
     folder = pretrained.ensure_smollm2()
     assert "rebuilding" in capsys.readouterr().err
     assert pretrained.cache_status(folder, full=True) == "ok"
     assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == 30
-    manifest = json.loads((folder / pretrained.MANIFEST).read_text())
-    assert {"config.json", "tokenizer.json", "model.safetensors"} <= set(manifest["files"])
+    after = (folder / "model.safetensors").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (weights.st_ino, weights.st_mtime_ns)
     leftovers = [p for p in tmp_path.glob(".smollm2-135m-f32.*") if p.is_dir()]
     assert leftovers == []  # no temporary folder left behind
 

