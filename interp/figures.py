@@ -13,7 +13,7 @@ Example:
     >>> plot = lines([0, 1, 2], {"loss": [3.0, 1.0, 0.5]}, xlabel="position",
     ...              ylabel="loss (nats)", caption="Loss falls along the sequence.")
     >>> svg = plot.svg()
-    >>> svg.startswith("<svg") and svg == plot.svg()
+    >>> svg.startswith("<svg") and svg is plot.svg()
     True
 """
 
@@ -52,16 +52,25 @@ class Plot:
 
     figure: Any
     caption: str
+    _svg: list[str] = dataclasses.field(default_factory=list, init=False, repr=False, compare=False)
 
-    def svg(self) -> str:
-        """The figure as a standalone ``<svg>`` element (deterministic)."""
+    def svg(self, *, fresh: bool = False) -> str:
+        """The figure as a standalone ``<svg>`` element (deterministic).
+
+        Rendered once and reused, so a report, its ``figures/`` file and the notebook's
+        display show the same drawing (constrained layout moves a redrawn figure by a few
+        thousandths of a point); pass ``fresh=True`` after editing ``.figure``.
+        """
+        if self._svg and not fresh:
+            return self._svg[0]
         import matplotlib
 
         buf = io.StringIO()
         with matplotlib.rc_context(_RC):
             self.figure.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
         text = buf.getvalue()
-        return text[text.index("<svg") :]
+        self._svg[:] = [text[text.index("<svg") :]]
+        return self._svg[0]
 
     def html(self, name: str = "") -> str:
         """``<figure>`` with the inline SVG and the caption, for a report."""

@@ -99,10 +99,14 @@ def minilm():
 
 # The slowest modules, started first so the two workers finish together (``--dist loadfile``
 # sends whole modules to a worker: a lab's notebook and the tests that read it share one).
+# xdist (--dist loadfile, --no-loadscope-reorder) hands each worker two modules at the
+# start, in this order: worker 1 the pretrained and name-mover labs (it converts SmolLM2
+# once when the cache is cold), worker 2 the retraining and the cache tests, so no worker
+# waits for the other's conversion.
 SLOW_FIRST = (
     "test_pretrained_lab",
-    "test_name_movers",
     "test_training",
+    "test_name_movers",
     "test_cache",
     "test_bank_sense",
     "test_feature_recovery",

@@ -62,6 +62,7 @@ def test_svg_is_deterministic_and_labelled():
     for name in first:
         a, b = first[name].svg(), second[name].svg()
         assert a == b, name  # byte-identical: no dates, fixed ids
+        assert first[name].svg() is a, name  # drawn once: report, file and notebook agree
         assert a.startswith("<svg") and "</svg>" in a
     svg = first["heatmap"].svg()
     assert "head" in svg and "layer" in svg and "score" in svg  # text kept as text
@@ -98,3 +99,11 @@ def test_scatter_of_unverified_rows_draws_no_diagonal():
     """Exact values exist only for verified rows: no finite pair means no y = x line, no error."""
     plot = scatter([np.nan, np.nan], [0.1, 0.2], xlabel="exact", ylabel="estimate", caption="c")
     assert "y = x" not in plot.svg()
+
+
+def test_an_edited_figure_is_drawn_again_when_asked():
+    """The SVG is drawn once and reused; ``fresh=True`` draws the edited figure."""
+    plot = lines([0, 1], {"a": [1.0, 2.0]}, xlabel="x", ylabel="y", caption="c")
+    before = plot.svg()
+    plot.figure.axes[0].set_title("edited")
+    assert plot.svg() is before and "edited" in plot.svg(fresh=True)

@@ -6,7 +6,7 @@ the table builder, cache reads and per-query-head weight views.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,6 +75,57 @@ def activation_of(model: Any, tokens: torch.Tensor, name: str) -> torch.Tensor:
     raise InterpError(f"the model's hook {name} never fired on these tokens")
 
 
+def run_until(model: Any, tokens: torch.Tensor, fwd_hooks: Sequence[tuple], last: str) -> None:
+    """``model.run_with_hooks(tokens, fwd_hooks=fwd_hooks)`` for the hooks' side effects,
+    stopped right after the hooks on ``last`` have run (no later block, no unembedding).
+
+    Raises:
+        InterpError: if ``last`` never fires.
+    """
+
+    def stop(x: torch.Tensor, hook: Any) -> None:
+        raise _StopAt(x)
+
+    try:
+        model.run_with_hooks(tokens, fwd_hooks=[*fwd_hooks, (last, stop)])
+    except _StopAt:
+        return
+    raise InterpError(f"the model's hook {last} never fired on these tokens")
+
+
+def cache_of(model: Any, tokens: torch.Tensor, names: Sequence[str]) -> dict[str, torch.Tensor]:
+    """``{name: activation}`` for the hooks ``names`` on ``tokens``: one forward pass,
+    stopped as soon as the last of them has fired (no later block, no unembedding).
+
+    Equal to ``model.run_with_cache(tokens, names_filter=names)[1]`` for those names;
+    a name the model never fires is simply absent (the caller names the problem).
+
+    Example:
+        >>> from interp.models import load_induction_model
+        >>> acts = cache_of(load_induction_model(), torch.tensor([[0, 1, 2]]),
+        ...                 ["blocks.0.attn.hook_pattern"])
+        >>> list(acts), tuple(acts["blocks.0.attn.hook_pattern"].shape)
+        (['blocks.0.attn.hook_pattern'], (1, 2, 3, 3))
+    """
+    wanted = list(dict.fromkeys(names))
+    acts: dict[str, torch.Tensor] = {}
+
+    def keeper(name: str) -> Callable:  # keyed by the name asked for (bridges alias hooks)
+        def keep(x: torch.Tensor, hook: Any) -> None:
+            acts[name] = x.detach()
+            if len(acts) == len(wanted):
+                raise _StopAt(x)
+
+        return keep
+
+    try:
+        with torch.no_grad():
+            model.run_with_hooks(tokens, fwd_hooks=[(n, keeper(n)) for n in wanted])
+    except _StopAt:
+        pass
+    return {n: acts[n] for n in names if n in acts}
+
+
 def _stage(name: str) -> tuple[int, int, int]:
     """Sort key: how much of a forward pass runs before ``name`` fires (roughly)."""
     parts = name.split(".")
@@ -119,8 +170,7 @@ class CheckedCache:
         """Compute the hooks of ``names`` the cache lacks, in one forward pass."""
         missing = [n for n in names if n not in self]
         if missing:
-            with torch.no_grad():
-                _, extra = self.model.run_with_cache(self.tokens, names_filter=missing)
+            extra = cache_of(self.model, self.tokens, missing)
             lacking = [n for n in missing if n not in extra]
             if lacking:
                 raise InterpError(f"this model has no hook {lacking[0]}")
@@ -223,8 +273,7 @@ def patterns(
         raise InterpError(f"no attention patterns at {missing[0]}: the model lacks hook_pattern")
     checked = check_cache(model, tokens, cache, needs=names)
     if checked is None:
-        with torch.no_grad():
-            _, checked = model.run_with_cache(tokens, names_filter=names)
+        checked = cache_of(model, tokens, names)
     return [_with_batch(checked[n], tokens).float() for n in names]
 
 

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis._common import CheckedCache, check_cache, rows_frame
+from interp.analysis._common import CheckedCache, cache_of, check_cache, rows_frame
 from interp.analysis._sweep import SweepResult, head_edits, sweep
 from interp.analysis.metrics import Metric, prepare_metric
 from interp.errors import InterpError
@@ -127,12 +127,12 @@ def replacements(
     names = list(dict.fromkeys(names))
     if reference_tokens is not None:
         ref = reference_tokens
-        _, acts = model.run_with_cache(ref, names_filter=names)
+        acts = cache_of(model, ref, names)
     elif cache is not None:
         ref, acts = tokens, cache.complete(names)
     else:
         ref = tokens
-        _, acts = model.run_with_cache(ref, names_filter=names)
+        acts = cache_of(model, ref, names)
     got = {n: acts[n] for n in names}
     if method == "mean":
         return {

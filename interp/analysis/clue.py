@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis._common import check_cache, head_frame
+from interp.analysis._common import check_cache, head_frame, run_until
 from interp.analysis.sense_states import batches_by_length
 from interp.analysis.words import WordTokens
 from interp.errors import InterpError
@@ -117,9 +117,8 @@ def clue_attention(model: Any, items: Sequence[WordTokens], *, cache: Any = None
             def grab(pattern: torch.Tensor, hook: Any, add=add) -> None:
                 add(int(hook.name.split(".")[1]), pattern)
 
-            model.run_with_hooks(
-                tokens, fwd_hooks=[(hook_name("pattern", l), grab) for l in range(L)]
-            )
+            hooks = [(hook_name("pattern", l), grab) for l in range(L)]
+            run_until(model, tokens, hooks, hooks[-1][0])  # nothing after the last pattern
     clue_mean = clue_sum / len(items)
     other_mean = other_sum / len(items)
     lift = (per_clue_token / len(items)) / other_mean.clamp(min=1e-12)

@@ -131,9 +131,10 @@ def patch_components(
     names = [hook_name(component, l) for l in range(cfg.n_layers)]
     with eval_no_grad(model):
         acts = check_cache(model, tokens, cache, needs=names)
-        logits_clean = model(tokens)
         if acts is None:
-            _, acts = model.run_with_cache(tokens, names_filter=names)
+            logits_clean, acts = model.run_with_cache(tokens, names_filter=names)
+        else:
+            logits_clean = model(tokens)
         values = {nm: acts[nm] for nm in names}
         clean = float(m(logits_clean, tokens))
         rows, edits = _cells(

@@ -58,7 +58,7 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis._common import head_frame, patterns
+from interp.analysis._common import head_frame, patterns, run_until
 from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.protocol import (
@@ -394,7 +394,7 @@ def _scores_by_hooks(
     hooks = [(hook_name("pattern", l), make_hook(l)) for l in range(n_layers)]
     try:
         with eval_no_grad(model):
-            model.run_with_hooks(tokens, fwd_hooks=hooks)
+            run_until(model, tokens, hooks, hooks[-1][0])  # nothing after the last pattern
     except (KeyError, AttributeError) as exc:
         if "hook_pattern" in str(exc):
             raise InterpError("this model has no hook_pattern attention hooks") from exc

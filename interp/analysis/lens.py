@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from interp.analysis._common import check_cache
+from interp.analysis._common import cache_of, check_cache
 from interp.analysis._readout import check_lm_head, chunks, query_positions, readout, token_ids
 from interp.errors import InterpError
 from interp.hooks import hook_name
@@ -97,7 +97,7 @@ def logit_lens(
     with eval_no_grad(model):
         acts = check_cache(model, tokens, cache, needs=names)
         if acts is None:
-            _, acts = model.run_with_cache(tokens, names_filter=names)
+            acts = cache_of(model, tokens, names)
         sel = torch.tensor(pos, device=tokens.device)
         stack = torch.stack([acts[nm][:, sel] for nm in names])  # [stage, batch, P, d_model]
         flat = stack.reshape(-1, stack.shape[-1])

@@ -37,7 +37,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from interp.analysis._common import check_cache, head_frame, hook_names, per_query_heads
+from interp.analysis._common import cache_of, check_cache, head_frame, hook_names, per_query_heads
 from interp.analysis.subspace import head_subspaces
 from interp.errors import InterpError
 from interp.hooks import head_label, hook_name
@@ -70,7 +70,7 @@ def _input_vectors(model: Any, tokens: torch.Tensor, layer: int, cache: Any) -> 
     with torch.no_grad():
         checked = check_cache(model, tokens, cache, needs=[name])
         if checked is None:
-            _, checked = model.run_with_cache(tokens, names_filter=[name])
+            checked = cache_of(model, tokens, [name])
     return checked[name].float()  # [batch, pos, d_model]
 
 

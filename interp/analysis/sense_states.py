@@ -35,7 +35,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis._common import check_cache
+from interp.analysis._common import check_cache, run_until
 from interp.analysis.words import WordTokens
 from interp.errors import InterpError
 from interp.hooks import hook_name
@@ -98,7 +98,7 @@ def word_states(
                 out[idx, layer + 1] = resid[rows, pos].detach().float().cpu()  # [batch, pos, d]
 
             hooks = [(hook_name("resid_post", l), grab) for l in range(L)]
-            model.run_with_hooks(tokens, fwd_hooks=[*fwd_hooks, *hooks])
+            run_until(model, tokens, [*fwd_hooks, *hooks], hooks[-1][0])  # no unembedding
     return out
 
 
