@@ -721,12 +721,17 @@ class ReceiverGrads:
         """``[q heads + k heads + v heads, batch, pos, d_model]``: the gradient with respect to
         each of a layer's attention receivers' inputs, through the norm in one autograd call."""
         part = parts[layer]
-        g_norm = torch.cat(
-            [
-                torch.einsum("bphe,hde->hbpd", self.at[(k, layer)], part.W[k].float())
-                for k in ("q", "k", "v")
-            ]
-        )
+        gs = [self.at[(k, layer)] for k in ("q", "k", "v")]  # [batch, pos, head, d_head]
+        b, p = gs[0].shape[:2]
+        d = part.W["q"].shape[1]
+        g_norm = torch.empty(sum(g.shape[2] for g in gs), b, p, d, device=gs[0].device)
+        lo = 0
+        for k, g in zip(("q", "k", "v"), gs):  # each head's g @ W^T, written in place
+            h, e = g.shape[2], g.shape[3]
+            a = g.float().permute(2, 0, 1, 3).reshape(h, b * p, e)
+            w = part.W[k].float().transpose(1, 2)  # [head, d_head, d_model]
+            torch.bmm(a, w, out=g_norm[lo : lo + h].view(h, b * p, d))
+            lo += h
         return norm_vjp(part.ln1, self.pre[layer], g_norm, self.eps)
 
     def inputs(self, parts: list[Layer], kind: str, layer: int) -> torch.Tensor:
@@ -837,26 +842,51 @@ def receiver_gradients(
     )
 
 
-def score_edges(
-    graph: Any, parts: list[Layer], grads: ReceiverGrads, diff: torch.Tensor
+def receiver_gradient_matrix(
+    graph: Any,
+    parts: list[Layer],
+    grads: ReceiverGrads,
+    out: torch.Tensor | None = None,
+    weight: float = 1.0,
 ) -> torch.Tensor:
+    """``[receiver, batch * pos * d_model]``: every receiver's gradient, flattened, times
+    ``weight``; added into ``out`` when given (integrated gradients sum their steps in place
+    and score once: the score is linear in the gradient)."""
+    index = Index.of(graph)
+    g_logits = grads.inputs(parts, "logits", 0)
+    fresh = out is None
+    if out is None:  # every row is written below
+        out = torch.empty(len(graph.receivers), g_logits.numel(), device=g_logits.device)
+
+    def put(rows: list[int], g: torch.Tensor) -> None:
+        if rows != list(range(rows[0], rows[0] + len(rows))):  # not one block of rows
+            raise InterpError("edge engine: a layer's receivers are not contiguous")
+        view = out[rows[0] : rows[0] + len(rows)]  # in place: no gathered copy
+        g = g.reshape(view.shape).to(out.device, torch.float32)
+        if fresh:
+            view.copy_(g)
+            if weight != 1.0:
+                view.mul_(weight)
+        else:
+            view.add_(g, alpha=weight)
+
+    for l in range(graph.n_layers):
+        put(index.q[l] + index.k[l] + index.v[l], grads.attention_inputs(parts, l))
+        if index.mlp[l] >= 0:
+            put([index.mlp[l]], grads.inputs(parts, "mlp", l))
+    put([index.logits], g_logits)
+    return out
+
+
+def score_edges(graph: Any, G: torch.Tensor, diff: torch.Tensor) -> torch.Tensor:
     """``[sender, receiver]``: ``sum over batch, positions and d_model of diff_s * grad_r``
-    for every edge (0 elsewhere); ``diff`` is ``[sender, batch, pos, d_model]``.
+    for every edge (0 elsewhere); ``diff`` is ``[sender, batch, pos, d_model]`` and ``G``
+    the gathered gradients (:func:`receiver_gradient_matrix`).
 
     Every receiver's gradient is gathered first and multiplied by every sender's
     difference in one matrix product: done layer by layer the products are bound by
     memory (each reads every sender's difference again), not by arithmetic."""
-    index = Index.of(graph)
-    N = diff[0].numel()
-    G = torch.empty(len(graph.receivers), N, dtype=torch.float32, device=diff.device)  # all set
-    for l in range(graph.n_layers):
-        rec = index.q[l] + index.k[l] + index.v[l]
-        G[rec] = grads.attention_inputs(parts, l).flatten(1).float()
-        if index.mlp[l] >= 0:
-            G[index.mlp[l]] = grads.inputs(parts, "mlp", l).flatten().float()
-    G[index.logits] = grads.inputs(parts, "logits", 0).flatten().float()
-    scores = (diff.flatten(1).float() @ G.T).cpu()
-    del G
+    scores = (diff.flatten(1).float() @ G.to(diff.device).T).cpu()
     return scores * torch.as_tensor(graph.valid, dtype=scores.dtype)
 
 

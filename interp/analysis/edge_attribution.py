@@ -151,7 +151,7 @@ def _estimate(model: Any, prep: E.Prepared, method: str, steps: int) -> torch.Te
             clean_embed = _embedding(model, prep.tokens)
             corr_embed = _embedding(model, prep.corrupted)
         alphas = [k / steps for k in range(steps, 0, -1)]  # the clean point first
-    total, diff = None, None
+    G, diff = None, None
     for alpha in alphas:
         embed = None if alpha == 1.0 else corr_embed + alpha * (clean_embed - corr_embed)
         grads = E.receiver_gradients(
@@ -170,9 +170,10 @@ def _estimate(model: Any, prep: E.Prepared, method: str, steps: int) -> torch.Te
             diff = prep.alt - prep.clean_out  # [sender, batch, pos, d_model]
             if prep.positions is not None:
                 diff = diff * prep.positions.float()[None, None, :, None]
-            total = torch.zeros(diff.shape[0], len(prep.graph.receivers))
-        total += E.score_edges(prep.graph, prep.parts, grads, diff) / len(alphas)
-    return total
+        # the mean gradient over the steps, then one product with the senders' differences
+        G = E.receiver_gradient_matrix(prep.graph, prep.parts, grads, G, 1.0 / len(alphas))
+        del grads
+    return E.score_edges(prep.graph, G, diff)
 
 
 def _embedding(model: Any, tokens: torch.Tensor) -> torch.Tensor:
