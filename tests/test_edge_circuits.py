@@ -319,9 +319,9 @@ def test_eap_ig_is_the_mean_gradient_over_interpolated_embeddings():
     e_clean, e_corr = cc[hook_name("embed")], kc[hook_name("embed")]
     mean: dict[str, torch.Tensor] = {}
     for k in (1, 2, 3):
-        kept = {}
+        kept: dict[str, torch.Tensor] = {}
 
-        def keep(x, hook):
+        def keep(x, hook, kept=kept):
             x = x.detach().requires_grad_(True)
             kept[hook.name] = x
             return x

@@ -217,6 +217,28 @@ def test_the_check_uses_a_token_dependent_activation(induction_model):
         A.head_scores(induction_model, t, cache=c)
 
 
+@pytest.mark.parametrize("kind", ["ind", "gpt2", "llama-gqa"])
+def test_a_stopped_forward_equals_a_full_cache_and_leaves_no_hooks(kind, induction_model, gpt2):
+    """cache_of ends the pass once the last hook asked for has fired (what every cache
+    completion and pattern read uses): the same tensors as run_with_cache, bridge aliases
+    included, and the model afterwards exactly as before (no hook left behind)."""
+    from interp.analysis._common import cache_of
+    from interp.models.hf import random_llama
+
+    model = {"ind": induction_model, "gpt2": gpt2}.get(kind) or random_llama(2, vocab=30)
+    t = repeated_random_tokens(2, 5, d_vocab=30, seed=4).tokens
+    names = ["blocks.0.attn.hook_z", "blocks.0.hook_resid_post", "blocks.1.attn.hook_pattern"]
+    with torch.no_grad():
+        before = model(t)
+        _, full = model.run_with_cache(t, names_filter=names)
+    got = cache_of(model, t, [*names, "blocks.0.attn.hook_z"])  # a repeat is read once
+    assert list(got) == names
+    for n in names:
+        assert torch.equal(got[n], full[n]), n
+    with torch.no_grad():
+        assert torch.equal(model(t), before)
+
+
 # ------------------------------------------------------------------ mean of one sequence
 
 
