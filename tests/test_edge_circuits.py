@@ -7,6 +7,7 @@ model, a GPT-2 bridge and a Llama bridge with grouped-query attention.
 """
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -69,15 +70,20 @@ def _sender_out(model, cache, name):
     return z @ model.W_O[layer, head]
 
 
-def _reference_path_patch(model, clean, corrupted, sender, receivers, metric):
+def _reference_path_patch(model, clean, corrupted, sender, receivers, metric, position=None):
     """Path patching by hooks alone (ARENA's two passes, layer by layer): a pass whose input to
     a receiver's layer is moved by the sender's corrupted - clean output captures the
     receivers' q/k/v (or MLP input) there, earlier receivers already replaced; the last pass
-    is the clean run with every receiver replaced and the logits' input moved."""
+    is the clean run with every receiver replaced and the logits' input moved. ``position``:
+    the output moves at that stream position only (an edge per position)."""
     with torch.no_grad():
         _, cc = model.run_with_cache(clean)
         _, kc = model.run_with_cache(corrupted)
     delta = _sender_out(model, kc, sender) - _sender_out(model, cc, sender)
+    if position is not None:
+        only = torch.zeros(delta.shape[1], 1)
+        only[position] = 1.0
+        delta = delta * only
     graph = circuit_graph(model)
     steps = []  # (layer, part, where the input is moved, what is captured, [heads])
     final = False
@@ -121,25 +127,29 @@ def _reference_path_patch(model, clean, corrupted, sender, receivers, metric):
         return float(metric(model.run_with_hooks(clean, fwd_hooks=replaced), clean))
 
 
-def _reference_sender_patch(model, clean, corrupted, sender, metric, value="corrupted"):
-    """Activation patching of one sender's whole output: every edge out of it corrupted."""
+def _reference_sender_patch(model, clean, corrupted, sender, metric, position=None):
+    """Activation patching of one sender's whole output (at ``position`` only, if given):
+    every edge out of it corrupted."""
+    at = slice(None) if position is None else position
     with torch.no_grad():
         _, kc = model.run_with_cache(corrupted)
     if sender in ("embed", "pos_embed"):
-        hook = (hook_name(sender), lambda x, hook: kc[hook_name(sender)])
+        name, head = hook_name(sender), None
     elif sender.endswith(".mlp"):
-        name = hook_name("mlp_out", int(sender[1:].split(".")[0]))
-        hook = (name, lambda x, hook: kc[name])
+        name, head = hook_name("mlp_out", int(sender[1:].split(".")[0])), None
     else:
         layer, head = (int(x) for x in sender[1:].split("H"))
         name = hook_name("z", layer)
 
-        def put(x, hook):
-            x = x.clone()
-            x[:, :, head] = kc[name][:, :, head]
-            return x
+    def put(x, hook):
+        x = x.clone()
+        if head is None:
+            x[:, at] = kc[name][:, at]
+        else:
+            x[:, at, head] = kc[name][:, at, head]
+        return x
 
-        hook = (name, put)
+    hook = (name, put)
     with torch.no_grad():
         return float(metric(model.run_with_hooks(clean, fwd_hooks=[hook]), clean))
 
@@ -232,6 +242,80 @@ def test_cutting_a_senders_edges_is_patching_its_output(model):
         got = evaluate_circuit(model, clean, corrupted_tokens=corrupted, edges=keep, metric=METRIC)
         want = _reference_sender_patch(model, clean, corrupted, sender, METRIC)
         assert got["metric"].item() == pytest.approx(want, abs=1e-5, rel=1e-5), sender
+
+
+# ------------------------------------------------------------- edges per position ("each")
+def test_cutting_a_senders_edges_at_one_position_is_patching_it_there(model):
+    """positions="each": a circuit without sender s's edges at position p reads s's corrupted
+    output there only, which is activation patching of s at p (hooks-only)."""
+    clean, corrupted = _pair(3)
+    g = circuit_graph(model)
+    P = clean.shape[1]
+    for sender in ["embed", "L0H1", "L1H0"] + (["L0.mlp"] if g.has_mlp else []):
+        for p in (1, P - 1):
+            keep = np.repeat(g.valid[..., None], P, axis=-1)
+            keep[g.sender_index(sender), :, p] = False
+            got = evaluate_circuit(
+                model, clean, corrupted_tokens=corrupted, edges=keep, metric=METRIC,
+                positions="each",
+            )  # fmt: skip
+            want = _reference_sender_patch(model, clean, corrupted, sender, METRIC, position=p)
+            assert got["metric"].item() == pytest.approx(want, abs=1e-5, rel=1e-5), (sender, p)
+            cut = g.valid[g.sender_index(sender)].sum()
+            assert got["n_edges"].item() == g.valid.sum() * P - cut
+
+
+def test_edges_per_position_are_exact_and_add_up(model):
+    """Exact per-position edge effects are path patches at that position; EAP per position
+    sums over positions to EAP; the whole graph per position is clean, none is corrupted."""
+    clean, corrupted = _pair(5)
+    g = circuit_graph(model)
+    P = clean.shape[1]
+    k1 = next(r for r in g.receivers if r.startswith("L1") and r.endswith(".k"))
+    picks = [f"L0H1 -> {k1} @2", f"L0H1 -> {k1} @{P - 1}", f"embed -> logits @{P - 1}"]
+    ex = attribute_edges(
+        model, clean, corrupted_tokens=corrupted, metric=METRIC, method="exact", edges=picks,
+        positions="each",
+    )  # fmt: skip
+    columns = ["sender", "receiver", "receiver_input", "position", "label", "exact"]
+    assert list(ex.columns) == columns
+    assert sorted(ex["label"]) == sorted(picks)
+    for row in ex.itertuples():
+        want = _reference_path_patch(
+            model, clean, corrupted, row.sender, [row.receiver], METRIC, position=row.position
+        )
+        assert row.exact == pytest.approx(want - ex.attrs["clean"], abs=1e-5, rel=1e-5), row
+    eap = attribute_edges(model, clean, corrupted_tokens=corrupted, metric=METRIC)
+    each = attribute_edges(
+        model, clean, corrupted_tokens=corrupted, metric=METRIC, positions="each"
+    )
+    assert len(each) == len(eap) * P and each.attrs["positions"].startswith("each")
+    summed = each.groupby(["sender", "receiver"], sort=False)["estimate"].sum()
+    np.testing.assert_allclose(
+        summed.reindex(pd.MultiIndex.from_frame(eap[["sender", "receiver"]])).to_numpy(),
+        eap["estimate"].to_numpy(), atol=1e-5, rtol=1e-5,
+    )  # fmt: skip
+    kw = dict(corrupted_tokens=corrupted, metric=METRIC, positions="each")
+    assert evaluate_circuit(model, clean, edges=each, **kw)["faithfulness"].item() == 1.0
+    assert abs(evaluate_circuit(model, clean, edges=[], **kw)["faithfulness"].item()) < 1e-4
+
+
+def test_edges_per_position_refuse_what_they_cannot_read(induction_task):
+    model, clean, corrupted, metric = induction_task
+    kw = dict(corrupted_tokens=corrupted, metric=metric, positions="each")
+    P = clean.shape[1]
+    with pytest.raises(InterpError, match=f"position {P} is outside a prompt of {P} tokens"):
+        evaluate_circuit(model, clean, edges=[f"L0H1 -> L1H1.k @{P}"], **kw)
+    with pytest.raises(InterpError, match="position after '@' must be an integer"):
+        evaluate_circuit(model, clean, edges=["L0H1 -> L1H1.k @x"], **kw)
+    with pytest.raises(InterpError, match="per position it must be"):
+        evaluate_circuit(model, clean, edges=np.ones((2, 2, 2), dtype=bool), **kw)
+    with pytest.raises(InterpError, match="positions='each' .* is for attribute_edges"):
+        path_patch(model, clean, senders=["L0H1"], **kw)
+    each = attribute_edges(model, clean, **kw)
+    with pytest.raises(InterpError, match="per edge and position .* sum them first"):
+        circuit_curve(model, clean, scores=each, sizes=[1], corrupted_tokens=corrupted,
+                      metric=metric)  # fmt: skip
 
 
 def test_zero_ablation_of_every_edge_zeroes_every_output(model):

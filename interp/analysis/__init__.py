@@ -20,7 +20,8 @@ Glossary (one word, one meaning, everywhere):
 ``loss_mask``       ``[batch, pos]`` bool: which positions count (the predictions a
                     loss averages, or the query rows a score averages)
 ``positions``       where an intervention applies: ints (negative from the end) or a
-                    ``[pos]`` bool mask; ``None`` means every position
+                    ``[pos]`` bool mask; ``None`` means every position; ``"each"``
+                    (edge attribution and circuit evaluation): one edge per position
 ``component``       which of a head's maps: ``"Q"``, ``"K"``, ``"V"`` (and ``"O"``,
                     ``"QK"``, ``"OV"`` for subspaces)
 ``embedding``       ``"token"`` (``W_E``) or ``"positional"`` (``W_pos``), for circuits

@@ -294,7 +294,8 @@ def input_hooks(graph: Any, store: dict[str, torch.Tensor]) -> list[tuple[str, C
 class EdgeRun:
     """The hooks of one batched pass of ``k`` copies in which receivers' inputs are edited
     (module docstring). ``masks [k, sender, receiver]`` (float) says which edges of each copy
-    carry ``alt - ref``; ``positions`` (a ``[pos]`` bool mask) restricts the edits."""
+    carry ``alt - ref``, or ``[k, sender, receiver, pos]`` with one edge per position
+    (``positions="each"``); ``positions`` (a ``[pos]`` bool mask) restricts the edits."""
 
     def __init__(
         self,
@@ -317,6 +318,7 @@ class EdgeRun:
         self.alt = alt  # [sender, batch, pos, d_model]
         self.ref = ref
         self.k = masks.shape[0]
+        self.by_pos = masks.ndim == 4  # [k, sender, receiver, pos]: edges per position
         self.b = b
         self.pos = None if positions is None else positions.float()
         # In a running pass (ref None): alt_s - (sender s's output in this pass), per copy.
@@ -328,6 +330,11 @@ class EdgeRun:
         self.resid: dict[str, torch.Tensor] = {}
 
     # ----------------------------------------------------------------- the edit
+    def edited(self, receivers: Sequence[int]) -> torch.Tensor:
+        """``[k, receiver]`` bool: which of these receivers any edge of each copy edits."""
+        m = self.masks[:, :, receivers]
+        return (m.flatten(3).any(-1) if self.by_pos else m).any(1)
+
     def delta(self, receivers: Sequence[int], n_senders: int) -> torch.Tensor | None:
         """``[k, receiver, batch, pos, d_model]`` added to these receivers' inputs, or None.
 
@@ -356,13 +363,15 @@ class EdgeRun:
         products that read each sender's output once. In a running pass the store already
         holds ``alt_s - running_s`` (one product per copy); with a fixed ``ref``, two products
         (no ``alt - ref`` is built)."""
-        k, n, R = m.shape
-        used = torch.nonzero(m.sum(dim=(0, 2)) != 0).flatten()
+        k, n, R = m.shape[:3]
+        used = torch.nonzero(m.flatten(2).sum(dim=(0, 2)) != 0).flatten()
         if used.numel() == 0:
             return None
         few = used.numel() < n // 4  # a few senders: gather them; else read the prefix in place
         if few:
             m = m[:, used]
+        if self.by_pos:
+            return self._sum_by_position(m, used if few else None, n)
         mt = m.transpose(1, 2)  # [k, receiver, sender]
         if self.ref is None:  # this pass's differences, [sender, k, batch, pos, d_model]
             diff = self.running.index_select(0, used) if few else self.running[:n]
@@ -379,6 +388,20 @@ class EdgeRun:
         out = (mt.reshape(k * R, -1) @ alt.reshape(alt.shape[0], -1)).view(k, R, *shape)
         out -= (mt.reshape(k * R, -1) @ ref.reshape(ref.shape[0], -1)).view(k, R, *shape)
         return out
+
+    def _sum_by_position(self, m: torch.Tensor, used: torch.Tensor | None, n: int) -> Any:
+        """``_sum`` for masks with a position axis: ``sum_s m[k, s, r, p] * (alt_s - ref_s)[p]``,
+        one batched product over positions per copy."""
+        if self.ref is None:
+            diff = self.running.index_select(0, used) if used is not None else self.running[:n]
+            mm = m.to(diff.dtype)
+            return torch.stack(
+                [torch.einsum("srp,sbpd->rbpd", mm[c], diff[:, c]) for c in range(m.shape[0])]
+            )
+        alt = self.alt.index_select(0, used) if used is not None else self.alt[:n]
+        ref = self.ref.index_select(0, used) if used is not None else self.ref[:n]
+        mm = m.to(alt.dtype)
+        return torch.einsum("ksrp,sbpd->krbpd", mm, alt) - torch.einsum("ksrp,sbpd->krbpd", mm, ref)
 
     def _all_edited(self, n: int) -> torch.Tensor:
         """``sum over s < n of (alt_s - ref_s)``, ``[k, batch, pos, d_model]``."""
@@ -447,7 +470,7 @@ class EdgeRun:
             d = self.layer_delta[l]
             if d is None:
                 return None
-            edited = self.masks[:, :, every[lo : lo + width]].any(1)  # [k, receiver]
+            edited = self.edited(every[lo : lo + width])  # [k, receiver]
             if not edited.any():
                 return None  # none of these receivers is edited: the model's own values
             d = d[:, lo : lo + width]
@@ -474,7 +497,7 @@ class EdgeRun:
             mid = self._base(f"mid{l}")
             inp = mid + d[:, 0].to(mid.dtype)
             new = _norm(self.parts[l].ln2, inp, self.eps).to(x.dtype)
-            edited = self.masks[:, :, receiver[0]].any(1).to(x.device)  # [k]
+            edited = self.edited(receiver)[:, 0].to(x.device)  # [k]
             own = x.view(new.shape)
             return torch.where(edited.view(-1, *[1] * (new.ndim - 1)), new, own).reshape(x.shape)
 
@@ -878,7 +901,9 @@ def receiver_gradient_matrix(
     return out
 
 
-def score_edges(graph: Any, G: torch.Tensor, diff: torch.Tensor) -> torch.Tensor:
+def score_edges(
+    graph: Any, G: torch.Tensor, diff: torch.Tensor, *, each: bool = False
+) -> torch.Tensor:
     """``[sender, receiver]``: ``sum over batch, positions and d_model of diff_s * grad_r``
     for every edge (0 elsewhere); ``diff`` is ``[sender, batch, pos, d_model]`` and ``G``
     the gathered gradients (:func:`receiver_gradient_matrix`).
@@ -886,6 +911,17 @@ def score_edges(graph: Any, G: torch.Tensor, diff: torch.Tensor) -> torch.Tensor
     Every receiver's gradient is gathered first and multiplied by every sender's
     difference in one matrix product: done layer by layer the products are bound by
     memory (each reads every sender's difference again), not by arithmetic."""
+    if each:  # [sender, receiver, pos]: the same sum, each position on its own
+        S, b, P, d = diff.shape
+        Gp = G.to(diff.device).view(G.shape[0], b, P, d)
+        scores = torch.stack(
+            [
+                diff[:, :, p].reshape(S, -1).float() @ Gp[:, :, p].reshape(G.shape[0], -1).T
+                for p in range(P)
+            ],
+            -1,
+        ).cpu()
+        return scores * torch.as_tensor(graph.valid, dtype=scores.dtype)[..., None]
     scores = (diff.flatten(1).float() @ G.to(diff.device).T).cpu()
     return scores * torch.as_tensor(graph.valid, dtype=scores.dtype)
 
@@ -910,6 +946,7 @@ class Prepared:
     positions: torch.Tensor | None
     clean_inputs: dict[str, torch.Tensor]  # every receiver layer's clean input (input_hooks)
     corrupted_value: float | None = None  # the metric of the corrupted run (ablation="patch")
+    each: bool = False  # positions="each": one edge per position (masks [sender, receiver, pos])
     cum: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # shared prefix sums
 
 
@@ -923,8 +960,12 @@ def prepare(
     positions: Any,
     cache: Any = None,
     clean_pass: bool | Literal["metric"] = True,
+    each_for: str | None = None,
 ) -> Prepared:
     """Check every input (before any forward pass), then run the clean (and corrupted) pass.
+
+    ``positions="each"`` (edges per position) is accepted only when ``each_for`` names the
+    calling function (those that read edges per position).
 
     ``clean_pass=False`` leaves the clean senders' outputs to the caller (edge attribution
     takes them from its own clean forward pass): ``clean_out`` is None, and so is ``alt``
@@ -965,7 +1006,13 @@ def prepare(
     if metric is None:
         raise InterpError("circuits need a metric, e.g. logit_diff_metric(correct, wrong)")
     m = prepare_metric(model, tokens, metric, None)
-    pos = position_mask(tokens.shape[1], positions)
+    each = isinstance(positions, str) and positions == "each"
+    if each and each_for is None:
+        raise InterpError(
+            "positions='each' (one edge per position) is for attribute_edges and "
+            "evaluate_circuit; here pass None or a list of positions"
+        )
+    pos = None if each else position_mask(tokens.shape[1], positions)
     graph = circuit_graph(model)
     parts = [layer_parts(model, l) for l in range(graph.n_layers)]
     with eval_no_grad(model):
@@ -1004,6 +1051,7 @@ def prepare(
         positions=None if pos is None else pos.to(tokens.device),
         clean_inputs=clean_inputs,
         corrupted_value=corrupted_value,
+        each=each,
     )
 
 
@@ -1089,7 +1137,7 @@ def patch_edges(
     L = graph.n_layers
     starts = []
     for m in masks:
-        cols = np.nonzero(m.any(0))[0]
+        cols = np.nonzero(m.any(0).reshape(m.shape[1], -1).any(1))[0]
         starts.append(min((graph.receiver_layer[j] for j in cols), default=L))
     k = edits_per_pass(graph, prep.tokens, int(model.cfg.d_model), running=False)
     order = sorted(range(len(masks)), key=lambda i: starts[i])

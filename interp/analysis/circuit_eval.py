@@ -39,7 +39,7 @@ import torch
 
 from interp.analysis import _edges as E
 from interp.analysis.edge_attribution import score_matrix
-from interp.analysis.graph import Circuit, edge_mask
+from interp.analysis.graph import Circuit, edge_mask, position_edge_mask
 from interp.analysis.metrics import Metric
 from interp.errors import InterpError
 from interp.protocol import check_finite, check_int, check_seed, model_name, positions_label
@@ -76,7 +76,13 @@ def evaluate_circuit(
 
     ``edges``: a :class:`~interp.analysis.graph.Circuit`, a mask, a table
     with ``sender`` and ``receiver`` columns, ``"a -> b"`` labels or pairs;
-    ``None`` means the whole graph. Costs the two baselines (a plain clean
+    ``None`` means the whole graph. With ``positions="each"`` (prompts of one
+    length) an edge is a sender -> receiver pair *at one position*, the
+    stream position where the receiver reads the sender's output: ``edges`` is
+    then read by :func:`~interp.analysis.graph.position_edge_mask` (``"a -> b
+    @3"`` labels, a table with a ``position`` column, a ``[sender, receiver,
+    pos]`` mask; an edge without a position counts at every position), and
+    ``n_edges`` counts edge-positions. Costs the two baselines (a plain clean
     forward; the corrupted run, which also records the senders' outputs) and one
     pass for the circuit; :func:`circuit_curve` shares the baselines and packs
     several circuits into each pass.
@@ -95,16 +101,23 @@ def evaluate_circuit(
         positions=positions,
         cache=cache,
         clean_pass="metric",
+        each_for="evaluate_circuit",
     )
     graph = prep.graph
-    keep = graph.valid.copy() if edges is None else edge_mask(graph, edges)
-    value = E.evaluate_masks(model, prep, [graph.valid & ~keep])[0]
+    if prep.each:
+        P = prep.tokens.shape[1]
+        valid = np.repeat(graph.valid[..., None], P, axis=-1)
+        keep = valid.copy() if edges is None else position_edge_mask(graph, edges, P)
+    else:
+        valid = graph.valid
+        keep = valid.copy() if edges is None else edge_mask(graph, edges)
+    value = E.evaluate_masks(model, prep, [valid & ~keep])[0]
     corrupted = _baselines(model, prep)[1]
     df = pd.DataFrame(
         [
             {
                 "n_edges": int(keep.sum()),
-                "fraction_of_edges": float(keep.sum() / graph.n_edges),
+                "fraction_of_edges": float(keep.sum() / valid.sum()),
                 "metric": value,
                 "clean": prep.clean_value,
                 "corrupted": corrupted,
@@ -124,7 +137,7 @@ def _attrs(model: Any, prep: E.Prepared, analysis: str) -> dict[str, Any]:
         "metric": prep.metric.name,
         "unit": prep.metric.unit,
         "model": model_name(model),
-        "positions": positions_label(prep.positions),
+        "positions": "each (edges per position)" if prep.each else positions_label(prep.positions),
         "graph": prep.graph.describe(),
     }
 

@@ -44,7 +44,7 @@ import pandas as pd
 import torch
 
 from interp.analysis import _edges as E
-from interp.analysis.graph import edge_mask
+from interp.analysis.graph import edge_mask, position_edge_mask
 from interp.analysis.metrics import Metric
 from interp.errors import InterpError
 from interp.protocol import check_int, eval_no_grad, model_name, positions_label
@@ -75,7 +75,12 @@ def attribute_edges(
     mean over the batch. ``edges`` limits the table (any form
     :func:`interp.analysis.graph.edge_mask` reads; for ``"exact"``
     the default is every edge, one resumed pass each). ``positions`` restricts
-    the edits to those positions. ``df.attrs`` records the method, the clean
+    the edits to those positions; ``positions="each"`` (prompts of one length)
+    scores every edge at every position on its own, the position where the
+    receiver reads the sender's output: one row per edge and position, with a
+    ``position`` column and labels ``"a -> b @p"`` (the rows of an edge sum to
+    its score without positions; :func:`~interp.analysis.evaluate_circuit`
+    reads them back). ``df.attrs`` records the method, the clean
     metric, the forward/backward passes and the graph's size.
 
     Raises:
@@ -101,19 +106,25 @@ def attribute_edges(
         positions=positions,
         cache=cache,
         clean_pass=method == "exact",  # estimates take the clean outputs from their own pass
+        each_for="attribute_edges",
     )
     graph = prep.graph
-    wanted = graph.valid if edges is None else edge_mask(graph, edges)
+    if prep.each:
+        P = prep.tokens.shape[1]
+        valid = np.repeat(graph.valid[..., None], P, axis=-1)
+        wanted = valid if edges is None else position_edge_mask(graph, edges, P)
+    else:
+        wanted = graph.valid if edges is None else edge_mask(graph, edges)
     if method == "exact":
-        s_idx, r_idx = np.nonzero(wanted)
+        where = np.nonzero(wanted)
         masks = []
-        for s, r in zip(s_idx, r_idx):
-            m = np.zeros_like(graph.valid)
-            m[s, r] = True
+        for idx in zip(*where):
+            m = np.zeros_like(wanted)
+            m[idx] = True
             masks.append(m)
         values = E.patch_edges(model, prep, masks, progress=progress, desc="exact edges")
-        scores = np.zeros(graph.valid.shape)
-        scores[s_idx, r_idx] = np.asarray(values) - prep.clean_value
+        scores = np.zeros(wanted.shape)
+        scores[where] = np.asarray(values) - prep.clean_value
         column, passes = "exact", f"{len(masks)} resumed passes, packed by layer"
     else:
         scores = _estimate(model, prep, method, steps).numpy()
@@ -132,7 +143,7 @@ def attribute_edges(
         metric=prep.metric.name,
         unit=prep.metric.unit,
         model=model_name(model),
-        positions=positions_label(prep.positions),
+        positions="each (edges per position)" if prep.each else positions_label(prep.positions),
         clean=prep.clean_value,
         passes=passes,
         graph=graph.describe(),
@@ -173,7 +184,7 @@ def _estimate(model: Any, prep: E.Prepared, method: str, steps: int) -> torch.Te
         # the mean gradient over the steps, then one product with the senders' differences
         G = E.receiver_gradient_matrix(prep.graph, prep.parts, grads, G, 1.0 / len(alphas))
         del grads
-    return E.score_edges(prep.graph, G, diff)
+    return E.score_edges(prep.graph, G, diff, each=prep.each)
 
 
 def _embedding(model: Any, tokens: torch.Tensor) -> torch.Tensor:
@@ -184,16 +195,22 @@ def _embedding(model: Any, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def _table(graph: Any, wanted: np.ndarray, scores: np.ndarray, column: str) -> pd.DataFrame:
-    s, r = np.nonzero(wanted)
-    return pd.DataFrame(
-        {
-            "sender": [graph.senders[i] for i in s],
-            "receiver": [graph.receivers[j] for j in r],
-            "receiver_input": [graph.receiver_input[j] for j in r],
-            "label": [f"{graph.senders[i]} -> {graph.receivers[j]}" for i, j in zip(s, r)],
-            column: scores[s, r],
-        }
-    )
+    """One row per edge of ``wanted`` (``[sender, receiver]``), or per edge and position
+    (``[sender, receiver, pos]``: a ``position`` column and ``@p`` labels)."""
+    where = np.nonzero(wanted)
+    s, r = where[0], where[1]
+    labels = [f"{graph.senders[i]} -> {graph.receivers[j]}" for i, j in zip(s, r)]
+    columns: dict[str, Any] = {
+        "sender": [graph.senders[i] for i in s],
+        "receiver": [graph.receivers[j] for j in r],
+        "receiver_input": [graph.receiver_input[j] for j in r],
+    }
+    if wanted.ndim == 3:
+        columns["position"] = where[2]
+        labels = [f"{lab} @{p}" for lab, p in zip(labels, where[2])]
+    columns["label"] = labels
+    columns[column] = scores[where]
+    return pd.DataFrame(columns)
 
 
 def score_matrix(graph: Any, scores: Any) -> np.ndarray:
@@ -204,6 +221,12 @@ def score_matrix(graph: Any, scores: Any) -> np.ndarray:
         InterpError: for a table without a score column or an array of another shape.
     """
     if isinstance(scores, pd.DataFrame):
+        if "position" in scores.columns:
+            raise InterpError(
+                "these scores are per edge and position (positions='each'); curves and circuit "
+                "searches rank whole edges: sum them first, e.g. "
+                "df.groupby(['sender', 'receiver'], as_index=False)[column].sum()"
+            )
         col = "exact" if "exact" in scores.columns else "estimate"
         if col not in scores.columns:
             raise InterpError("scores must be an attribute_edges table (estimate or exact column)")

@@ -371,6 +371,73 @@ def edge_mask(graph: Graph, edges: Any) -> np.ndarray:
     return mask
 
 
+def position_edge_mask(graph: Graph, edges: Any, n_positions: int) -> np.ndarray:
+    """``edges`` as a ``[n_senders, n_receivers, n_positions]`` bool mask: edges per position
+    (``positions="each"``). Reads a mask of that shape, a table with a ``position`` column
+    (an :func:`~interp.analysis.attribute_edges` table with ``positions="each"``), labels
+    ``"a -> b @p"`` or ``(a, b, p)`` triples; an edge given without a position (any form
+    :func:`edge_mask` reads) stands for that edge at every position.
+
+    Example:
+        >>> from interp.models import load_model
+        >>> g = circuit_graph(load_model("induction-2l"))
+        >>> m = position_edge_mask(g, ["L0H1 -> L1H1.k @3", "embed -> logits"], 5)
+        >>> m.shape, int(m.sum()), int(m[g.sender_index("L0H1")].sum())
+        ((6, 13, 5), 6, 1)
+
+    Raises:
+        InterpError: for an edge not in the graph, a position outside the prompt, or a mask
+            of the wrong shape.
+    """
+    P = int(n_positions)
+
+    def at(p: Any) -> int:
+        if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+            raise InterpError(f"edge position must be an integer, got {p!r}")
+        if not -P <= int(p) < P:
+            raise InterpError(f"edge position {int(p)} is outside a prompt of {P} tokens")
+        return int(p) % P
+
+    if isinstance(edges, np.ndarray) or hasattr(edges, "numpy"):
+        arr = np.asarray(edges.numpy() if hasattr(edges, "numpy") else edges, dtype=bool)
+        if arr.ndim == 2:
+            return np.repeat(edge_mask(graph, arr)[..., None], P, axis=-1)
+        if arr.shape != (*graph.valid.shape, P):
+            raise InterpError(
+                f"edge mask has shape {arr.shape}; per position it must be "
+                f"{(*graph.valid.shape, P)}"
+            )
+        if (arr & ~graph.valid[..., None]).any():
+            raise InterpError("the edge mask holds pairs that are not edges of the graph")
+        return arr
+    if isinstance(edges, pd.DataFrame) and "position" in edges.columns:
+        items: list[Any] = list(zip(edges["sender"], edges["receiver"], edges["position"]))
+    elif isinstance(edges, (Circuit, pd.DataFrame)):
+        return np.repeat(edge_mask(graph, edges)[..., None], P, axis=-1)
+    elif isinstance(edges, (str, bytes)):
+        raise InterpError("edges must be a list of edges, not one string; pass [label]")
+    else:
+        items = list(edges)
+    mask = np.zeros((*graph.valid.shape, P), dtype=bool)
+    for item in items:
+        if isinstance(item, str) and "@" in item:
+            edge, _, where = item.rpartition("@")
+            try:
+                p = int(where.strip())
+            except ValueError:
+                raise InterpError(
+                    f"edge {item!r}: the position after '@' must be an integer"
+                ) from None
+            one, ps = edge_mask(graph, [edge.strip()]), [at(p)]
+        elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 3:
+            one, ps = edge_mask(graph, [tuple(item[:2])]), [at(item[2])]
+        else:
+            one, ps = edge_mask(graph, [item]), list(range(P))
+        for p in ps:
+            mask[..., p] |= one
+    return mask
+
+
 def load_circuit(path: str | os.PathLike[str], model: Any) -> Circuit:
     """A circuit saved by :meth:`Circuit.save`, on ``model``'s graph (to evaluate elsewhere).
 
