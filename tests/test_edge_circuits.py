@@ -298,6 +298,15 @@ def test_edges_per_position_are_exact_and_add_up(model):
     kw = dict(corrupted_tokens=corrupted, metric=METRIC, positions="each")
     assert evaluate_circuit(model, clean, edges=each, **kw)["faithfulness"].item() == 1.0
     assert abs(evaluate_circuit(model, clean, edges=[], **kw)["faithfulness"].item()) < 1e-4
+    # zero ablation per position: the same sums, the same ends
+    zero = dict(metric=METRIC, ablation="zero")
+    plain = attribute_edges(model, clean, **zero)
+    each = attribute_edges(model, clean, positions="each", **zero)
+    summed = each.groupby(["sender", "receiver"], sort=False)["estimate"].sum()
+    np.testing.assert_allclose(summed.to_numpy(), plain["estimate"].to_numpy(), atol=1e-5)
+    for edges, want in ((None, 1.0), ([], 0.0)):
+        got = evaluate_circuit(model, clean, edges=edges, positions="each", **zero)
+        assert got["faithfulness"].item() == pytest.approx(want, abs=1e-4)
 
 
 def test_edges_per_position_refuse_what_they_cannot_read(induction_task):
