@@ -7,14 +7,59 @@ from collections.abc import Callable
 from typing import Any
 
 
-def best_time(fn: Callable[[], Any], repeat: int = 3) -> float:
-    """Best wall time of ``repeat`` calls, in seconds."""
-    best = float("inf")
+def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
+    """Best wall time of ``repeat`` calls, in seconds, and the last call's result."""
+    best, out = float("inf"), None
     for _ in range(repeat):
         t = time.perf_counter()
-        fn()
+        out = fn()
         best = min(best, time.perf_counter() - t)
-    return best
+    return best, out
+
+
+def best_time(fn: Callable[[], Any], repeat: int = 3) -> float:
+    """Best wall time of ``repeat`` calls, in seconds."""
+    return timed(fn, repeat)[0]
+
+
+def forward_time(model: Any, tokens: Any, repeat: int = 3) -> float:
+    """Mean wall time of a plain no-grad forward pass, after one warm-up pass."""
+    import torch
+
+    with torch.no_grad():
+        model(tokens)
+        t = time.perf_counter()
+        for _ in range(repeat):
+            model(tokens)
+    return (time.perf_counter() - t) / repeat
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def peak_growth(fn: Callable[[], Any]) -> int:
+    """Bytes of resident memory ``fn`` adds at its peak, sampled every 2 ms."""
+    import gc
+    import threading
+
+    gc.collect()
+    base, peak, done = _rss(), [0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss())
+            done.wait(0.002)
+
+    watcher = threading.Thread(target=sample)
+    watcher.start()
+    try:
+        fn()
+    finally:
+        done.set()
+        watcher.join()
+    return max(peak[0], _rss()) - base
 
 
 def tensor_bytes(obj: Any) -> int:

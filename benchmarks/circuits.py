@@ -22,54 +22,13 @@ time over one plain forward of the clean tokens):
 from __future__ import annotations
 
 import argparse
-import gc
-import threading
-import time
+import sys
+from pathlib import Path
 
 import torch
 
-
-def forward_time(model, tokens, repeat: int = 3) -> float:
-    with torch.no_grad():
-        model(tokens)
-        t = time.perf_counter()
-        for _ in range(repeat):
-            model(tokens)
-    return (time.perf_counter() - t) / repeat
-
-
-def timed(fn, repeat: int = 1):
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
-
-
-def peak_growth(fn) -> int:
-    """Bytes of resident memory ``fn`` adds at its peak, sampled every 2 ms."""
-    gc.collect()
-    base, peak, done = _rss(), [0], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], _rss())
-            done.wait(0.002)
-
-    watcher = threading.Thread(target=sample)
-    watcher.start()
-    try:
-        fn()
-    finally:
-        done.set()
-        watcher.join()
-    return max(peak[0], _rss()) - base
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import forward_time, peak_growth, timed  # noqa: E402
 
 
 def eap_floor(model, clean, corrupted, metric) -> float:

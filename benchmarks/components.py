@@ -18,18 +18,14 @@ corrupted pairs of 15 tokens, logit difference IO - S):
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-
-def forward_time(model, tokens, repeat: int = 3) -> float:
-    with torch.no_grad():
-        model(tokens)
-        t = time.perf_counter()
-        for _ in range(repeat):
-            model(tokens)
-    return (time.perf_counter() - t) / repeat
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import forward_time  # noqa: E402
 
 
 def main() -> None:

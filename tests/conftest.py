@@ -27,6 +27,18 @@ NOTEBOOKS = {
 }
 
 
+def jitter(model, scale=0.05, seed=1):
+    """Random init leaves biases and norm weights at 0 and 1: move every parameter a little
+    (seeded), so every term of a decomposition counts."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * scale)
+    return model
+
+
 def run_cli(
     *args: str, cwd: Path | None = None, timeout: float = 900, env: dict | None = None
 ) -> subprocess.CompletedProcess:

@@ -9,26 +9,17 @@ test_pretrained.py, beside the session's loaded copy.
 
 import pytest
 import torch
+from conftest import jitter
 
 from interp import InterpError
 from interp.analysis import direct_logit_attribution
 from interp.models import load_model
 from interp.models.hf import random_gpt2, random_llama
 
-
-def _jitter(model, scale=0.05, seed=1):
-    """Random init leaves biases and norm weights at 0 and 1: move them, so every term counts."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * scale)
-    return model
-
-
 MODELS = {
     "attn-only (LayerNorm)": lambda: load_model("induction-2l"),
-    "GPT-2 bridge (LayerNorm, biases)": lambda: _jitter(random_gpt2(2, vocab=30)),
-    "Llama bridge (RMSNorm, GQA, rotary)": lambda: _jitter(random_llama(2, vocab=30)),
+    "GPT-2 bridge (LayerNorm, biases)": lambda: jitter(random_gpt2(2, vocab=30)),
+    "Llama bridge (RMSNorm, GQA, rotary)": lambda: jitter(random_llama(2, vocab=30)),
 }
 
 
@@ -88,7 +79,7 @@ def test_equal_to_transformer_lens_where_it_is_right():
     GPT-2 bridge in compatibility mode (its LayerNorm folded, as it requires)."""
     from transformer_lens.tools.analysis import direct_logit_attribution as tl_dla
 
-    model = _jitter(random_gpt2(2, vocab=30))
+    model = jitter(random_gpt2(2, vocab=30))
     model.enable_compatibility_mode()
     tokens = torch.randint(2, 30, (3, 7), generator=torch.Generator().manual_seed(0))
     a, b = torch.tensor([5, 5, 5]), torch.tensor([6, 6, 6])
@@ -108,7 +99,7 @@ def test_transformer_lens_primitives_miss_an_unfolded_rmsnorm_weight():
     their sum is not the model's logit difference. Ours is."""
     from transformer_lens.tools.analysis import direct_logit_attribution as tl_dla
 
-    model = _jitter(random_llama(2, vocab=30), scale=0.3)
+    model = jitter(random_llama(2, vocab=30), scale=0.3)
     tokens = torch.randint(2, 30, (3, 7), generator=torch.Generator().manual_seed(0))
     a, b = torch.tensor([5, 5, 5]), torch.tensor([6, 6, 6])
     want = _model_logit_diff(model, tokens, a, b)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import jitter
 
 from interp import InterpError
 from interp.analysis import (
@@ -27,19 +28,10 @@ from interp.hooks import hook_name
 from interp.models import load_model
 from interp.models.hf import random_gpt2, random_llama
 
-
-def _jitter(model, seed=1):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
-    return model
-
-
 MODELS = {
     "attn-only": lambda: load_model("induction-2l"),
-    "gpt2": lambda: _jitter(random_gpt2(2, vocab=30)),
-    "llama-gqa": lambda: _jitter(random_llama(2, vocab=30)),
+    "gpt2": lambda: jitter(random_gpt2(2, vocab=30)),
+    "llama-gqa": lambda: jitter(random_llama(2, vocab=30)),
 }
 
 
@@ -361,10 +353,10 @@ def test_eap_equals_gradients_through_transformer_lens_split_inputs():
     """On a Llama bridge (GQA), TransformerLens's split-qkv input hooks (hook_q_input [batch,
     pos, head, d_model]; hook_k_input per key/value head) give the gradient at each head's
     input by plain autograd: EAP scores are (corrupted - clean) . that gradient."""
-    model = _jitter(random_llama(2, vocab=30))
+    model = jitter(random_llama(2, vocab=30))
     clean, corrupted = _pair(6)
     eap = attribute_edges(model, clean, corrupted_tokens=corrupted, metric=METRIC)
-    split = _jitter(random_llama(2, vocab=30))
+    split = jitter(random_llama(2, vocab=30))
     split.set_use_split_qkv_input(True)
     names = [f"blocks.1.hook_{k}_input" for k in ("q", "k", "v")]
     kept = {}
@@ -396,12 +388,12 @@ def test_eap_ig_is_the_mean_gradient_over_interpolated_embeddings():
     input by plain autograd through TransformerLens's split-qkv hooks, averaged over the
     steps, times (corrupted - clean) sender output. The engine sums the steps' gradients
     and scores once; the two must agree."""
-    model = _jitter(random_llama(2, vocab=30))
+    model = jitter(random_llama(2, vocab=30))
     clean, corrupted = _pair(6)
     ig = attribute_edges(
         model, clean, corrupted_tokens=corrupted, metric=METRIC, method="eap-ig", steps=3
     )
-    split = _jitter(random_llama(2, vocab=30))
+    split = jitter(random_llama(2, vocab=30))
     split.set_use_split_qkv_input(True)
     for p in split.parameters():
         p.requires_grad_(False)

@@ -48,11 +48,7 @@ _TOKEN_FREE = ("hook_pos_embed", "pos_embed.", "rotary_emb.", "hook_cos", "hook_
 
 
 class _StopAt(Exception):
-    """Raised from a hook to end a forward pass once one activation is known."""
-
-    def __init__(self, value: torch.Tensor):
-        super().__init__("activation captured")
-        self.value = value
+    """Raised from a hook to end a forward pass once what it was run for is known."""
 
 
 def activation_of(model: Any, tokens: torch.Tensor, name: str) -> torch.Tensor:
@@ -63,16 +59,10 @@ def activation_of(model: Any, tokens: torch.Tensor, name: str) -> torch.Tensor:
     Raises:
         InterpError: if the hook never fires.
     """
-
-    def stop(x: torch.Tensor, hook: Any) -> None:
-        raise _StopAt(x.detach())
-
-    try:
-        with torch.no_grad():
-            model.run_with_hooks(tokens, fwd_hooks=[(name, stop)])
-    except _StopAt as done:
-        return done.value
-    raise InterpError(f"the model's hook {name} never fired on these tokens")
+    got = cache_of(model, tokens, [name])
+    if name not in got:
+        raise InterpError(f"the model's hook {name} never fired on these tokens")
+    return got[name]
 
 
 def run_until(model: Any, tokens: torch.Tensor, fwd_hooks: Sequence[tuple], last: str) -> None:
@@ -84,7 +74,7 @@ def run_until(model: Any, tokens: torch.Tensor, fwd_hooks: Sequence[tuple], last
     """
 
     def stop(x: torch.Tensor, hook: Any) -> None:
-        raise _StopAt(x)
+        raise _StopAt
 
     try:
         model.run_with_hooks(tokens, fwd_hooks=[*fwd_hooks, (last, stop)])
@@ -114,7 +104,7 @@ def cache_of(model: Any, tokens: torch.Tensor, names: Sequence[str]) -> dict[str
         def keep(x: torch.Tensor, hook: Any) -> None:
             acts[name] = x.detach()
             if len(acts) == len(wanted):
-                raise _StopAt(x)
+                raise _StopAt
 
         return keep
 

@@ -41,7 +41,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from interp.analysis._sweep import blocks_of, clean_block_inputs, skipping_blocks
+from interp.analysis._sweep import (
+    blocks_of,
+    clean_block_inputs,
+    repeat_copies,
+    skipping_blocks,
+)
 from interp.errors import InterpError
 from interp.hooks import hook_name
 
@@ -556,13 +561,13 @@ def run(
         full = part.new_zeros(part.shape[0], n, part.shape[-1])
         full[:, keep.to(part.device)] = part
         return full
-    tokens_k = tokens.repeat(k, 1) if k > 1 else tokens
+    tokens_k = repeat_copies(tokens, k)
     hooks = edge_run.hooks(start)
     if callable(getattr(model, "forward_from", None)):
         if start == 0:
             return model.run_with_hooks(tokens_k, fwd_hooks=hooks)
         with model.hooks(fwd_hooks=hooks):
-            return model.forward_from(_repeat(kept[start], k), start - 1)
+            return model.forward_from(repeat_copies(kept[start], k), start - 1)
     kwargs = {}
     hf = getattr(model, "interp_hf_model", None)
     if keep is not None and hf is not None:
@@ -570,7 +575,7 @@ def run(
 
         if "logits_to_keep" in inspect.signature(hf.forward).parameters:
             kwargs["logits_to_keep"] = keep.to(tokens.device)
-    out = _repeat(kept[start], k) if start > 0 else None
+    out = repeat_copies(kept[start], k) if start > 0 else None
     with skipping_blocks(blocks_of(model), start, out):
         logits = model.run_with_hooks(tokens_k, fwd_hooks=hooks, **kwargs)
     if kwargs:
@@ -578,16 +583,6 @@ def run(
         full[:, keep.to(logits.device)] = logits
         logits = full
     return logits
-
-
-def _repeat(x: Any, k: int) -> Any:
-    if k == 1:
-        return x
-    if isinstance(x, torch.Tensor):
-        return x.repeat(k, *([1] * (x.ndim - 1)))
-    if isinstance(x, tuple):
-        return tuple(_repeat(v, k) for v in x)
-    return x
 
 
 def clean_inputs(model: Any, tokens: torch.Tensor, layers: set[int]) -> tuple[Any, dict]:
@@ -1072,6 +1067,25 @@ def replacement(ablation: str, clean_out: torch.Tensor) -> torch.Tensor:
     return clean_out.mean(1, keepdim=True).expand_as(clean_out).contiguous()
 
 
+def _prepared_run(
+    model: Any, prep: Prepared, masks: torch.Tensor, *, ref: torch.Tensor | None
+) -> EdgeRun:
+    """The :class:`EdgeRun` of a prepared task for stacked ``masks``: ``ref=None`` edits
+    against each pass's own sender outputs (circuits), ``prep.clean_out`` against the clean
+    ones (edge patches)."""
+    return EdgeRun(
+        prep.graph,
+        prep.parts,
+        masks,
+        prep.alt,
+        ref,
+        prep.tokens.shape[0],
+        prep.positions,
+        prep.cum,
+        eps=model_eps(model),
+    )
+
+
 def evaluate_masks(
     model: Any,
     prep: Prepared,
@@ -1096,17 +1110,7 @@ def evaluate_masks(
             for i in range(0, len(masks), k):
                 group = masks[i : i + k]
                 stacked = torch.stack([as_tensor(m, prep.tokens.device) for m in group])
-                er = EdgeRun(
-                    prep.graph,
-                    prep.parts,
-                    stacked,
-                    prep.alt,
-                    None,
-                    b,
-                    prep.positions,
-                    prep.cum,
-                    eps=model_eps(model),
-                )
+                er = _prepared_run(model, prep, stacked, ref=None)
                 logits = run(model, prep.tokens, er, rows=prep.metric.rows)
                 for c in range(len(group)):
                     part = logits[c * b : (c + 1) * b]
@@ -1159,17 +1163,7 @@ def patch_edges(
             for chunk in chunks:
                 start = starts[chunk[0]]
                 stacked = torch.stack([as_tensor(masks[i], prep.tokens.device) for i in chunk])
-                er = EdgeRun(
-                    graph,
-                    prep.parts,
-                    stacked,
-                    prep.alt,
-                    prep.clean_out,
-                    b,
-                    prep.positions,
-                    prep.cum,
-                    eps=model_eps(model),
-                )
+                er = _prepared_run(model, prep, stacked, ref=prep.clean_out)
                 logits = run(
                     model, prep.tokens, er, start=start, kept=kept, final=final,
                     rows=prep.metric.rows,

@@ -208,13 +208,15 @@ def _edit_hooks(
     return [(name, make(name, sites)) for name, sites in by_hook.items()]
 
 
-def _repeat(x: Any, k: int) -> Any:
+def repeat_copies(x: Any, k: int) -> Any:
+    """``x`` (a tensor, or a tuple of them, as blocks return) repeated ``k`` times along the
+    batch: the input of a pass that carries ``k`` copies; anything else is passed through."""
     if k == 1:
         return x
     if isinstance(x, torch.Tensor):
         return x.repeat(k, *([1] * (x.ndim - 1)))
     if isinstance(x, tuple):
-        return tuple(_repeat(v, k) for v in x)
+        return tuple(repeat_copies(v, k) for v in x)
     return x
 
 
@@ -358,17 +360,17 @@ class _ResumeBlocks:
         if self.native:
             with self.model.hooks(fwd_hooks=hooks):
                 if start == 0:
-                    logits = self.model(_repeat(self.tokens, k))
+                    logits = self.model(repeat_copies(self.tokens, k))
                 else:
-                    logits = self.model.forward_from(_repeat(self.kept[start], k), start - 1)
+                    logits = self.model.forward_from(repeat_copies(self.kept[start], k), start - 1)
         else:
             kwargs = {}
             if rows is not None and self.rows_ok:
                 kwargs["logits_to_keep"] = rows.to(self.tokens.device)
-            out = _repeat(self.kept[start], k) if start > 0 else None
+            out = repeat_copies(self.kept[start], k) if start > 0 else None
             with skipping_blocks(blocks_of(self.model), start, out):
                 logits = self.model.run_with_hooks(
-                    _repeat(self.tokens, k), fwd_hooks=hooks, **kwargs
+                    repeat_copies(self.tokens, k), fwd_hooks=hooks, **kwargs
                 )
             if "logits_to_keep" in kwargs:  # scatter the kept rows back; other rows stay 0
                 full = logits.new_zeros(logits.shape[0], n, logits.shape[-1])

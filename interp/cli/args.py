@@ -163,6 +163,18 @@ def check_out(path: str) -> Path:
     return check_export_path(path)
 
 
+def check_svg(path: str | None) -> Path | None:
+    """A ``--figure`` path (``.svg``) checked before any work; ``None`` when not asked for."""
+    if path is None:
+        return None
+    p = Path(path)
+    if p.suffix.lower() != ".svg":
+        raise InterpError(f"--figure {path!r} must end in .svg")
+    from interp.files import check_output_file
+
+    return check_output_file(p, "--figure")
+
+
 # ------------------------------------------------------------ tokenizer-only checks
 def tokenizer_of(model_name: str) -> Any:
     """The tokenizer of a model name, loaded without its weights (``None`` if it has none).

@@ -24,6 +24,7 @@ from interp.cli.args import (
     check_model_args,
     check_out,
     check_prompt,
+    check_svg,
     count_arg,
     encode,
     load,
@@ -180,17 +181,6 @@ def _task(args: argparse.Namespace, model: Any) -> tuple[Any, Any, Any, str]:
     return task.clean, task.corrupted, task.metric, f"{task.name}: {task.description}"
 
 
-def _check_svg(path: str | None) -> Path | None:
-    if path is None:
-        return None
-    p = Path(path)
-    if p.suffix.lower() != ".svg":
-        raise InterpError(f"--figure {path!r} must end in .svg")
-    from interp.files import check_output_file
-
-    return check_output_file(p, "--figure")
-
-
 # ------------------------------------------------------------------------ commands
 def run_circuit(args: argparse.Namespace) -> int:
     from interp.files import check_output_file
@@ -200,7 +190,7 @@ def run_circuit(args: argparse.Namespace) -> int:
         raise InterpError(f"--out {args.out!r} must end in .json (the circuit document)")
     check_output_file(out, "--out")
     table = check_out(args.table) if args.table else None
-    figure = _check_svg(args.figure)
+    figure = check_svg(args.figure)
     if not 0 < args.target <= 1:
         raise InterpError(f"--target must be in (0, 1], got {args.target}")
     _prechecked(args)

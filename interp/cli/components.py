@@ -18,6 +18,7 @@ from interp.cli.args import (
     check_out,
     check_positions_fit,
     check_prompt,
+    check_svg,
     count_arg,
     encode,
     heads_arg,
@@ -66,17 +67,6 @@ def add_parsers(sub: Any) -> None:
     att.set_defaults(func=run_attention)
 
 
-def _check_svg(path: str | None) -> Path | None:
-    if path is None:
-        return None
-    p = Path(path)
-    if p.suffix.lower() != ".svg":
-        raise InterpError(f"--figure {path!r} must end in .svg")
-    from interp.files import check_output_file
-
-    return check_output_file(p, "--figure")
-
-
 def _answers(args: argparse.Namespace, tok: Any) -> tuple[Any, Any]:
     a = token_id(tok, args.answer) if args.answer is not None else None
     w = token_id(tok, args.wrong) if args.wrong is not None else None
@@ -97,7 +87,7 @@ def _prechecked(args: argparse.Namespace, positions: Any) -> tuple[Any, Any]:
 
 def run_dla(args: argparse.Namespace) -> int:
     out = check_out(args.out)
-    figure = _check_svg(args.figure)
+    figure = check_svg(args.figure)
     positions = positions_arg(args.positions)
     answer, wrong = _prechecked(args, positions)
     from interp import export
@@ -145,7 +135,7 @@ def _dla_caption(df: Any, args: argparse.Namespace) -> str:
 
 def run_lens(args: argparse.Namespace) -> int:
     out = check_out(args.out)
-    figure = _check_svg(args.figure)
+    figure = check_svg(args.figure)
     positions = positions_arg(args.positions)
     check_prompt(args.prompt, "prompt")
     check_model_args(args)

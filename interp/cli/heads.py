@@ -293,7 +293,6 @@ def run_patch(args: argparse.Namespace) -> int:
         raise InterpError("--heads is for per-head patching; drop it with --component")
     check_model_args(args)
     _tokenizer_checks(args, [args.clean, args.corrupted], positions)
-    from interp import export
     from interp.analysis.patching import check_token_pair, patch_heads
 
     model = load(args)
@@ -311,12 +310,7 @@ def run_patch(args: argparse.Namespace) -> int:
         positions=positions,
         progress=True,
     )
-    print_top(df, "normalized", args.top)
-    df.attrs.setdefault("model", args.model)
-    df.attrs.setdefault("inputs", f"--clean {args.clean!r} --corrupted {args.corrupted!r}")
-    export(df, out)
-    print(f"wrote {out}")
-    return 0
+    return _write_patching(df, args, out)
 
 
 def run_scores(args: argparse.Namespace) -> int:
@@ -338,9 +332,20 @@ def run_scores(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_patching(df: Any, args: argparse.Namespace, out: Path) -> int:
+    """Print a patching table's top rows, record its model and prompts, write it."""
+    from interp import export
+
+    print_top(df, "normalized", args.top)
+    df.attrs.setdefault("model", args.model)
+    df.attrs.setdefault("inputs", f"--clean {args.clean!r} --corrupted {args.corrupted!r}")
+    export(df, out)
+    print(f"wrote {out}")
+    return 0
+
+
 def _patch_grid(args: argparse.Namespace, model: Any, clean: Any, corrupted: Any, positions: Any,
                 out: Path) -> int:  # fmt: skip
-    from interp import export
     from interp.analysis.component_patching import LAYER_COMPONENTS, patch_components
 
     by = args.by or ("layer_position" if args.component in LAYER_COMPONENTS else "head")
@@ -355,9 +360,4 @@ def _patch_grid(args: argparse.Namespace, model: Any, clean: Any, corrupted: Any
         positions=positions,
         progress=True,
     )
-    print_top(df, "normalized", args.top)
-    df.attrs.setdefault("model", args.model)
-    df.attrs.setdefault("inputs", f"--clean {args.clean!r} --corrupted {args.corrupted!r}")
-    export(df, out)
-    print(f"wrote {out}")
-    return 0
+    return _write_patching(df, args, out)
