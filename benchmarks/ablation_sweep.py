@@ -70,7 +70,7 @@ def timed(fn, min_seconds: float):
 
 
 def case(name, model, tokens, heads, metric, min_seconds):
-    from interp.analysis.ablation import ablate_heads
+    from interp.analysis.components.ablation import ablate_heads
 
     labels = [f"L{l}H{h}" for l, h in heads]
     ablate_heads(model, tokens[:1, :8], metric=lambda lg, t: lg.float().mean(), heads=labels[:1])
@@ -87,7 +87,7 @@ def case(name, model, tokens, heads, metric, min_seconds):
 
 
 def main() -> None:
-    from interp.analysis.metrics import loss_metric
+    from interp.metrics import loss_metric
     from interp.datasets import repeated_random_tokens
     from interp.models import load_model
     from interp.models.hf import random_gpt2

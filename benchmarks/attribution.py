@@ -34,7 +34,7 @@ def forward_time(model, tokens) -> float:
 
 
 def report(task, estimators, exact, exact_t, fwd):
-    from interp.analysis.attribution import estimate_agreement
+    from interp.analysis.components.attribution import estimate_agreement
 
     print(
         f"{task:<28}{'exact sweep':<26}{exact_t / fwd:>8.1f}{exact_t:>10.1f}{1.0:>10.3f}"
@@ -52,11 +52,11 @@ def report(task, estimators, exact, exact_t, fwd):
 
 
 def main() -> None:
-    from interp.analysis.ablation import ablate_heads
-    from interp.analysis.attribution import attribute_heads
-    from interp.analysis.metrics import logit_diff_metric, loss_metric
-    from interp.analysis.patching import patch_heads
-    from interp.analysis.words import ordinary_word_ids
+    from interp.analysis.components.ablation import ablate_heads
+    from interp.analysis.components.attribution import attribute_heads
+    from interp.metrics import logit_diff_metric, loss_metric
+    from interp.analysis.components.patching import patch_heads
+    from interp.analysis.senses.words import ordinary_word_ids
     from interp.datasets import name_mover_prompts, repeated_random_tokens
     from interp.models import load_model
 
@@ -75,18 +75,18 @@ def main() -> None:
     tokens, metric = data.tokens.to(args.device), loss_metric(data.loss_mask)
     fwd = forward_time(model, tokens)
     t = time.perf_counter()
-    exact = ablate_heads(model, tokens, metric=metric).set_index("label")["delta"]
+    exact = ablate_heads(model, tokens, metric=metric).set_index("label")["effect"]
     exact_t = time.perf_counter() - t
     estimators = {}
     for correction in ("none", "qk"):
         t = time.perf_counter()
-        df = attribute_heads(model, tokens, metric=metric, method="zero", correction=correction)
+        df = attribute_heads(model, tokens, metric=metric, ablation="zero", correction=correction)
         estimators[f"zero, correction={correction}"] = (
             time.perf_counter() - t,
             df.set_index("label")["estimate"],
         )
     t = time.perf_counter()
-    df = attribute_heads(model, tokens, metric=metric, method="zero", verify=VERIFY)
+    df = attribute_heads(model, tokens, metric=metric, ablation="zero", verify=VERIFY)
     ranked = df.set_index("label")
     estimators[f"zero, verify={VERIFY}"] = (
         time.perf_counter() - t,
@@ -100,7 +100,7 @@ def main() -> None:
     fwd = forward_time(model, corrupted)
     t = time.perf_counter()
     exact = patch_heads(model, clean, corrupted_tokens=corrupted, metric=ld).set_index("label")[
-        "delta"
+        "effect"
     ]
     exact_t = time.perf_counter() - t
     estimators = {}
@@ -109,7 +109,7 @@ def main() -> None:
         df = attribute_heads(
             model,
             clean,
-            method="patch",
+            ablation="patch",
             corrupted_tokens=corrupted,
             metric=ld,
             correction=correction,
@@ -120,7 +120,7 @@ def main() -> None:
         )
     t = time.perf_counter()
     df = attribute_heads(
-        model, clean, method="patch", corrupted_tokens=corrupted, metric=ld, verify=VERIFY
+        model, clean, ablation="patch", corrupted_tokens=corrupted, metric=ld, verify=VERIFY
     )
     ranked = df.set_index("label")
     estimators[f"patch, verify={VERIFY}"] = (

@@ -61,9 +61,9 @@ def main() -> None:
         evaluate_circuit,
         path_patch,
     )
-    from interp.analysis.circuit_eval import top_edges
-    from interp.analysis.edge_attribution import score_matrix
-    from interp.analysis.metrics import logit_diff_metric
+    from interp.analysis.circuits.evaluation import top_edges
+    from interp.analysis.circuits.edge_attribution import score_matrix
+    from interp.metrics import logit_diff_metric
     from interp.datasets import name_mover_prompts
     from interp.hooks import hook_name
     from interp.models import load_model

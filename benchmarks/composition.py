@@ -1,7 +1,7 @@
 """Composition scores for every head pair: interp's Gram-matrix form vs TransformerLens's.
 
 TransformerLens's ``composition_scores`` (what ``all_composition_scores`` uses)
-multiplies factored matrices per head pair; :mod:`interp.analysis.composition`
+multiplies factored matrices per head pair; :mod:`interp.analysis.heads.composition`
 gets the same Frobenius norms from per-head Gram matrices, all pairs in one
 matrix product. Printed in one run: both times, the ratio and the largest
 difference, for a 12-layer GPT-2-style random model and, when installed,
@@ -42,7 +42,7 @@ def main() -> None:
 def _row(name: str, model, kind: str) -> str:
     from transformer_lens.utilities.matrix import composition_scores as tl_scores
 
-    from interp.analysis.composition import _factors, composition_tensor
+    from interp.analysis.heads.composition import _factors, composition_tensor
 
     with torch.no_grad():
         left, right = _factors(model, kind)

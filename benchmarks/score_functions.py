@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _util import best_time, tensor_bytes  # noqa: E402
 
-from interp.analysis.induction import head_scores, probe_tokens  # noqa: E402
+from interp.analysis.heads.scores import head_scores, probe_tokens  # noqa: E402
 from interp.models import load_induction_model  # noqa: E402
 
 

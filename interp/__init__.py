@@ -26,7 +26,7 @@ def export(
     df: pd.DataFrame,
     path: str | os.PathLike[str],
     *,
-    colour: str | None = "delta",
+    colour: str | None = "effect",
     decimals: int = 4,
     meta: dict | None = None,
 ) -> Path:

@@ -176,7 +176,7 @@ def repeated_random_tokens(
     Tokens in each half are drawn with replacement, as in the ARENA and
     TransformerLens probes (so occasional repeats inside a half exist), from
     the whole vocabulary or, with ``token_ids``, from those ids only (e.g.
-    :func:`interp.analysis.words.ordinary_word_ids`: real models behave
+    :func:`interp.analysis.senses.words.ordinary_word_ids`: real models behave
     oddly on unused and special tokens).
 
     Raises:
@@ -352,7 +352,7 @@ def name_mover_prompts(
         InterpError: for ``n < 1``, a name that is several tokens, fewer than two
             names, or templates whose prompts differ in length.
     """
-    from interp.protocol import check_int, check_seed
+    from interp.checks import check_int, check_seed
 
     n, seed = check_int(n, "n", minimum=1), check_seed(seed)
     if tokenizer is None:

@@ -378,7 +378,7 @@ def dla_heatmap(
     beside it on the same colour scale (blank where a model has no MLPs).
 
     ``heads`` is ``[layer, head]``, ``mlp`` ``[layer]`` (NaN for none); see
-    :func:`interp.analysis.dla.head_grid`.
+    :func:`interp.analysis.components.dla.head_grid`.
 
     Raises:
         InterpError: for a non-2-D ``heads`` or an ``mlp`` of another length.
@@ -484,7 +484,7 @@ def circuit_figure(
     input it feeds, coloured by that input (q, k, v, MLP, logits), its width by ``|score|``.
 
     Each edge is ``{"sender", "receiver", "receiver_input", "score"}`` (receivers as
-    :mod:`interp.analysis.graph` names them: ``L1H1.k``, ``L3.mlp``, ``logits``). A
+    :mod:`interp.analysis.circuits.circuit` names them: ``L1H1.k``, ``L3.mlp``, ``logits``). A
     circuit of more than ``max_edges`` edges is drawn by its ``max_edges`` strongest
     (by ``|score|``), and the caption says so.
 

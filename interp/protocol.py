@@ -1,41 +1,26 @@
-"""What `interp` needs of a model, and the input checks every analysis runs first.
+"""What `interp` needs of a model, and what a model says about itself.
 
 Every model `interp` supports (the toy heads, our attention-only
 transformers, TransformerLens ``TransformerBridge`` wrappers of Hugging Face
 models) satisfies :class:`HookedModel`: a ``cfg`` with the TransformerLens
 size fields, ``run_with_cache`` / ``run_with_hooks`` with TransformerLens
 hook names (:mod:`interp.hooks`), and the weight properties ``W_E``,
-``W_Q`` ... ``W_U``. Analyses are written against this protocol once.
-
-The checks here run *before* any forward pass, so a bad call fails at once
-with an :class:`~interp.errors.InterpError` that says what is wrong and how
-to fix it, never with a traceback from inside torch or a silently wrong number.
-
-Vocabulary (the same meaning in every function):
-
-* ``tokens``: ``[batch, pos]`` integer ids (a ``[pos]`` tensor is one sequence).
-* ``heads``: an iterable of ``(layer, head)`` pairs or ``"L1H4"`` labels.
-* ``positions``: where an intervention applies: ints (negative counts from
-  the end) or a ``[pos]`` bool mask; ``None`` means every position.
-* ``loss_mask``: ``[batch, pos]`` bool (``[pos]`` for one sequence), which
-  positions count in a loss or score.
+``W_Q`` ... ``W_U``. Analyses are written against this protocol once; the
+input checks they run first are in :mod:`interp.checks`, and how each kind of
+model is run by the engines in :mod:`interp.runtime`.
 
 Example:
-    >>> parse_heads(Sizes(n_layers=2, n_heads=4), ["L1H3", (0, 2)])
-    [(1, 3), (0, 2)]
-    >>> position_mask(6, [0, -1]).tolist()
-    [True, False, False, False, False, True]
+    >>> from interp.models import load_model
+    >>> model = load_model("induction-2l")
+    >>> isinstance(model, HookedModel), model_name(model), is_causal(model)
+    (True, 'induction-2l', True)
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
-import operator
-import os
-import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from interp.errors import InterpError
@@ -114,6 +99,14 @@ def positions_label(positions: Any) -> Any:
     return list(positions) if isinstance(positions, (list, tuple)) else positions
 
 
+def hook_names(model: Any) -> set[str]:
+    """Every hook name the model exposes."""
+    names = set(getattr(model, "hook_dict", {}) or {})
+    if not names and hasattr(model, "hook_points"):
+        names = {h.name for h in model.hook_points()}
+    return names
+
+
 def is_causal(model: Any) -> bool:
     """False only for models whose config says ``attention_dir == "bidirectional"`` (encoders)."""
     return getattr(model.cfg, "attention_dir", "causal") != "bidirectional"
@@ -149,354 +142,6 @@ def model_device(model: Any) -> torch.device:
     for p in model.parameters() if hasattr(model, "parameters") else ():
         return p.device
     return torch.device(getattr(model.cfg, "device", None) or "cpu")
-
-
-def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
-    """``value`` as a Python int (numpy and torch integers accepted; bools and floats refused).
-
-    Raises:
-        InterpError: for a non-integer, or one below ``minimum``.
-    """
-    if isinstance(value, bool) or value is None:
-        raise InterpError(f"{name} must be an integer, got {value!r}")
-    try:
-        out = operator.index(value)
-    except TypeError:
-        raise InterpError(f"{name} must be an integer, got {value!r}") from None
-    if minimum is not None and out < minimum:
-        raise InterpError(f"{name} must be >= {minimum}, got {out}")
-    return out
-
-
-def check_finite(value: Any, name: str, *, positive: bool = False) -> float:
-    """``value`` as a finite float (positive when asked).
-
-    Raises:
-        InterpError: for a non-number, NaN, infinity, or a non-positive value when
-            ``positive``.
-    """
-    if isinstance(value, bool):
-        raise InterpError(f"{name} must be a number, got {value!r}")
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise InterpError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(out):
-        raise InterpError(f"{name} must be finite, got {out}")
-    if positive and out <= 0:
-        raise InterpError(f"{name} must be positive, got {out}")
-    return out
-
-
-def check_seed(seed: Any) -> int:
-    """A seed usable by ``torch.manual_seed`` and numpy: an int in ``[0, 2**63)``.
-
-    Raises:
-        InterpError: for a non-integer or out-of-range seed.
-    """
-    s = check_int(seed, "seed", minimum=0)
-    if s >= 2**63:
-        raise InterpError(f"seed must be below 2**63, got {s}")
-    return s
-
-
-def check_tokens(
-    model: Any, tokens: Any, *, min_len: int = 1, name: str = "tokens"
-) -> torch.Tensor:
-    """Validate ``tokens`` for ``model`` and return a ``[batch, pos]`` long tensor.
-
-    Raises:
-        InterpError: for a non-tensor, tokens on the meta device, wrong rank or
-            dtype, an empty batch, a sequence shorter than ``min_len`` or longer
-            than ``n_ctx``, a batch whose forward pass cannot fit in memory
-            (:func:`check_memory`), or ids outside the vocabulary.
-    """
-    import torch
-
-    if not isinstance(tokens, torch.Tensor):
-        raise InterpError(
-            f"{name} must be a [batch, pos] tensor of ids, got {type(tokens).__name__}; "
-            "use model.to_tokens(...) for text or words"
-        )
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise InterpError(f"{name} must be integer ids, got dtype {tokens.dtype}")
-    if tokens.device.type == "meta":
-        raise InterpError(
-            f"{name} are on the meta device, which holds shapes but no values; create them on "
-            "a real device (e.g. torch.tensor(ids) or model.to_tokens(text))"
-        )
-    if tokens.ndim == 1:
-        tokens = tokens[None]
-    if tokens.ndim != 2:
-        raise InterpError(f"{name} must be [batch, pos], got shape {tuple(tokens.shape)}")
-    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
-        raise InterpError(
-            f"empty batch: {name} have shape {tuple(tokens.shape)}; pass at least one token"
-        )
-    if tokens.shape[1] < min_len:
-        raise InterpError(f"sequences need at least {min_len} tokens, got {tokens.shape[1]}")
-    n_ctx = model_n_ctx(model)
-    if n_ctx is not None and tokens.shape[1] > n_ctx:
-        raise InterpError(
-            f"sequence length {tokens.shape[1]} exceeds the model's context n_ctx={n_ctx}; "
-            "shorten or split the input"
-        )
-    check_memory(model, tokens.shape[0], tokens.shape[1], what=f"{name} of shape")
-    d_vocab = getattr(model.cfg, "d_vocab", None)
-    lo, hi = int(tokens.min()), int(tokens.max())
-    if lo < 0 or (d_vocab is not None and hi >= d_vocab):
-        raise InterpError(
-            f"token id {lo if lo < 0 else hi} is outside the vocabulary [0, {d_vocab}); "
-            "check the tokenizer or d_vocab"
-        )
-    return tokens.long().to(model_device(model))
-
-
-def available_memory(device: Any = None) -> int:
-    """Bytes a computation on ``device`` can still use (CPU: ``MemAvailable``; GPU: free memory).
-
-    Falls back to 4 GiB where neither can be read.
-    """
-    dev_type = getattr(device, "type", str(device or "cpu"))
-    if dev_type == "cuda":
-        import torch
-
-        try:
-            return int(torch.cuda.mem_get_info(device)[0])
-        except (RuntimeError, AssertionError):  # pragma: no cover - no CUDA
-            pass
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return 4 << 30
-
-
-def forward_bytes(model: Any, batch: int, pos: int) -> int:
-    """A rough peak of the activation bytes of one forward pass over ``[batch, pos]`` tokens.
-
-    Per position: the logits, a few residual-width tensors, the MLP's hidden
-    layer, and a layer's attention scores and pattern (``n_heads x pos``);
-    4 bytes each. Used to refuse work that cannot fit before it starts.
-    """
-    cfg = model.cfg
-    d_mlp = int(getattr(cfg, "d_mlp", 0) or 0) if not getattr(cfg, "attn_only", False) else 0
-    d_vocab = int(getattr(cfg, "d_vocab_out", 0) or getattr(cfg, "d_vocab", 0) or 0)
-    d_model = int(getattr(cfg, "d_model", 0) or 0)
-    per_pos = d_vocab + 8 * d_model + 2 * d_mlp + 3 * int(cfg.n_heads) * int(pos)
-    return 4 * int(batch) * int(pos) * per_pos
-
-
-def check_memory(model: Any, batch: int, pos: int, *, copies: float = 1.0, what: str = "") -> int:
-    """Refuse work whose estimated peak memory exceeds what the model's device has free.
-
-    ``copies`` scales one forward pass (a backward pass roughly triples it).
-    Returns the estimate in bytes.
-
-    Raises:
-        InterpError: naming the estimate, the limit and what to shrink.
-    """
-    need = int(forward_bytes(model, batch, pos) * copies)
-    have = available_memory(model_device(model))
-    if need > have:
-        raise InterpError(
-            f"{what or 'input'} {batch} x {pos} tokens needs about {_gb(need)} for its forward "
-            f"pass{'es' if copies > 1 else ''}, but only {_gb(have)} is available; use fewer or "
-            "shorter sequences (a smaller --batch)"
-        )
-    return need
-
-
-def _gb(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
-
-
-def check_mask(
-    mask: Any, tokens: torch.Tensor, name: str = "loss_mask", *, drop_last: bool = False
-) -> torch.Tensor:
-    """``mask`` as a ``[batch, pos]`` bool tensor on the tokens' device.
-
-    ``drop_last`` is for loss masks: the last position predicts nothing, so a
-    mask that selects only it selects nothing.
-
-    Raises:
-        InterpError: for a non-tensor, a non-bool dtype, a shape other than the
-            tokens', or a mask that selects nothing.
-    """
-    import torch
-
-    if not isinstance(mask, torch.Tensor):
-        raise InterpError(f"{name} must be a [batch, pos] bool tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise InterpError(f"{name} must be a bool tensor, got dtype {mask.dtype}")
-    if mask.ndim == 1 and tokens.shape[0] == 1:
-        mask = mask[None]
-    if tuple(mask.shape) != tuple(tokens.shape):
-        raise InterpError(
-            f"{name} has shape {tuple(mask.shape)} but tokens are {tuple(tokens.shape)}"
-        )
-    selected = mask[:, :-1] if drop_last else mask
-    if not bool(selected.any()):
-        raise InterpError(
-            f"{name} selects no position" + (" that predicts a next token" if drop_last else "")
-        )
-    return mask.to(tokens.device)
-
-
-def position_mask(n: int, positions: Any) -> Any:
-    """``positions`` (ints, negative from the end, or a ``[pos]`` bool mask) as a ``[pos]`` mask.
-
-    ``None`` stays ``None`` (every position).
-
-    Raises:
-        InterpError: for an empty selection, non-integers, out-of-range
-            positions, or a mask of the wrong length.
-    """
-    import torch
-
-    if positions is None:
-        return None
-    if isinstance(positions, torch.Tensor) and positions.dtype == torch.bool:
-        if tuple(positions.shape) != (n,):
-            raise InterpError(
-                f"positions mask must have shape ({n},), got {tuple(positions.shape)}"
-            )
-        if not bool(positions.any()):
-            raise InterpError("positions mask selects no position")
-        return positions.cpu()
-    if isinstance(positions, (str, bytes)):
-        raise InterpError(f"positions must be integers or a bool mask, got {positions!r}")
-    if isinstance(positions, torch.Tensor):
-        items = positions.reshape(-1).tolist()
-    elif isinstance(positions, Iterable):
-        items = list(positions)
-    else:
-        items = [positions]  # a single position
-    if not items:
-        raise InterpError("positions is empty; pass at least one position, or None for all")
-    idx = [check_int(p, "each position") for p in items]
-    bad = [p for p in idx if not -n <= p < n]
-    if bad:
-        raise InterpError(f"positions {bad} out of range for sequences of length {n}")
-    mask = torch.zeros(n, dtype=torch.bool)
-    mask[[p % n for p in idx]] = True
-    return mask
-
-
-def check_layer_head(model: Any, layer: Any, head: Any = None) -> tuple[int, int | None]:
-    """``(layer, head)`` as ints, raising unless they index into the model.
-
-    numpy and torch integers are accepted; floats and bools are not.
-
-    Raises:
-        InterpError: for a layer or head that is not an integer (a type error,
-            e.g. ``"1"``), or one out of range.
-    """
-    cfg = model.cfg
-    for what, value in (("layer", layer), ("head", head)):
-        if what == "head" and value is None:
-            continue
-        if isinstance(value, bool) or not _is_int(value):
-            raise InterpError(
-                f"{what} must be an integer, got {type(value).__name__} {value!r}"
-                + (
-                    f"; pass {what}={value.strip()}"
-                    if isinstance(value, str) and value.strip().isdigit()
-                    else ""
-                )
-            )
-    if not 0 <= int(layer) < cfg.n_layers:
-        raise InterpError(
-            f"layer {_show(layer)} out of range: the model has layers 0..{cfg.n_layers - 1}"
-        )
-    if head is not None and not 0 <= int(head) < cfg.n_heads:
-        raise InterpError(
-            f"head {_show(head)} out of range: the model has heads 0..{cfg.n_heads - 1}"
-        )
-    return int(layer), None if head is None else int(head)
-
-
-def _is_int(x: Any) -> bool:
-    try:
-        operator.index(x)
-    except TypeError:
-        return False
-    return True
-
-
-def _show(x: Any) -> str:
-    return str(operator.index(x)) if _is_int(x) and not isinstance(x, bool) else repr(x)
-
-
-HEADS_FORMS = "(layer, head) pairs or 'L<layer>H<head>' labels, e.g. [(1, 4), 'L0H7']"
-
-
-def _one_head(model: Any, item: Any) -> tuple[int, int]:
-    if isinstance(item, str):
-        s = item.strip().upper()
-        try:
-            if not s.startswith("L") or "H" not in s:
-                raise ValueError
-            l_str, h_str = s[1:].split("H")
-            pair: Any = (int(l_str), int(h_str))
-        except ValueError:
-            raise InterpError(
-                f"head label {item!r} is not of the form L<layer>H<head>; heads are {HEADS_FORMS}"
-            ) from None
-    elif isinstance(item, (tuple, list)) and len(item) == 2:
-        if not all(_is_int(x) and not isinstance(x, bool) for x in item):
-            raise InterpError(f"head {item!r} must hold two integers; heads are {HEADS_FORMS}")
-        pair = item
-    else:
-        raise InterpError(f"cannot read {item!r} as a head; heads are {HEADS_FORMS}")
-    layer, head = check_layer_head(model, pair[0], pair[1])
-    return layer, int(head)  # type: ignore[arg-type]
-
-
-def parse_heads(model: Any, heads: Any) -> list[tuple[int, int]]:
-    """Heads as ``(layer, head)`` int pairs, in the order given; all heads (layer-major) if None.
-
-    Duplicates are collapsed with a warning. A bare string, an int, a triple
-    or floats are refused, because each would otherwise be read in some
-    surprising way (a string is an iterable of characters).
-
-    Raises:
-        InterpError: for anything that is not an iterable of heads, a head out
-            of range, or no heads at all.
-    """
-    cfg = model.cfg
-    if heads is None:
-        return [(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
-    if isinstance(heads, (str, bytes)):
-        raise InterpError(
-            f"heads must be a list of heads, not the string {heads!r}; "
-            f"pass [{heads!r}] for one head (heads are {HEADS_FORMS})"
-        )
-    if not isinstance(heads, Iterable) or isinstance(heads, dict):
-        raise InterpError(f"heads must be a list of heads, got {heads!r}; heads are {HEADS_FORMS}")
-    out: list[tuple[int, int]] = []
-    dupes: list[str] = []
-    for item in heads:
-        pair = _one_head(model, item)
-        if pair in out:
-            dupes.append(f"L{pair[0]}H{pair[1]}")
-        else:
-            out.append(pair)
-    if not out:
-        raise InterpError(f"no heads given; heads are {HEADS_FORMS}, or None for every head")
-    if dupes:
-        warnings.warn(
-            f"duplicate heads {', '.join(dupes)} were given more than once; each is used once",
-            UserWarning,
-            stacklevel=3,
-        )
-    return out
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ extension    format
 ``.parquet`` Parquet (pyarrow); the metadata in the file's schema (key ``interp``)
 ``.json``    ``{"meta": {...}, "rows": [...]}``; NaN and infinities are ``null``
 ``.md``      Markdown table, floats rounded to 4 decimals, the metadata as its caption
-``.html``    pandas-styled HTML table, colour scale on ``delta``, the metadata as caption
+``.html``    pandas-styled HTML table, colour scale on ``effect``, the metadata as caption
 ============ ================================================================
 
 The metadata is the table's ``df.attrs`` (every analysis records its
@@ -25,11 +25,11 @@ runs (its element ids come from the table's content, not a random uuid).
 
 Example:
     >>> import pandas as pd, tempfile, pathlib
-    >>> df = pd.DataFrame({"layer": [0], "delta": [0.1]})
+    >>> df = pd.DataFrame({"layer": [0], "effect": [0.1]})
     >>> df.attrs.update(method="zero ablation", seed=0)
     >>> path = export(df, pathlib.Path(tempfile.mkdtemp()) / "t.csv")
     >>> back = read_table(path)
-    >>> back["delta"].tolist(), back.attrs["method"], "interp_version" in back.attrs
+    >>> back["effect"].tolist(), back.attrs["method"], "interp_version" in back.attrs
     ([0.1], 'zero ablation', True)
 """
 
@@ -161,7 +161,7 @@ def styler(df: pd.DataFrame, *, decimals: int | None = 4, caption_text: str | No
 def styled_html(
     df: pd.DataFrame,
     *,
-    colour: str | None = "delta",
+    colour: str | None = "effect",
     decimals: int = 4,
     caption_text: str | None = None,
 ) -> str:
@@ -183,7 +183,7 @@ def export(
     df: pd.DataFrame,
     path: str | os.PathLike[str],
     *,
-    colour: str | None = "delta",
+    colour: str | None = "effect",
     decimals: int = 4,
     meta: dict[str, Any] | None = None,
 ) -> Path:

@@ -131,7 +131,7 @@ def held_out_batch(cfg: InductionTrainConfig, n: int | None = None, seed: int | 
 
 def evaluate(model: AttnOnlyTransformer, data) -> dict[str, float]:
     """Held-out repeated-half loss, first-half loss and the best layer-1 induction score."""
-    from interp.analysis.induction import head_scores
+    from interp.analysis.heads.scores import head_scores
     from interp.protocol import eval_no_grad
 
     with eval_no_grad(model):  # training mode comes back afterwards, even on an error

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from interp import InterpError
-from interp.analysis.ablation import ablate_head_groups, ablate_heads, resample_index, sweep_plan
-from interp.analysis.metrics import logit_diff_metric, loss_metric
+from interp.analysis.components.ablation import ablate_head_groups, ablate_heads, sweep_plan
+from interp.engine.ablations import resample_index
+from interp.metrics import logit_diff_metric, loss_metric
 from interp.datasets import repeated_random_tokens
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from interp.models.hf import random_gpt2, random_llama
@@ -87,14 +88,14 @@ def test_zero_ablation_equals_the_loop(case, batch_size):
         df["ablated"], run(model, data.tokens, [[h] for h in heads], metric), rtol=1e-5, atol=1e-6
     )
     assert df.attrs["engine"] == path and df.attrs["engine_note"] == ""
-    assert list(df.columns) == ["layer", "head", "label", "clean", "ablated", "delta"]
+    assert list(df.columns) == ["layer", "head", "label", "clean", "ablated", "effect"]
     np.testing.assert_allclose(df["clean"], run(model, data.tokens, [[]], metric)[0], rtol=1e-6)
 
 
 def test_mean_ablation_with_positions_equals_the_loop(case):
     model, data, metric, _ = case
     pos = [0, 2, -1]
-    df = ablate_heads(model, data.tokens, metric=metric, method="mean", positions=pos, batch_size=2)
+    df = ablate_heads(model, data.tokens, metric=metric, ablation="mean", positions=pos, batch_size=2)
     _, cache = model.run_with_cache(data.tokens, names_filter=lambda n: n.endswith("hook_z"))
     repl = {
         l: cache[f"blocks.{l}.attn.hook_z"].mean(0, keepdim=True) for l in range(model.cfg.n_layers)
@@ -128,7 +129,7 @@ def test_resample_draws_every_reference_row_and_equals_a_hand_loop():
     df = ablate_heads(
         model,
         data.tokens,
-        method="resample",
+        ablation="resample",
         heads=["L1H2"],
         seed=5,
         reference_tokens=ref,
@@ -141,7 +142,7 @@ def test_resample_draws_every_reference_row_and_equals_a_hand_loop():
         run(model, data.tokens, [[(1, 2)]], metric, repl)[0], rel=1e-6
     )
     one = ablate_heads(
-        model, data.tokens, method="resample", heads=["L1H2"], reference_tokens=ref[:1]
+        model, data.tokens, ablation="resample", heads=["L1H2"], reference_tokens=ref[:1]
     )
     assert np.isfinite(one["ablated"].item())  # a single reference row is fine
 
@@ -149,9 +150,9 @@ def test_resample_draws_every_reference_row_and_equals_a_hand_loop():
 def test_cache_supplies_the_mean(induction_model):
     data = repeated_random_tokens(8, 10, d_vocab=64, seed=1)
     _, cache = induction_model.run_with_cache(data.tokens)
-    a = ablate_heads(induction_model, data.tokens, method="mean", loss_mask=data.loss_mask)
+    a = ablate_heads(induction_model, data.tokens, ablation="mean", loss_mask=data.loss_mask)
     b = ablate_heads(
-        induction_model, data.tokens, method="mean", loss_mask=data.loss_mask, cache=cache
+        induction_model, data.tokens, ablation="mean", loss_mask=data.loss_mask, cache=cache
     )
     np.testing.assert_allclose(a["ablated"], b["ablated"], rtol=1e-6)
 
@@ -202,7 +203,7 @@ def test_bad_input(induction_model):
     data = repeated_random_tokens(3, 10, d_vocab=64, seed=0)
     t = data.tokens
     cases = [
-        (dict(method="median"), "unknown ablation method 'median'"),
+        (dict(ablation="median"), "unknown ablation 'median'"),
         (dict(heads=[(0, 7)]), "head 7 out of range"),
         (dict(heads=["head3"]), "not of the form"),
         (dict(heads="L1H1"), "not the string 'L1H1'"),
@@ -210,7 +211,7 @@ def test_bad_input(induction_model):
         (dict(heads=[(0.0, 1.0)]), "must hold two integers"),
         (dict(heads=5), "must be a list of heads"),
         (dict(heads=[]), "no heads given"),
-        (dict(method="mean", reference_tokens=t[:, :10]), "reference tokens have length"),
+        (dict(ablation="mean", reference_tokens=t[:, :10]), "reference tokens have length"),
         (dict(reference_tokens=t), "reference_tokens are for mean and resample"),
         (dict(loss_mask=data.loss_mask[:, :5]), "loss_mask has shape"),
         (dict(loss_mask=data.loss_mask, metric=logit_diff_metric(3, 4)), "build the mask into it"),
@@ -227,10 +228,10 @@ def test_bad_input(induction_model):
         with pytest.raises(InterpError, match=message):
             ablate_heads(model, t, **kwargs)
     with pytest.raises(InterpError, match="needs at least two sequences"):
-        ablate_heads(model, t[:1], method="resample")
+        ablate_heads(model, t[:1], ablation="resample")
     with pytest.raises(InterpError, match="groups must be a mapping"):
         ablate_head_groups(model, t, groups=[["L0H0"], ["L1H1"]])
-    with pytest.raises(InterpError, match="correct and incorrect are the same id"):
+    with pytest.raises(InterpError, match="answer and wrong are the same id"):
         logit_diff_metric(5, 5)
     with pytest.raises(InterpError, match="must be >= 0"):
         logit_diff_metric(-1, 5)

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from interp import InterpError
-from interp.analysis.ablation import ablate_heads
-from interp.analysis.attribution import attribute_heads
-from interp.analysis.metrics import logit_diff_metric, loss_metric
-from interp.analysis.patching import patch_heads
+from interp.analysis.components.ablation import ablate_heads
+from interp.analysis.components.attribution import attribute_heads
+from interp.metrics import logit_diff_metric, loss_metric
+from interp.analysis.components.patching import patch_heads
 from interp.datasets import repeated_random_tokens
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from interp.models.hf import random_gpt2
@@ -47,15 +47,15 @@ def test_zero_and_mean_estimates_equal_the_formula(case):
     model, data = case
     metric = loss_metric(data.loss_mask)
     grads = hand_gradients(model, data.tokens, metric)
-    for method in ("zero", "mean"):
-        df = attribute_heads(model, data.tokens, method=method, metric=metric)
+    for ablation in ("zero", "mean"):
+        df = attribute_heads(model, data.tokens, ablation=ablation, metric=metric)
         for r in df.itertuples():
             z, g = grads[r.layer]
-            target = torch.zeros_like(z) if method == "zero" else z.mean(0, keepdim=True)
+            target = torch.zeros_like(z) if ablation == "zero" else z.mean(0, keepdim=True)
             want = float(((target - z)[:, :, r.head] * g[:, :, r.head]).sum())
-            assert r.estimate == pytest.approx(want, abs=1e-5, rel=1e-4), (method, r.label)
+            assert r.estimate == pytest.approx(want, abs=1e-5, rel=1e-4), (ablation, r.label)
         assert df["exact"].isna().all()
-        assert {"ablated", "delta", "source"}.isdisjoint(df.columns)  # no column mixes the two
+        assert {"ablated", "effect", "source"}.isdisjoint(df.columns)  # no column mixes the two
         assert df.attrs["forward_equivalents"] <= 4
 
 
@@ -66,13 +66,25 @@ def test_patch_estimate_equals_the_formula(case):
     grads = hand_gradients(model, corrupted, metric)
     _, cache = model.run_with_cache(data.tokens)
     df = attribute_heads(
-        model, data.tokens, method="patch", corrupted_tokens=corrupted, metric=metric
-    )
-    for r in df.itertuples():
+        model, data.tokens, ablation="patch", corrupted_tokens=corrupted, metric=metric,
+        direction="denoising",
+    )  # fmt: skip
+    for r in df.itertuples():  # denoising: the gradient on the corrupted run, z' clean
         z, g = grads[r.layer]
         z_clean = cache[f"blocks.{r.layer}.attn.hook_z"]
         want = float(((z_clean - z)[:, :, r.head] * g[:, :, r.head]).sum())
         assert r.estimate == pytest.approx(want, abs=1e-5, rel=1e-4), r.label
+    noising = attribute_heads(
+        model, data.tokens, ablation="patch", corrupted_tokens=corrupted, metric=metric
+    )
+    clean_grads = hand_gradients(model, data.tokens, metric)
+    _, corrupted_cache = model.run_with_cache(corrupted)
+    for r in noising.itertuples():  # noising: the gradient on the clean run, z' corrupted
+        z, g = clean_grads[r.layer]
+        z_corr = corrupted_cache[f"blocks.{r.layer}.attn.hook_z"]
+        want = float(((z_corr - z)[:, :, r.head] * g[:, :, r.head]).sum())
+        assert r.estimate == pytest.approx(want, abs=1e-5, rel=1e-4), r.label
+    assert noising.attrs["direction"] == "noising" and df.attrs["direction"] == "denoising"
     assert {
         "clean",
         "corrupted",
@@ -81,7 +93,7 @@ def test_patch_estimate_equals_the_formula(case):
         "exact",
         "exact_normalized",
     } <= set(df.columns)
-    assert {"patched", "normalized", "delta"}.isdisjoint(df.columns)
+    assert {"patched", "normalized", "effect"}.isdisjoint(df.columns)
 
 
 def test_verify_fills_exact_values_equal_to_the_loop(case):
@@ -97,17 +109,17 @@ def test_verify_fills_exact_values_equal_to_the_loop(case):
         "label"
     )
     for r in exact.itertuples():
-        assert r.exact == pytest.approx(loop.loc[r.label, "delta"], rel=1e-5, abs=1e-6)
+        assert r.exact == pytest.approx(loop.loc[r.label, "effect"], rel=1e-5, abs=1e-6)
     corrupted = repeated_random_tokens(3, 8, d_vocab=30, seed=5).tokens
     ld = logit_diff_metric(3, 4)
     pdf = attribute_heads(
-        model, data.tokens, method="patch", corrupted_tokens=corrupted, metric=ld, verify=1
+        model, data.tokens, ablation="patch", corrupted_tokens=corrupted, metric=ld, verify=1
     )
     row = pdf.dropna(subset="exact").iloc[0]
     ref = patch_heads(
         model, data.tokens, corrupted_tokens=corrupted, metric=ld, heads=[row["label"]]
     )
-    assert row["exact"] == pytest.approx(ref["delta"].item(), rel=1e-5, abs=1e-6)
+    assert row["exact"] == pytest.approx(ref["effect"].item(), rel=1e-5, abs=1e-6)
 
 
 def test_near_linear_model_estimate_matches_exact():
@@ -120,10 +132,10 @@ def test_near_linear_model_estimate_matches_exact():
     metric = loss_metric(data.loss_mask)
     est = attribute_heads(model, data.tokens, metric=metric)
     exact = ablate_heads(model, data.tokens, metric=metric)
-    scale = float(exact["delta"].abs().max())
+    scale = float(exact["effect"].abs().max())
     assert scale > 1e-4  # measurable in float32
     # second-order terms are about (1%)^2 of the first-order ones here: 1% of the scale
-    np.testing.assert_allclose(est["estimate"], exact["delta"], atol=0.01 * scale)
+    np.testing.assert_allclose(est["estimate"], exact["effect"], atol=0.01 * scale)
 
 
 @pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
@@ -131,11 +143,13 @@ def test_bad_input(case):
     model, data = case
     t = data.tokens
     with pytest.raises(InterpError, match="needs corrupted_tokens"):
-        attribute_heads(model, t, method="patch", metric=logit_diff_metric(1, 2))
-    with pytest.raises(InterpError, match="corrupted_tokens are for method='patch'"):
+        attribute_heads(model, t, ablation="patch", metric=logit_diff_metric(1, 2))
+    with pytest.raises(InterpError, match="corrupted_tokens are for ablation='patch'"):
         attribute_heads(model, t, corrupted_tokens=t)
-    with pytest.raises(InterpError, match="unknown attribution method"):
-        attribute_heads(model, t, method="resample")
+    with pytest.raises(InterpError, match="unknown ablation 'median'"):
+        attribute_heads(model, t, ablation="median")
+    with pytest.raises(InterpError, match="unknown direction"):
+        attribute_heads(model, t, direction="up")
     with pytest.raises(InterpError, match="verify must be >= 0"):
         attribute_heads(model, t, verify=-1)
     with pytest.raises(InterpError, match="not differentiable"):

@@ -5,7 +5,7 @@ import torch
 from conftest import native_bridge
 
 from interp import InterpError
-from interp.analysis.circuits import (
+from interp.analysis.heads.weights import (
     copying_score,
     copying_scores,
     diagonal_fraction,
@@ -14,7 +14,7 @@ from interp.analysis.circuits import (
     ov_circuit,
     qk_circuit,
 )
-from interp.analysis.composition import composition_scores, composition_tensor, random_baseline
+from interp.analysis.heads.composition import composition_scores, composition_tensor, random_baseline
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 
 
@@ -140,7 +140,7 @@ def test_fold_ln_false_uses_the_raw_weights(bridge):
 
 
 def test_previous_position_attention_of_the_induction_models_previous_token_head(induction_model):
-    from interp.analysis.circuits import previous_position_attention
+    from interp.analysis.heads.weights import previous_position_attention
 
     folded = previous_position_attention(
         qk_circuit(induction_model, layer=0, head=1, embedding="positional")
@@ -159,7 +159,7 @@ def test_pair_scores_equal_transformer_lens():
     from transformer_lens import FactoredMatrix
     from transformer_lens.utilities.matrix import composition_scores as tl_scores
 
-    from interp.analysis.composition import pair_scores
+    from interp.analysis.heads.composition import pair_scores
 
     g = torch.Generator().manual_seed(0)
     left = FactoredMatrix(torch.randn(16, 40, 8, generator=g), torch.randn(16, 8, 40, generator=g))

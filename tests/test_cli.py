@@ -32,7 +32,7 @@ def test_ablate_and_patch_through_the_console_script(tmp_path):
     proc = run_cli("ablate", "--model", "induction-2l", "--out", str(out), "--repeated", "20")
     assert proc.returncode == 0, proc.stderr
     df = pd.read_csv(out)
-    assert list(df.columns) == ["layer", "head", "label", "clean", "ablated", "delta"]
+    assert list(df.columns) == ["layer", "head", "label", "clean", "ablated", "effect"]
     assert "L1H1" in proc.stdout and "forward passes (resume-after-block path)" in proc.stdout
     pout = tmp_path / "p.csv"
     proc = run_cli(
@@ -261,7 +261,7 @@ def test_console_script_errors_are_one_line(tmp_path):
 
 def test_interrupted_sweep_leaves_no_file(tmp_path, monkeypatch, capsys):
     """Ctrl-C during the sweep: exit 130, nothing written (tables are exported at the end)."""
-    import interp.analysis.ablation as ablation
+    import interp.analysis.components.ablation as ablation
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

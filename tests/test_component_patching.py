@@ -12,7 +12,7 @@ from transformer_lens import patching as tlp
 
 from interp import InterpError
 from interp.analysis import ablate_layers, ablate_mlps, patch_components
-from interp.analysis.metrics import logit_diff_metric, loss_metric
+from interp.metrics import logit_diff_metric, loss_metric
 from interp.hooks import hook_name
 from interp.models import load_model
 from interp.models.hf import random_gpt2, random_llama
@@ -59,7 +59,8 @@ def test_every_grid_equals_transformer_lens(bridge, component, by):
     _, cache = bridge.run_with_cache(clean)
     want = fn(bridge, corrupted, cache, lambda logits: metric(logits, corrupted))
     df = patch_components(
-        bridge, clean, corrupted_tokens=corrupted, component=component, by=by, metric=metric
+        bridge, clean, corrupted_tokens=corrupted, component=component, by=by, metric=metric,
+        direction="denoising",
     )
     got = torch.zeros_like(want)
     index = tuple(torch.tensor(df[a].to_numpy()) for a in axes)
@@ -117,7 +118,7 @@ def test_every_cell_equals_a_hooks_loop_on_our_model():
     ]:
         df = patch_components(
             model, clean, corrupted_tokens=corrupted, component=component, by=by, metric=metric,
-            positions=[3, 4, 7],
+            direction="denoising", positions=[3, 4, 7],
         )  # fmt: skip
         pattern = component == "pattern"
         for r in df.itertuples():
@@ -135,8 +136,8 @@ def test_mlp_and_layer_ablation_equal_a_loop(bridge):
     clean, _ = _pair()
     metric = loss_metric()
     mlps = ablate_mlps(bridge, clean, metric=metric)
-    groups = ablate_mlps(bridge, clean, metric=metric, neuron_groups=4, method="mean")
-    layers = ablate_layers(bridge, clean, metric=metric, method="resample", seed=3)
+    groups = ablate_mlps(bridge, clean, metric=metric, neuron_groups=4, ablation="mean")
+    layers = ablate_layers(bridge, clean, metric=metric, ablation="resample", seed=3)
     d_mlp = bridge.cfg.d_mlp
     assert groups["label"].iloc[1] == f"L0.mlp[{d_mlp // 4}:{d_mlp // 2}]"
     assert layers["label"].tolist() == ["L0.attn", "L0.mlp", "L1.attn", "L1.mlp"]
@@ -150,7 +151,7 @@ def test_mlp_and_layer_ablation_equal_a_loop(bridge):
 
     for r in mlps.itertuples():
         want = run(hook_name("mlp_out", r.layer), lambda x, hook: torch.zeros_like(x))
-        assert r.delta == pytest.approx(want - base, abs=1e-5)
+        assert r.effect == pytest.approx(want - base, abs=1e-5)
     for r in groups.itertuples():
         a, b = (int(v) for v in r.neurons.split("-"))
         name = f"blocks.{r.layer}.mlp.hook_post"
@@ -160,15 +161,15 @@ def test_mlp_and_layer_ablation_equal_a_loop(bridge):
             x[..., a : b + 1] = cache[name][..., a : b + 1].mean(0, keepdim=True)
             return x
 
-        assert r.delta == pytest.approx(run(name, mean_group) - base, abs=1e-5)
-    from interp.analysis.ablation import resample_index
+        assert r.effect == pytest.approx(run(name, mean_group) - base, abs=1e-5)
+    from interp.engine.ablations import resample_index
 
     idx = resample_index(3, None, 3)
     for r in layers.itertuples():
         kind = "z" if r.part == "attn" else "mlp_out"
         name = hook_name(kind, r.layer)
         want = run(name, lambda x, hook, name=name: cache[name][idx].clone())
-        assert r.delta == pytest.approx(want - base, abs=1e-5), r.label
+        assert r.effect == pytest.approx(want - base, abs=1e-5), r.label
 
 
 def test_bad_input_is_named():

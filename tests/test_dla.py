@@ -39,7 +39,7 @@ def _model_logit_diff(model, tokens, a, b, pos=-1):
 def test_rows_sum_to_the_models_own_logit_difference(model, unit):
     tokens = torch.randint(2, 30, (4, 9), generator=torch.Generator().manual_seed(0))
     a, b = torch.tensor([5, 7, 9, 11]), torch.tensor([6, 8, 10, 12])
-    df = direct_logit_attribution(model, tokens, answer=a, wrong=b, unit=unit)
+    df = direct_logit_attribution(model, tokens, answer=a, wrong=b, by=unit)
     want = _model_logit_diff(model, tokens, a, b)
     assert df["value"].sum() == pytest.approx(want, rel=1e-4, abs=1e-5)
     assert df.attrs["total"] == pytest.approx(want, rel=1e-5, abs=1e-6)
@@ -56,7 +56,7 @@ def test_rows_sum_to_the_models_own_logit_difference(model, unit):
 def test_units_agree_and_the_logit_alone(model):
     tokens = torch.randint(2, 30, (3, 8), generator=torch.Generator().manual_seed(2))
     by_unit = {
-        u: direct_logit_attribution(model, tokens, answer=5, wrong=6, unit=u)
+        u: direct_logit_attribution(model, tokens, answer=5, wrong=6, by=u)
         for u in ("head", "component", "layer")
     }
     heads, comps, layers = by_unit["head"], by_unit["component"], by_unit["layer"]
@@ -84,7 +84,7 @@ def test_equal_to_transformer_lens_where_it_is_right():
     tokens = torch.randint(2, 30, (3, 7), generator=torch.Generator().manual_seed(0))
     a, b = torch.tensor([5, 5, 5]), torch.tensor([6, 6, 6])
     tl = tl_dla(model, tokens, answer_tokens=a, incorrect_tokens=b, unit="component")
-    ours = direct_logit_attribution(model, tokens, answer=a, wrong=b, unit="component")
+    ours = direct_logit_attribution(model, tokens, answer=a, wrong=b, by="component")
     ours = ours.set_index("label")["value"]
     names = {"embed": "embed", "pos_embed": "pos_embed"}
     for l in range(2):
@@ -129,8 +129,8 @@ def test_the_induction_head_writes_the_repeated_token():
 def test_bad_input_is_named(minilm):
     model = load_model("induction-2l")
     tokens = torch.randint(1, 64, (2, 6))
-    with pytest.raises(InterpError, match="unknown unit"):
-        direct_logit_attribution(model, tokens, answer=3, unit="block")
+    with pytest.raises(InterpError, match="unknown by"):
+        direct_logit_attribution(model, tokens, answer=3, by="block")
     with pytest.raises(InterpError, match="same token"):
         direct_logit_attribution(model, tokens, answer=3, wrong=3)
     with pytest.raises(InterpError, match="has 3 entries but there are 2 sequences"):
@@ -139,8 +139,8 @@ def test_bad_input_is_named(minilm):
         direct_logit_attribution(model, tokens, answer=64)
     with pytest.raises(InterpError, match="text, and this model has no tokenizer"):
         direct_logit_attribution(model, tokens, answer="Mary")
-    with pytest.raises(InterpError, match="positions \\[9\\] out of range"):
-        direct_logit_attribution(model, tokens, answer=3, positions=9)
+    with pytest.raises(InterpError, match="at \\[9\\] out of range"):
+        direct_logit_attribution(model, tokens, answer=3, at=9)
     with pytest.raises(InterpError, match="has no language-model head"):
         direct_logit_attribution(minilm, torch.tensor([[101, 2054, 102]]), answer=5)
     gpt2 = random_gpt2(2, vocab=30)

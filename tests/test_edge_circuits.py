@@ -22,7 +22,7 @@ from interp.analysis import (
     load_circuit,
     path_patch,
 )
-from interp.analysis.metrics import logit_diff_metric, loss_metric
+from interp.metrics import logit_diff_metric, loss_metric
 from interp.datasets import repeated_random_tokens
 from interp.hooks import hook_name
 from interp.models import load_model

@@ -8,7 +8,7 @@ import torch
 from conftest import native_bridge
 
 from interp import InterpError
-from interp.analysis.induction import head_scores, induction_scores, pattern_scores
+from interp.analysis.heads.scores import head_scores, induction_scores, pattern_scores
 from interp.datasets import repeated_random_tokens
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 
@@ -154,7 +154,7 @@ def test_arena_convention_equals_the_diagonal_formula(induction_model):
 
 def test_conventions_relate_exactly_without_bos_exclusion():
     """ours = TL x n_rows / n_rows_with_stripe, per sequence, with exclude_bos=False."""
-    from interp.analysis.induction import stripe_mask
+    from interp.analysis.heads.scores import stripe_mask
 
     model = tiny()
     ids = repeated_random_tokens(1, 12, d_vocab=20, seed=3).tokens

@@ -1,8 +1,9 @@
 """Dependencies point one way, and no module reaches into another package's private parts.
 
-Layers, lowest first: errors / paths / files / tables, then hooks / protocol,
-then models, then analysis / datasets, then training / render / figures /
-labs, then the CLI. Every ``import`` in the package (module-level or inside a
+Layers, lowest first: errors / paths / files / tables / glossary, then hooks /
+protocol / memory / checks / metrics, then models, then the runtime (the one
+place that knows model kinds), then the engine, then analysis / datasets, then
+training / render / figures / labs, then the CLI. Every ``import`` in the package (module-level or inside a
 function) is parsed; one that points upward fails, as does importing a
 private module (``_x``) from another package or a private name from another module.
 """
@@ -13,9 +14,11 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "interp"
 
 LAYERS = [
-    ("interp", "interp.errors", "interp.paths", "interp.files", "interp.tables"),
-    ("interp.hooks", "interp.protocol"),
+    ("interp", "interp.errors", "interp.paths", "interp.files", "interp.tables", "interp.glossary"),
+    ("interp.hooks", "interp.protocol", "interp.memory", "interp.checks", "interp.metrics"),
     ("interp.models",),
+    ("interp.runtime",),
+    ("interp.engine",),
     ("interp.analysis", "interp.datasets"),
     ("interp.training", "interp.render", "interp.figures", "interp.labs"),
     ("interp.cli",),

@@ -67,7 +67,7 @@ def test_each_stage_recomputes_its_own_norm():
     """By hand on our model: stage s is ln_final(resid_s) @ W_U + b_U, with resid_s's own scale."""
     model = load_model("induction-2l")
     tokens = torch.randint(1, 64, (2, 9), generator=torch.Generator().manual_seed(2))
-    df = logit_lens(model, tokens, positions=[4, -1], target=7)
+    df = logit_lens(model, tokens, at=[4, -1], target=7)
     _, cache = model.run_with_cache(tokens)
     stages = [
         cache["blocks.0.hook_resid_pre"],
@@ -91,8 +91,8 @@ def test_bad_input_and_the_cache_rule(minilm):
     tokens = torch.randint(1, 64, (2, 6))
     with pytest.raises(InterpError, match="k=65 is more than the vocabulary"):
         logit_lens(model, tokens, k=65)
-    with pytest.raises(InterpError, match="positions \\[6\\] out of range"):
-        logit_lens(model, tokens, positions=[6])
+    with pytest.raises(InterpError, match="at \\[6\\] out of range"):
+        logit_lens(model, tokens, at=[6])
     with pytest.raises(InterpError, match="has no language-model head"):
         logit_lens(minilm, torch.tensor([[101, 2054, 102]]))
     gpt2 = random_gpt2(2, vocab=30)

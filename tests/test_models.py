@@ -115,7 +115,7 @@ def test_a_saved_hugging_face_folder_loads_with_its_class(tmp_path):
 
 def test_an_encoder_folder_without_an_lm_head_refuses_loss(tmp_path, capsys):
     """MiniLM's own folder (BertModel): loaded as an encoder; loss is refused, not made up."""
-    from interp.analysis.ablation import ablate_heads
+    from interp.analysis.components.ablation import ablate_heads
     from interp.models.pretrained import package_dir
 
     src = package_dir("minilm-l6") / "model"
@@ -174,7 +174,7 @@ def test_analyses_run_in_bfloat16_close_to_float32():
     assert b16.W_Q.dtype == torch.bfloat16
     s32, s16 = head_scores(f32, data.tokens), head_scores(b16, data.tokens)
     assert (s32.iloc[:, 3:] - s16.iloc[:, 3:]).abs().max().max() < 0.02
-    a32 = ablate_heads(f32, data.tokens, loss_mask=data.loss_mask).set_index("label")["delta"]
-    a16 = ablate_heads(b16, data.tokens, loss_mask=data.loss_mask).set_index("label")["delta"]
+    a32 = ablate_heads(f32, data.tokens, loss_mask=data.loss_mask).set_index("label")["effect"]
+    a16 = ablate_heads(b16, data.tokens, loss_mask=data.loss_mask).set_index("label")["effect"]
     big = a32.abs() > 1
     assert ((a16[big] - a32[big]).abs() / a32[big].abs()).max() < 0.05

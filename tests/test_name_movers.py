@@ -71,7 +71,7 @@ def test_the_name_attention_caption_states_its_own_numbers(out):
 
 def test_ablating_the_top_heads_hurts_more_than_random_heads(out):
     abl = table(out, "group_ablation")
-    top, rand = abl.iloc[0]["delta"], abl[abl["kind"] == "random"]["delta"]
+    top, rand = abl.iloc[0]["effect"], abl[abl["kind"] == "random"]["effect"]
     assert top < rand.median() - 1.0  # the logit difference falls
 
 

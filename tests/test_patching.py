@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from interp import InterpError
-from interp.analysis.metrics import logit_diff_metric
-from interp.analysis.patching import patch_heads
+from interp.metrics import logit_diff_metric
+from interp.analysis.components.patching import patch_heads
 from interp.datasets import repeated_random_tokens
 from interp.models.hf import random_gpt2
 
@@ -23,7 +23,7 @@ def test_equals_transformer_lens(setup):
     from transformer_lens.patching import get_act_patch_attn_head_out_all_pos
 
     model, clean, corrupted, metric = setup
-    df = patch_heads(model, clean, corrupted_tokens=corrupted, metric=metric)
+    df = patch_heads(model, clean, corrupted_tokens=corrupted, metric=metric, direction="denoising")
     _, cache = model.run_with_cache(clean)
     tl = get_act_patch_attn_head_out_all_pos(
         model, corrupted, cache, lambda lg: metric(lg, corrupted)
@@ -36,18 +36,19 @@ def test_equals_transformer_lens(setup):
         "clean",
         "corrupted",
         "patched",
-        "delta",
+        "effect",
         "normalized",
     ]
     assert df.attrs["engine"] == "resume-blocks"
-    again = patch_heads(model, clean, corrupted_tokens=corrupted, metric=metric, cache=cache)
+    again = patch_heads(model, clean, corrupted_tokens=corrupted, metric=metric, cache=cache, direction="denoising")
     np.testing.assert_allclose(again["patched"], df["patched"], rtol=1e-6)
 
 
 def test_positions_restrict_the_patch(setup):
     model, clean, corrupted, metric = setup
     one = patch_heads(
-        model, clean, corrupted_tokens=corrupted, metric=metric, heads=["L1H0"], positions=[2, -1]
+        model, clean, corrupted_tokens=corrupted, metric=metric, heads=["L1H0"], positions=[2, -1],
+        direction="denoising",
     )
     _, cache = model.run_with_cache(clean)
     z_clean = cache["blocks.1.attn.hook_z"]

@@ -11,9 +11,9 @@ import torch
 from conftest import run_cli
 
 from interp import InterpError
-from interp.analysis.ablation import ablate_heads
-from interp.analysis.induction import head_scores, probe_tokens
-from interp.analysis.metrics import logit_diff_metric, loss_metric
+from interp.analysis.components.ablation import ablate_heads
+from interp.analysis.heads.scores import head_scores, probe_tokens
+from interp.metrics import logit_diff_metric, loss_metric
 from interp.datasets import repeated_random_tokens
 
 pytestmark = pytest.mark.slow
@@ -53,7 +53,7 @@ def test_the_engine_is_exact_on_smollm(smollm):
 
 
 def test_loss_from_a_cache_equals_a_forward(smollm):
-    from interp.analysis.icl import per_token_loss
+    from interp.analysis.heads.icl import per_token_loss
 
     toks = smollm.to_tokens("One two three four five six seven eight nine ten.")
     _, cache = smollm.run_with_cache(toks, names_filter=lambda n: n.endswith("hook_resid_post"))
@@ -135,7 +135,7 @@ def test_ablate_and_patch_smollm_from_the_command_line(tmp_path, capsys):
     )
     assert proc.returncode == 0, proc.stderr
     row = pd.read_csv(out).iloc[0]
-    assert row["label"] == "L18H6" and row["delta"] > 0  # removing the induction head hurts
+    assert row["label"] == "L18H6" and row["effect"] > 0  # removing the induction head hurts
     pout = tmp_path / "p.csv"
     rc = main(
         [

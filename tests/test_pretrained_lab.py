@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from interp import InterpError
-from interp.analysis.clue import clue_attention
-from interp.analysis.induction import head_scores
-from interp.analysis.sense_states import word_states
-from interp.analysis.words import encode_word, ordinary_word_ids
+from interp.analysis.senses.clue import clue_attention
+from interp.analysis.heads.scores import head_scores
+from interp.analysis.senses.states import word_states
+from interp.analysis.senses.words import encode_word, ordinary_word_ids
 from interp.datasets import ambiguous_words, repeated_random_tokens
 
 pytestmark = pytest.mark.slow
@@ -40,10 +40,10 @@ def test_smollm_has_induction_heads_that_matter(out):
     assert len(scores) == 270 and list(scores.columns[:3]) == ["layer", "head", "label"]
     assert scores["induction"].max() > 0.7
     abl = table(out, "smollm2-135m_induction_ablation")
-    top, rand = abl.iloc[0], abl[abl["kind"] == "random"]["delta"]
-    assert top["delta"] > 3 and rand.median() < 1 and len(rand) == 5
+    top, rand = abl.iloc[0], abl[abl["kind"] == "random"]["effect"]
+    assert top["effect"] > 3 and rand.median() < 1 and len(rand) == 5
     # a costly random draw is explained: it holds a strong previous-token head
-    costly = abl[(abl["kind"] == "random") & (abl["delta"] > 3)]
+    costly = abl[(abl["kind"] == "random") & (abl["effect"] > 3)]
     assert costly["strong_heads"].str.contains("previous_token").all()
     losses = table(out, "smollm2-135m_induction_losses").iloc[0]
     assert losses["repeated"] < losses["first_half"] - 5

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from interp import InterpError
-from interp.analysis.induction import stripe_mask
-from interp.analysis.sense_probe import nearest_neighbour_probe
-from interp.analysis.sense_states import sense_similarity
+from interp.analysis.heads.scores import stripe_mask
+from interp.analysis.senses.probe import nearest_neighbour_probe
+from interp.analysis.senses.states import sense_similarity
 from interp.datasets import ambiguous_words
 
 WORDS = ["bank"] * 4 + ["bat"] * 4

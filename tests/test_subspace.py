@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interp import InterpError
-from interp.analysis.subspace import factored_subspaces, null_space_dimension, subspaces
+from interp.analysis.heads.subspace import factored_subspaces, null_space_dimension, subspaces
 
 
 def random_matrix(d_out, d_in, rank, eps, seed):

@@ -17,7 +17,7 @@ def df():
             "layer": [0, 1, 1],
             "head": [1, 0, 1],
             "label": ["L0H1", "L1H0", "L1H1"],
-            "delta": [0.1234567890123456, -2.0000000001, float("nan")],
+            "effect": [0.1234567890123456, -2.0000000001, float("nan")],
             "ratio": [float("inf"), 1.0, -float("inf")],
         }
     )
@@ -31,8 +31,8 @@ def test_csv_parquet_json_keep_full_precision(tmp_path, df):
             "parquet": pd.read_parquet,
             "json": lambda p: pd.DataFrame(json.loads(p.read_text())["rows"]),
         }[ext](path)
-        assert back["delta"].tolist()[:2] == df["delta"].tolist()[:2], ext
-        assert math.isnan(back["delta"].iloc[2]), ext
+        assert back["effect"].tolist()[:2] == df["effect"].tolist()[:2], ext
+        assert math.isnan(back["effect"].iloc[2]), ext
 
 
 def test_json_is_valid_for_nan_and_infinity(tmp_path, df):
@@ -40,7 +40,7 @@ def test_json_is_valid_for_nan_and_infinity(tmp_path, df):
     assert "NaN" not in text and "Infinity" not in text
     doc = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
     rows = doc["rows"]
-    assert rows[2]["delta"] is None and rows[0]["ratio"] is None and rows[1]["ratio"] == 1.0
+    assert rows[2]["effect"] is None and rows[0]["ratio"] is None and rows[1]["ratio"] == 1.0
 
 
 def test_markdown_and_html_round(tmp_path, df):
@@ -72,7 +72,7 @@ def test_bad_paths_fail_before_writing(tmp_path, df):
 def _described(df):
     df = df.copy()
     df.attrs.update(
-        method="zero",
+        ablation="zero",
         metric="loss",
         unit="nats (mean next-token cross-entropy)",
         model="induction-2l",

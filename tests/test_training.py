@@ -17,7 +17,7 @@ def test_retraining_with_the_same_seed_reproduces_the_shipped_checkpoint():
     """The shipped file is honestly reproducible: same seed and config, same scores and weights."""
     import torch
 
-    from interp.analysis.induction import head_scores
+    from interp.analysis.heads.scores import head_scores
     from interp.training import InductionTrainConfig, train_induction
 
     shipped, meta = load_checkpoint(data_dir() / INDUCTION_CHECKPOINT)

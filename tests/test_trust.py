@@ -1,7 +1,7 @@
 """Numbers you can trust from any input (issue 15): each case here failed silently before.
 
 * every ``cache=`` is checked against its tokens (one rule, in
-  ``interp.analysis._common.check_cache``), for every public function that takes one;
+  ``interp.analysis.frames.check_cache``), for every public function that takes one;
 * a mean over one sequence is refused, not a table of zeros;
 * a bridge whose logits disagree with its Hugging Face model is refused at load;
 * the next-token loss is refused on encoders;
@@ -43,13 +43,13 @@ def _item_tokens(items):
 
 # name -> (model kind, call(model, data, cache)); data are [batch, pos] tokens or word items.
 CASES = {
-    "ablate_heads": ("ind", lambda m, t, c: A.ablate_heads(m, t, method="mean", cache=c)),
+    "ablate_heads": ("ind", lambda m, t, c: A.ablate_heads(m, t, ablation="mean", cache=c)),
     "ablate_head_groups": (
         "ind",
-        lambda m, t, c: A.ablate_head_groups(m, t, groups={"g": ["L1H1"]}, method="mean", cache=c),
+        lambda m, t, c: A.ablate_head_groups(m, t, groups={"g": ["L1H1"]}, ablation="mean", cache=c),
     ),
     "attention_patterns": ("ind", lambda m, t, c: A.attention_patterns(m, t, cache=c)),
-    "attribute_heads": ("ind", lambda m, t, c: A.attribute_heads(m, t, method="mean", cache=c)),
+    "attribute_heads": ("ind", lambda m, t, c: A.attribute_heads(m, t, ablation="mean", cache=c)),
     "head_scores": ("ind", lambda m, t, c: A.head_scores(m, t, cache=c)),
     "induction_scores": ("ind", lambda m, t, c: A.induction_scores(m, t, cache=c)),
     "previous_token_scores": ("ind", lambda m, t, c: A.previous_token_scores(m, t, cache=c)),
@@ -74,7 +74,7 @@ CASES = {
         "ind",
         lambda m, t, c: A.direct_logit_attribution(m, t, answer=3, wrong=4, cache=c),
     ),
-    "logit_lens": ("ind", lambda m, t, c: A.logit_lens(m, t, positions=[-1], cache=c)),
+    "logit_lens": ("ind", lambda m, t, c: A.logit_lens(m, t, at=[-1], cache=c)),
     "patch_components": (
         "ind",
         lambda m, t, c: A.patch_components(
@@ -87,10 +87,10 @@ CASES = {
             cache=c,
         ),
     ),
-    "ablate_layers": ("ind", lambda m, t, c: A.ablate_layers(m, t, method="mean", cache=c)),
+    "ablate_layers": ("ind", lambda m, t, c: A.ablate_layers(m, t, ablation="mean", cache=c)),
     "ablate_mlps": (
         "gpt2",
-        lambda m, items, c: A.ablate_mlps(m, _item_tokens(items), method="mean", cache=c),
+        lambda m, items, c: A.ablate_mlps(m, _item_tokens(items), ablation="mean", cache=c),
     ),
     "path_patch": (
         "ind",
@@ -222,7 +222,7 @@ def test_a_stopped_forward_equals_a_full_cache_and_leaves_no_hooks(kind, inducti
     """cache_of ends the pass once the last hook asked for has fired (what every cache
     completion and pattern read uses): the same tensors as run_with_cache, bridge aliases
     included, and the model afterwards exactly as before (no hook left behind)."""
-    from interp.analysis._common import cache_of
+    from interp.engine.cache import cache_of
     from interp.models.hf import random_llama
 
     model = {"ind": induction_model, "gpt2": gpt2}.get(kind) or random_llama(2, vocab=30)
@@ -245,17 +245,17 @@ def test_a_stopped_forward_equals_a_full_cache_and_leaves_no_hooks(kind, inducti
 def test_mean_ablation_of_one_sequence_is_refused(induction_model):
     t = repeated_random_tokens(3, 8, d_vocab=64, seed=0).tokens
     for call in (
-        lambda: A.ablate_heads(induction_model, t[:1], method="mean"),
-        lambda: A.ablate_head_groups(induction_model, t[:1], groups={"g": ["L1H1"]}, method="mean"),
-        lambda: A.attribute_heads(induction_model, t[:1], method="mean"),
+        lambda: A.ablate_heads(induction_model, t[:1], ablation="mean"),
+        lambda: A.ablate_head_groups(induction_model, t[:1], groups={"g": ["L1H1"]}, ablation="mean"),
+        lambda: A.attribute_heads(induction_model, t[:1], ablation="mean"),
     ):
         with pytest.raises(InterpError, match="mean of one sequence is the sequence"):
             call()
     with pytest.raises(InterpError, match="over one reference sequence"):
-        A.ablate_heads(induction_model, t, method="mean", reference_tokens=t[:1])
+        A.ablate_heads(induction_model, t, ablation="mean", reference_tokens=t[:1])
     # with a reference batch, one sequence is fine: the mean is over the references
-    df = A.ablate_heads(induction_model, t[:1], method="mean", reference_tokens=t)
-    assert df["delta"].abs().max() > 0.01
+    df = A.ablate_heads(induction_model, t[:1], ablation="mean", reference_tokens=t)
+    assert df["effect"].abs().max() > 0.01
 
 
 def test_mean_ablation_of_a_prompt_on_the_command_line(tmp_path, capsys):
@@ -345,7 +345,7 @@ def test_next_token_loss_is_refused_on_an_encoder_with_a_head(tmp_path):
         with pytest.raises(InterpError, match="no meaning on an encoder"):
             call()
     # a metric that reads what an encoder has is fine
-    df = A.ablate_heads(model, t, metric=A.logit_diff_metric(5, 6, position=2))
+    df = A.ablate_heads(model, t, metric=A.logit_diff_metric(5, 6, at=2))
     assert len(df) == model.cfg.n_layers * model.cfg.n_heads
 
 
@@ -369,7 +369,7 @@ def test_long_probes_show_progress(induction_model, capsys):
 
 
 def test_subspaces_build_the_large_complements_only_when_read():
-    from interp.analysis.subspace import subspaces
+    from interp.analysis.heads.subspace import subspaces
 
     rng = np.random.default_rng(0)
     M = rng.standard_normal((300, 20))  # an embedding-shaped weight: d_out >> d_in

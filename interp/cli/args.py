@@ -343,10 +343,11 @@ def inputs(model: Any, args: argparse.Namespace, given: Any) -> tuple[Any, Any]:
     Raises:
         InterpError: for probes that cannot fit in memory.
     """
-    from interp.analysis.induction import probe_tokens
-    from interp.analysis.words import ordinary_word_ids
+    from interp.analysis.heads.scores import probe_tokens
+    from interp.analysis.senses.words import ordinary_word_ids
     from interp.datasets import repeated_random_tokens
-    from interp.protocol import bos_token_id, check_memory
+    from interp.memory import check_memory
+    from interp.protocol import bos_token_id
 
     if given is not None:
         return given, None

@@ -7,7 +7,7 @@ repeated tokens without a tokenizer, indirect-object prompts with one).
 
 ``interp circuit`` scores every edge with EAP or EAP-IG, finds the smallest
 top-n circuit whose exact faithfulness reaches ``--target``, and writes it as
-JSON (:meth:`interp.analysis.graph.Circuit.save`), with its edge table and
+JSON (:meth:`interp.analysis.circuits.circuit.Circuit.save`), with its edge table and
 layered drawing if asked. ``interp paths`` path-patches every sender into the
 ``--receivers`` (default the logits). Everything checkable without weights is
 checked first; bad input is one line on stderr and exit 2.
@@ -141,7 +141,7 @@ def _prompt_task(args: argparse.Namespace, source: Any) -> tuple[Any, Any, Any]:
     (``source``: the tokenizer before loading, the model after)."""
     import torch
 
-    from interp.analysis.metrics import logit_diff_metric, loss_metric
+    from interp.metrics import logit_diff_metric, loss_metric
 
     clean = _batch(source, args.clean, "clean")
     corrupted = _batch(source, args.corrupted, "corrupted")
@@ -195,8 +195,8 @@ def run_circuit(args: argparse.Namespace) -> int:
         raise InterpError(f"--target must be in (0, 1], got {args.target}")
     _prechecked(args)
     from interp import export
-    from interp.analysis.circuit_eval import find_circuit
-    from interp.analysis.edge_attribution import attribute_edges
+    from interp.analysis.circuits.edge_attribution import attribute_edges
+    from interp.analysis.circuits.evaluation import find_circuit
 
     model = load(args)
     clean, corrupted, metric, what = _task(args, model)
@@ -249,7 +249,7 @@ def run_paths(args: argparse.Namespace) -> int:
     senders = _labels(args.senders, "--senders")
     _prechecked(args)
     from interp import export
-    from interp.analysis.path_patching import path_patch
+    from interp.analysis.circuits.paths import path_patch
 
     model = load(args)
     clean, corrupted, metric, what = _task(args, model)

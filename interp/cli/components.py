@@ -91,7 +91,7 @@ def run_dla(args: argparse.Namespace) -> int:
     positions = positions_arg(args.positions)
     answer, wrong = _prechecked(args, positions)
     from interp import export
-    from interp.analysis.dla import direct_logit_attribution, head_grid
+    from interp.analysis.components.dla import direct_logit_attribution, head_grid
 
     model = load(args)
     tokens = encode(model, args.prompt)
@@ -143,7 +143,7 @@ def run_lens(args: argparse.Namespace) -> int:
     target = token_id(tok, args.target) if args.target is not None else None
     check_positions_fit(positions, encode(tok, args.prompt).shape[1])
     from interp import export
-    from interp.analysis.lens import logit_lens
+    from interp.analysis.components.lens import logit_lens
 
     model = load(args)
     tokens = encode(model, args.prompt)
@@ -177,9 +177,10 @@ def run_attention(args: argparse.Namespace) -> int:
     if args.wrong is not None and args.answer is None:
         raise InterpError("--wrong goes with --answer")
     answer, wrong = _prechecked(args, None)
-    from interp.analysis.induction import head_scores
-    from interp.analysis.patterns import attention_patterns
-    from interp.protocol import is_causal, parse_heads
+    from interp.analysis.heads.patterns import attention_patterns
+    from interp.analysis.heads.scores import head_scores
+    from interp.checks import parse_heads
+    from interp.protocol import is_causal
     from interp.render import Report
 
     model = load(args)
@@ -214,7 +215,7 @@ def run_attention(args: argparse.Namespace) -> int:
     r.heading("Attention patterns")
     r.attention(strs, pats, head_names=chosen, causal=is_causal(model))
     if answer is not None:
-        from interp.analysis.dla import direct_logit_attribution, head_grid
+        from interp.analysis.components.dla import direct_logit_attribution, head_grid
         from interp.figures import dla_heatmap
 
         df = direct_logit_attribution(model, tokens, answer=answer, wrong=wrong)

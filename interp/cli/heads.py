@@ -148,7 +148,7 @@ def _tokenizer_checks(args: argparse.Namespace, prompts: list[str], positions: A
 
 # ------------------------------------------------------------------ with the model
 def _metric(model: Any, args: argparse.Namespace, loss_mask: Any) -> Any:
-    from interp.analysis.metrics import logit_diff_metric, loss_metric
+    from interp.metrics import logit_diff_metric, loss_metric
 
     if args.metric == "loss":
         return loss_metric(loss_mask)
@@ -158,7 +158,7 @@ def _metric(model: Any, args: argparse.Namespace, loss_mask: Any) -> Any:
 
 
 def _announce(model: Any, tokens: Any, heads: Any, what: str) -> None:
-    from interp.analysis.ablation import sweep_plan
+    from interp.analysis.components.ablation import sweep_plan
 
     plan = sweep_plan(model, tokens, heads=heads)
     print(
@@ -200,7 +200,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     if args.estimate:
         return _attribute(args, out, heads, positions, given)
     from interp import export
-    from interp.analysis.ablation import ablate_heads
+    from interp.analysis.components.ablation import ablate_heads
 
     model = load(args)
     tokens, mask = inputs(model, args, given)
@@ -224,8 +224,8 @@ def run_ablate(args: argparse.Namespace) -> int:
 
 def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any, given: Any) -> int:
     from interp import export
-    from interp.analysis.attribution import attribute_heads
-    from interp.analysis.patching import check_token_pair
+    from interp.analysis.components.attribution import attribute_heads
+    from interp.checks import check_token_pair
 
     model = load(args)
     corrupted = None
@@ -293,7 +293,8 @@ def run_patch(args: argparse.Namespace) -> int:
         raise InterpError("--heads is for per-head patching; drop it with --component")
     check_model_args(args)
     _tokenizer_checks(args, [args.clean, args.corrupted], positions)
-    from interp.analysis.patching import check_token_pair, patch_heads
+    from interp.analysis.components.patching import patch_heads
+    from interp.checks import check_token_pair
 
     model = load(args)
     clean, corrupted = encode(model, args.clean), encode(model, args.corrupted)
@@ -318,7 +319,7 @@ def run_scores(args: argparse.Namespace) -> int:
     given = check_inputs(args)
     check_model_args(args)
     from interp import export
-    from interp.analysis.induction import head_scores
+    from interp.analysis.heads.scores import head_scores
 
     model = load(args)
     tokens, _ = inputs(model, args, given)
@@ -346,7 +347,7 @@ def _write_patching(df: Any, args: argparse.Namespace, out: Path) -> int:
 
 def _patch_grid(args: argparse.Namespace, model: Any, clean: Any, corrupted: Any, positions: Any,
                 out: Path) -> int:  # fmt: skip
-    from interp.analysis.component_patching import LAYER_COMPONENTS, patch_components
+    from interp.analysis.components.component_patching import LAYER_COMPONENTS, patch_components
 
     by = args.by or ("layer_position" if args.component in LAYER_COMPONENTS else "head")
     print(f"patching {args.component} by {by} on {clean.shape[1]} tokens")

@@ -93,7 +93,7 @@ def check_options(name: str, *, models: Any = None, seed: Any = 0, fmt: str = "c
             lab that has none, several models for a one-model lab, or a model
             name that cannot be loaded.
     """
-    from interp.protocol import check_seed
+    from interp.checks import check_seed
 
     if name not in LABS:
         raise InterpError(f"unknown lab {name!r}; choose one of {', '.join(LABS)}")

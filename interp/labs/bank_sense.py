@@ -56,7 +56,7 @@ def analyse(*, seed: int = 0, progress: bool = False) -> BankSenseFindings:
     Raises:
         InterpError: for a bad seed.
     """
-    from interp.protocol import check_seed
+    from interp.checks import check_seed
 
     seed = check_seed(seed)
     bar = progress_bar(5, progress, "bank-sense lab")

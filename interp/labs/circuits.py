@@ -35,13 +35,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
-from interp.analysis.circuit_eval import circuit_curve, evaluate_circuit, find_circuit
-from interp.analysis.edge_attribution import attribute_edges, edge_agreement
-from interp.analysis.graph import circuit_graph
-from interp.analysis.metrics import logit_diff_metric, loss_metric
-from interp.analysis.path_patching import path_patch
+from interp.analysis.circuits.circuit import circuit_graph
+from interp.analysis.circuits.edge_attribution import attribute_edges, edge_agreement
+from interp.analysis.circuits.evaluation import circuit_curve, evaluate_circuit, find_circuit
+from interp.analysis.circuits.paths import path_patch
+from interp.analysis.circuits.task import Task, circuit_task
 from interp.errors import InterpError
 from interp.labs.common import load, progress_bar
 
@@ -51,69 +50,6 @@ EXACT_ALL = 2000  # graphs up to this many edges are patched edge by edge, all o
 EXACT_TOP = 200  # otherwise the top edges of EAP-IG
 MATTERS = 0.05  # an edge matters when its exact effect exceeds this share of the difference
 TARGET = 0.8
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-    """Clean and corrupted prompts, a metric, and held-out prompts of the same task."""
-
-    name: str
-    clean: torch.Tensor
-    corrupted: torch.Tensor
-    metric: Any
-    held_clean: torch.Tensor
-    held_corrupted: torch.Tensor
-    held_metric: Any
-    description: str
-
-
-def circuit_task(model: Any, *, n: int = 16, seed: int = 0) -> Task:
-    """The lab's task for ``model`` (module docstring): repeated tokens for models without a
-    tokenizer, indirect-object identification for models with one."""
-    from interp.datasets import name_mover_prompts, name_mover_templates, repeated_random_tokens
-
-    if getattr(model, "tokenizer", None) is None:
-        seg = min(12, (int(model.cfg.n_ctx) - 1) // 2)
-
-        def pair(offset: int, count: int) -> tuple[torch.Tensor, torch.Tensor, Any]:
-            data = repeated_random_tokens(count, seg, d_vocab=int(model.cfg.d_vocab),
-                                          seed=seed + offset)  # fmt: skip
-            corrupted = data.tokens.clone()
-            gen = torch.Generator().manual_seed(seed + offset + 1)
-            corrupted[:, 1 : seg + 1] = torch.randint(
-                1, int(model.cfg.d_vocab), (count, seg), generator=gen
-            )
-            return data.tokens, corrupted, loss_metric(data.loss_mask)
-
-        clean, corrupted, metric = pair(0, n)
-        held_clean, held_corrupted, held_metric = pair(1000, n)
-        return Task(
-            name="repeated tokens",
-            clean=clean,
-            corrupted=corrupted,
-            metric=metric,
-            held_clean=held_clean,
-            held_corrupted=held_corrupted,
-            held_metric=held_metric,
-            description=f"{n} sequences of BOS and {seg} random tokens twice; the corrupted twin "
-            "replaces the first copy; metric: mean loss on the repeated half (nats)",
-        )
-    tok = model.tokenizer
-    p = name_mover_prompts(n, seed=seed, tokenizer=tok)
-    held = name_mover_prompts(
-        n, seed=seed, tokenizer=tok, templates=name_mover_templates("held_out")
-    )
-    return Task(
-        name="name movers",
-        clean=p.clean,
-        corrupted=p.corrupted,
-        metric=logit_diff_metric(p.io_ids, p.s_ids),
-        held_clean=held.clean,
-        held_corrupted=held.corrupted,
-        held_metric=logit_diff_metric(held.io_ids, held.s_ids),
-        description=f"{n} indirect-object prompts (training templates) and their corrupted "
-        "twins (the other name repeated); metric: logit difference IO - S",
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +85,7 @@ def analyse(
         InterpError: for a model whose circuits cannot be evaluated exactly, or a
             task the model does not do (clean and corrupted metrics equal).
     """
-    from interp.protocol import check_int, check_seed
+    from interp.checks import check_int, check_seed
 
     seed, n = check_seed(seed), check_int(n, "n", minimum=2)
     model, name = load(model)

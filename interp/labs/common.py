@@ -36,7 +36,7 @@ def half_losses(model: Any, data: Any) -> dict[str, float]:
     Raises:
         InterpError: for a model whose logits are meaningless (no LM head).
     """
-    from interp.analysis.icl import per_token_loss
+    from interp.analysis.heads.icl import per_token_loss
 
     nll = per_token_loss(model, data.tokens).cpu()  # [batch, pos - 1]
     return {

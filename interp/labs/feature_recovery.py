@@ -49,7 +49,7 @@ class FeatureFindings:
 
 def query_map_arithmetic(d_in: int = 12_288, d_out: int = 128, seed: int = 0) -> pd.DataFrame:
     """The article's count: a random ``d_in x d_out`` query map has ``d_in - d_out`` null dims."""
-    from interp.analysis.subspace import null_space_dimension
+    from interp.analysis.heads.subspace import null_space_dimension
 
     W = np.random.default_rng(seed).standard_normal((d_in, d_out)).astype(np.float32)
     t = time.perf_counter()
@@ -73,11 +73,11 @@ def analyse(*, seed: int = 0, progress: bool = False) -> FeatureFindings:
     Raises:
         InterpError: for a bad seed.
     """
-    from interp.analysis.induction import probe_tokens
-    from interp.analysis.null_probe import null_space_probe, read_fraction
+    from interp.analysis.heads.null_probe import null_space_probe, read_fraction
+    from interp.analysis.heads.scores import probe_tokens
+    from interp.checks import check_seed
     from interp.labs.toy_heads import null_space_example
     from interp.models.checkpoints import load_induction_model
-    from interp.protocol import check_seed
 
     seed = check_seed(seed)
     bar = progress_bar(N_SEEDS + 2, progress, "feature-recovery lab")

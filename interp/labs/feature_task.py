@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.analysis.subspace import subspaces
+from interp.analysis.heads.subspace import subspaces
 from interp.errors import InterpError
 
 FEATURES = ("type_A", "type_B", "type_C", "want_A", "want_B", "want_C", "pay_0", "pay_1", "pay_2")

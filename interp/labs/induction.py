@@ -36,24 +36,24 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis.ablation import ablate_head_groups, ablate_heads, zero_head_hooks
-from interp.analysis.circuits import (
+from interp.analysis.components.ablation import ablate_head_groups, ablate_heads, zero_head_hooks
+from interp.analysis.heads.composition import composition_scores
+from interp.analysis.heads.icl import in_context_learning_score, per_token_loss
+from interp.analysis.heads.patterns import attention_patterns
+from interp.analysis.heads.scores import CONVENTIONS, head_scores
+from interp.analysis.heads.weights import (
     copying_scores,
     diagonal_fraction,
     k_composition_circuit,
     previous_position_attention,
     qk_circuit,
 )
-from interp.analysis.composition import composition_scores
-from interp.analysis.icl import in_context_learning_score, per_token_loss
-from interp.analysis.induction import CONVENTIONS, head_scores
-from interp.analysis.metrics import next_token_nll
-from interp.analysis.patterns import attention_patterns
 from interp.datasets import BOS, HELD_OUT_LENGTHS, RepeatedTokens, repeated_random_tokens
 from interp.datasets import repeated_tokens as make_repeated
 from interp.errors import InterpError
 from interp.hooks import head_label
 from interp.labs.common import half_losses, load, progress_bar
+from interp.metrics import next_token_nll
 
 NAME = "induction"
 TITLE = "Induction heads in a two-layer attention-only model"
@@ -341,7 +341,7 @@ def lens_by_half(model: Any, data: RepeatedTokens) -> pd.DataFrame:
     """The logit lens over the held-out sequences, summarised per stage for the first half
     (unpredictable) and the repeated half: the next token's mean probability, median rank
     and how often it is the top prediction."""
-    from interp.analysis.lens import logit_lens
+    from interp.analysis.components.lens import logit_lens
 
     lens = logit_lens(model, data.tokens, k=1)
     b, n = data.tokens.shape

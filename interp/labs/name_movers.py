@@ -37,16 +37,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.analysis.ablation import ablate_head_groups
-from interp.analysis.attribution import attribute_heads, estimate_agreement
-from interp.analysis.dla import direct_logit_attribution, head_grid
-from interp.analysis.lens import logit_lens
-from interp.analysis.metrics import logit_diff_metric
-from interp.analysis.patching import patch_heads
-from interp.analysis.patterns import attention_patterns
+from interp.analysis.components.ablation import ablate_head_groups
+from interp.analysis.components.attribution import attribute_heads, estimate_agreement
+from interp.analysis.components.dla import direct_logit_attribution, head_grid
+from interp.analysis.components.lens import logit_lens
+from interp.analysis.components.patching import patch_heads
+from interp.analysis.heads.patterns import attention_patterns
 from interp.datasets import NameMoverPrompts, name_mover_prompts, name_mover_templates
 from interp.errors import InterpError
 from interp.labs.common import load, progress_bar, random_head_groups
+from interp.metrics import logit_diff_metric
 from interp.protocol import eval_no_grad
 
 NAME = "name-movers"
@@ -240,7 +240,7 @@ def analyse(
         InterpError: for a model without a Hugging Face tokenizer, or one that
             fails every template.
     """
-    from interp.protocol import check_int, check_seed
+    from interp.checks import check_int, check_seed
 
     seed, n, k = check_seed(seed), check_int(n, "n", minimum=2), check_int(k, "k", minimum=1)
     model, name = load(model)

@@ -3,7 +3,7 @@
 Two parts, each run on any model :func:`interp.models.load_model` gives:
 
 1. :func:`induction_in`: induction heads on BOS + random ordinary word
-   tokens (:func:`interp.analysis.words.ordinary_word_ids`), repeated twice.
+   tokens (:func:`interp.analysis.senses.words.ordinary_word_ids`), repeated twice.
    Stripe scores for every head; the top ``k`` heads by induction score;
    first-half vs repeated-half loss; the top ``k`` ablated together
    against ``n_random`` seeded draws of ``k`` other heads; OV copying scores
@@ -42,20 +42,20 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis.ablation import ablate_head_groups, zero_head_hooks
-from interp.analysis.circuits import copying_scores
-from interp.analysis.clue import clue_attention
-from interp.analysis.composition import composition_scores
-from interp.analysis.induction import head_scores
-from interp.analysis.metrics import loss_metric
-from interp.analysis.patterns import attention_patterns
-from interp.analysis.sense_probe import nearest_neighbour_probe
-from interp.analysis.sense_states import sense_similarity, word_states
-from interp.analysis.words import WordTokens, encode_word, ordinary_word_ids
+from interp.analysis.components.ablation import ablate_head_groups, zero_head_hooks
+from interp.analysis.heads.composition import composition_scores
+from interp.analysis.heads.patterns import attention_patterns
+from interp.analysis.heads.scores import head_scores
+from interp.analysis.heads.weights import copying_scores
+from interp.analysis.senses.clue import clue_attention
+from interp.analysis.senses.probe import nearest_neighbour_probe
+from interp.analysis.senses.states import sense_similarity, word_states
+from interp.analysis.senses.words import WordTokens, encode_word, ordinary_word_ids
 from interp.datasets import RepeatedTokens, ambiguous_words, repeated_random_tokens
 from interp.errors import InterpError
 from interp.labs import LABS
 from interp.labs.common import half_losses, load, progress_bar, random_head_groups
+from interp.metrics import loss_metric
 from interp.protocol import bos_token_id, is_causal
 
 NAME = "pretrained"
@@ -324,8 +324,8 @@ def analyse(
         InterpError: for no models, an unknown name, or a model without a fast
             Hugging Face tokenizer (the sense part reads real text).
     """
+    from interp.checks import check_int, check_seed
     from interp.models.loader import check_model_name
-    from interp.protocol import check_int, check_seed
 
     seed, k = check_seed(seed), check_int(k, "k", minimum=1)
     models = list(models)

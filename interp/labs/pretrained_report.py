@@ -106,7 +106,7 @@ def _induction_section(report: Report, name: str, mf: Any, plots: dict[str, Any]
     report.text(
         f"{n} sequences of BOS then {(length - 1) // 2} random ordinary word tokens (no "
         "special tokens or word pieces), repeated once. Scores are the mean attention on each "
-        "stripe (interp convention, interp.analysis.induction)"
+        "stripe (interp convention, interp.analysis.heads.scores)"
         + (
             "."
             if f.causal

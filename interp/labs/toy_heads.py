@@ -348,7 +348,7 @@ def null_space_example() -> dict[str, np.ndarray]:
     The null direction ``n`` is computed from the SVD (scaled so its first entry
     is 1), then ``M n``, ``M e`` and ``M (e + n)`` for ``e = (1, 2, 3)``.
     """
-    from interp.analysis.subspace import subspaces
+    from interp.analysis.heads.subspace import subspaces
 
     M = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
     s = subspaces(M)

@@ -45,8 +45,8 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
+from interp.checks import check_tokens
 from interp.errors import InterpError
-from interp.protocol import check_tokens
 
 ReturnType = Literal["logits", "loss", "both", None]
 

@@ -1,0 +1,280 @@
+"""The computational graph circuits are made of: senders, receivers, and the edges between them.
+
+The residual stream is a sum: every component reads the sum of what earlier
+components wrote. An *edge* is one writer's contribution to one reader's
+input (Elhage et al. 2021; ACDC, Conmy et al. 2023; EAP, Syed et al. 2023).
+The graph itself (:class:`interp.engine.graph.Graph`) is the edge engine's;
+here are circuits, sets of its edges, and the forms edges are given in.
+
+* **Senders** write: the token embedding (``embed``), the positional
+  embedding (``pos_embed``, where the model has one), every head's output
+  (``L3H7``: ``z @ W_O`` of that head) and every MLP (``L3.mlp``).
+* **Receivers** read: every head's query input (``L3H7.q``), every key and
+  value input (``L3H7.k`` / ``.v``; on grouped-query models one per key/value
+  head, ``L3KV1.k``: SmolLM2 has 9 query heads but 3 key/value heads a layer,
+  so 3 key receivers, not 9 copies), every MLP's input (``L3.mlp``) and the
+  logits (``logits``: the stream the final norm reads).
+* A sender precedes a receiver when it writes before the receiver reads:
+  embeddings precede everything, a layer's heads precede later layers and its
+  own MLP, a layer's MLP precedes later layers.
+
+Edge labels read ``L0H1 -> L1H1.k``, ``embed -> L1H1.v``, ``L29H1 -> logits``,
+``L3.mlp -> L20H0.q``; tables have ``sender, receiver, receiver_input``
+(``q``, ``k``, ``v``, ``mlp``, ``logits``). A circuit is a set of edges
+(:class:`Circuit`); it is saved as JSON and loaded back with
+:func:`load_circuit` to be evaluated on other prompts.
+
+Example:
+    >>> from interp.models import load_model
+    >>> graph = circuit_graph(load_model("induction-2l"))
+    >>> graph.n_edges, graph.edge_labels()[:2]
+    (42, ['embed -> L0H0.q', 'embed -> L0H1.q'])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from interp.engine.graph import Graph, build_graph
+from interp.errors import InterpError
+from interp.protocol import HookedModel
+
+
+def circuit_graph(model: HookedModel) -> Graph:
+    """The graph of ``model`` (module docstring): print it for its counts.
+
+    Raises:
+        InterpError: for a model whose blocks run attention and MLP in parallel
+            (their inputs are one stream; this graph assumes sequential blocks),
+            or an encoder without an LM head (no logits receiver).
+    """
+    return build_graph(model)
+
+
+@dataclasses.dataclass(frozen=True)
+class Circuit:
+    """A set of edges of a graph, with how it was found and how faithful it was measured."""
+
+    graph: Graph
+    mask: np.ndarray  # [n_senders, n_receivers] bool: the edges in the circuit
+    scores: np.ndarray | None = None  # [n_senders, n_receivers] the scores it was ranked by
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.mask.sum())
+
+    def edges(self) -> pd.DataFrame:
+        """One row per edge in the circuit (``sender, receiver, receiver_input, score, label``)."""
+        s, r = np.nonzero(self.mask)
+        g = self.graph
+        return pd.DataFrame(
+            {
+                "sender": [g.senders[i] for i in s],
+                "receiver": [g.receivers[j] for j in r],
+                "receiver_input": [g.receiver_input[j] for j in r],
+                "score": [
+                    float(self.scores[i, j]) if self.scores is not None else np.nan
+                    for i, j in zip(s, r)
+                ],  # fmt: skip
+                "label": [f"{g.senders[i]} -> {g.receivers[j]}" for i, j in zip(s, r)],
+            }
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The circuit as a JSON document (nodes, edges, scores, how it was found)."""
+        from interp import __version__
+        from interp.tables import plain
+
+        g = self.graph
+        used_s = sorted({g.senders[i] for i in np.nonzero(self.mask)[0]})
+        used_r = sorted({g.receivers[j] for j in np.nonzero(self.mask)[1]})
+        return {
+            "format": "interp-circuit",
+            "version": 1,
+            "interp_version": __version__,
+            "model": g.model_name,
+            "graph": {
+                "n_layers": g.n_layers,
+                "n_heads": g.n_heads,
+                "n_kv_heads": g.n_kv_heads,
+                "has_mlp": g.has_mlp,
+                "n_senders": len(g.senders),
+                "n_receivers": len(g.receivers),
+                "n_edges": g.n_edges,
+            },
+            "nodes": {"senders": used_s, "receivers": used_r},
+            "edges": plain(self.edges().drop(columns="label").to_dict("records")),
+            "info": plain(self.info),
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write :meth:`to_json` atomically.
+
+        Raises:
+            InterpError: for a destination that cannot be written.
+        """
+        from interp.files import write_text
+
+        return write_text(path, json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")
+
+
+def edge_mask(graph: Graph, edges: Any) -> np.ndarray:
+    """``edges`` as a ``[n_senders, n_receivers]`` bool mask: a :class:`Circuit`, a mask, a
+    table with ``sender`` and ``receiver`` columns, ``"a -> b"`` labels or ``(a, b)`` pairs.
+
+    Raises:
+        InterpError: for an edge that is not in the graph (a sender after its receiver,
+            an unknown name) or a mask of the wrong shape.
+    """
+    if isinstance(edges, Circuit):
+        if edges.graph.senders != graph.senders or edges.graph.receivers != graph.receivers:
+            raise InterpError(
+                f"this circuit belongs to another graph ({edges.graph.describe()}); this model's "
+                f"is {graph.describe()}"
+            )
+        return edges.mask.copy()
+    if isinstance(edges, np.ndarray) or hasattr(edges, "numpy"):
+        arr = np.asarray(edges.numpy() if hasattr(edges, "numpy") else edges, dtype=bool)
+        if arr.shape != graph.valid.shape:
+            raise InterpError(f"edge mask has shape {arr.shape}, the graph {graph.valid.shape}")
+        if (arr & ~graph.valid).any():
+            raise InterpError("the edge mask holds pairs that are not edges of the graph")
+        return arr
+    if isinstance(edges, pd.DataFrame):
+        pairs: Iterable[Any] = zip(edges["sender"], edges["receiver"])
+    elif isinstance(edges, (str, bytes)):
+        raise InterpError("edges must be a list of edges, not one string; pass [label]")
+    else:
+        pairs = edges
+    mask = np.zeros_like(graph.valid)
+    for item in pairs:
+        if isinstance(item, str):
+            if "->" not in item:
+                raise InterpError(f"edge {item!r} is not of the form 'sender -> receiver'")
+            a, b = (x.strip() for x in item.split("->", 1))
+        elif isinstance(item, Sequence) and len(item) == 2:
+            a, b = item
+        else:
+            raise InterpError(f"cannot read {item!r} as an edge")
+        s = graph.sender_index(a)
+        for r in graph.receiver_indices(b):
+            if not graph.valid[s, r]:
+                raise InterpError(
+                    f"{graph.senders[s]} -> {graph.receivers[r]} is not an edge: the sender "
+                    "writes after the receiver reads"
+                )
+            mask[s, r] = True
+    return mask
+
+
+def position_edge_mask(graph: Graph, edges: Any, n_positions: int) -> np.ndarray:
+    """``edges`` as a ``[n_senders, n_receivers, n_positions]`` bool mask: edges per position
+    (``positions="each"``). Reads a mask of that shape, a table with a ``position`` column
+    (an :func:`~interp.analysis.attribute_edges` table with ``positions="each"``), labels
+    ``"a -> b @p"`` or ``(a, b, p)`` triples; an edge given without a position (any form
+    :func:`edge_mask` reads) stands for that edge at every position.
+
+    Example:
+        >>> from interp.models import load_model
+        >>> g = circuit_graph(load_model("induction-2l"))
+        >>> m = position_edge_mask(g, ["L0H1 -> L1H1.k @3", "embed -> logits"], 5)
+        >>> m.shape, int(m.sum()), int(m[g.sender_index("L0H1")].sum())
+        ((6, 13, 5), 6, 1)
+
+    Raises:
+        InterpError: for an edge not in the graph, a position outside the prompt, or a mask
+            of the wrong shape.
+    """
+    P = int(n_positions)
+
+    def at(p: Any) -> int:
+        if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+            raise InterpError(f"edge position must be an integer, got {p!r}")
+        if not -P <= int(p) < P:
+            raise InterpError(f"edge position {int(p)} is outside a prompt of {P} tokens")
+        return int(p) % P
+
+    if isinstance(edges, np.ndarray) or hasattr(edges, "numpy"):
+        arr = np.asarray(edges.numpy() if hasattr(edges, "numpy") else edges, dtype=bool)
+        if arr.ndim == 2:
+            return np.repeat(edge_mask(graph, arr)[..., None], P, axis=-1)
+        if arr.shape != (*graph.valid.shape, P):
+            raise InterpError(
+                f"edge mask has shape {arr.shape}; per position it must be "
+                f"{(*graph.valid.shape, P)}"
+            )
+        if (arr & ~graph.valid[..., None]).any():
+            raise InterpError("the edge mask holds pairs that are not edges of the graph")
+        return arr
+    if isinstance(edges, pd.DataFrame) and "position" in edges.columns:
+        items: list[Any] = list(zip(edges["sender"], edges["receiver"], edges["position"]))
+    elif isinstance(edges, (Circuit, pd.DataFrame)):
+        return np.repeat(edge_mask(graph, edges)[..., None], P, axis=-1)
+    elif isinstance(edges, (str, bytes)):
+        raise InterpError("edges must be a list of edges, not one string; pass [label]")
+    else:
+        items = list(edges)
+    mask = np.zeros((*graph.valid.shape, P), dtype=bool)
+    for item in items:
+        if isinstance(item, str) and "@" in item:
+            edge, _, where = item.rpartition("@")
+            try:
+                p = int(where.strip())
+            except ValueError:
+                raise InterpError(
+                    f"edge {item!r}: the position after '@' must be an integer"
+                ) from None
+            one, ps = edge_mask(graph, [edge.strip()]), [at(p)]
+        elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 3:
+            one, ps = edge_mask(graph, [tuple(item[:2])]), [at(item[2])]
+        else:
+            one, ps = edge_mask(graph, [item]), list(range(P))
+        for p in ps:
+            mask[..., p] |= one
+    return mask
+
+
+def load_circuit(path: str | os.PathLike[str], model: Any) -> Circuit:
+    """A circuit saved by :meth:`Circuit.save`, on ``model``'s graph (to evaluate elsewhere).
+
+    Raises:
+        InterpError: for a missing or malformed file, or a circuit of a model whose
+            graph differs from ``model``'s.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InterpError(f"circuit file {str(p)!r} not found")
+    try:
+        doc = json.loads(p.read_text())
+        if doc.get("format") != "interp-circuit":
+            raise KeyError("format")
+        edges = doc["edges"]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise InterpError(f"{str(p)!r} is not an interp circuit file") from None
+    graph = circuit_graph(model)
+    shape = doc.get("graph", {})
+    if (shape.get("n_layers"), shape.get("n_heads"), shape.get("n_kv_heads")) != (
+        graph.n_layers,
+        graph.n_heads,
+        graph.n_kv_heads,
+    ):
+        raise InterpError(
+            f"{str(p)!r} is a circuit of a {shape.get('n_layers')} x {shape.get('n_heads')} "
+            f"model; this model is {graph.n_layers} x {graph.n_heads}"
+        )
+    mask = edge_mask(graph, [(e["sender"], e["receiver"]) for e in edges])
+    scores = np.full(graph.valid.shape, np.nan)
+    for e in edges:
+        s = graph.sender_index(e["sender"])
+        for r in graph.receiver_indices(e["receiver"]):
+            scores[s, r] = e.get("score") if e.get("score") is not None else np.nan
+    return Circuit(graph=graph, mask=mask, scores=scores, info=dict(doc.get("info", {})))

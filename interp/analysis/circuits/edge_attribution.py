@@ -1,0 +1,298 @@
+"""Attribution for every edge: which writer-to-reader paths a metric depends on.
+
+For an edge ``s -> r`` (:mod:`interp.analysis.circuits.circuit`), patching it
+moves receiver ``r``'s input by ``alt_s - base_s`` (the sender's output in the
+source run, or zero, or its mean over the batch, minus its output in the base
+run) and leaves every other input alone. ``direction``
+(:mod:`interp.engine.direction`): ``"noising"`` (the default, EAP's) edits the
+clean run with the corrupted run's outputs; ``"denoising"`` the corrupted run
+with the clean run's. The effect on the metric is estimated to first order
+(edge attribution patching, EAP: Syed, Rager and Conmy 2023):
+
+    score(s -> r) = sum over batch, positions, d_model of (alt_s - base_s) . dM/d(input_r)
+
+from one source forward pass and one base forward and backward pass for every
+edge at once. ``method="eap-ig"`` (Hanna et al. 2024, "EAP-IG-inputs")
+averages the gradient over ``steps`` runs whose token embeddings are
+interpolated from the source to the base prompt (``k / steps`` of the way,
+``k = 1 .. steps``), which follows the metric through saturated softmaxes
+better. ``method="exact"`` patches each listed edge alone, exactly (one
+resumed pass each, packed by layer), so an estimate's error can be measured.
+
+Gradients are taken with respect to each receiver's own input: each head's
+query, key and value (per key/value head on grouped-query models, as the
+model computes them) and each MLP's input, carried back from the model's own
+``hook_q`` / ``hook_k`` / ``hook_v`` through its weights and norm, so the
+forward pass is the model's own.
+
+Example:
+    >>> from interp.models import load_model
+    >>> from interp.metrics import logit_diff_metric
+    >>> model = load_model("induction-2l")
+    >>> clean = torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]])
+    >>> corrupted = torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]])
+    >>> eap = attribute_edges(model, clean, corrupted_tokens=corrupted,
+    ...                       metric=logit_diff_metric(8, 9))
+    >>> eap.reindex(eap["estimate"].abs().sort_values().index)["label"].iloc[-1]
+    'L1H1 -> logits'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+
+from interp.analysis.circuits.circuit import edge_mask, position_edge_mask
+from interp.analysis.frames import table_attrs
+from interp.checks import check_int
+from interp.engine.cache import activation_of
+from interp.engine.direction import Direction
+from interp.engine.edges import patch_edges
+from interp.engine.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
+from interp.engine.tasks import EdgeTask, prepare, replacement
+from interp.errors import InterpError
+from interp.hooks import hook_name
+from interp.metrics import Metric
+from interp.protocol import HookedModel, eval_no_grad, positions_label
+
+Method = Literal["eap", "eap-ig", "exact"]
+METHODS = ("eap", "eap-ig", "exact")
+
+
+def attribute_edges(
+    model: HookedModel,
+    tokens: torch.Tensor,
+    *,
+    metric: Metric | Callable[[torch.Tensor, torch.Tensor], Any],
+    corrupted_tokens: torch.Tensor | None = None,
+    method: Method = "eap",
+    steps: int = 5,
+    edges: Any = None,
+    ablation: Literal["patch", "zero", "mean"] = "patch",
+    direction: Direction = "noising",
+    positions: Any = None,
+    cache: Any = None,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """One row per edge: ``sender, receiver, receiver_input, label`` and ``estimate`` (EAP,
+    EAP-IG) or ``exact`` (module docstring): the effect on the metric of patching that edge.
+
+    ``tokens`` are the clean tokens; ``ablation="patch"`` replaces senders'
+    outputs by the source run's (``direction``), ``"zero"`` by zero, ``"mean"``
+    by their mean over the batch. ``edges`` limits the table (any form
+    :func:`interp.analysis.circuits.circuit.edge_mask` reads; for ``"exact"``
+    the default is every edge, one resumed pass each). ``positions`` restricts
+    the edits to those positions; ``positions="each"`` (prompts of one length)
+    scores every edge at every position on its own, the position where the
+    receiver reads the sender's output: one row per edge and position, with a
+    ``position`` column and labels ``"a -> b @p"`` (the rows of an edge sum to
+    its score without positions; :func:`~interp.analysis.evaluate_circuit`
+    reads them back). ``df.attrs`` records the method, the base run's metric,
+    the passes and the graph's size.
+
+    Raises:
+        InterpError: for an unknown method, ablation or direction, ``steps`` below 1,
+            ``"eap-ig"`` without corrupted tokens, tokens that do not pair up, a
+            metric that is not differentiable (estimates) or needs an LM head the
+            model lacks, edges not in the graph, or a cache of other tokens.
+    """
+    if method not in METHODS:
+        raise InterpError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    steps = check_int(steps, "steps", minimum=1)
+    if method == "eap-ig" and ablation != "patch":
+        raise InterpError(
+            "eap-ig interpolates the token embeddings from the corrupted prompt to the clean "
+            "one, so it needs ablation='patch' and corrupted_tokens"
+        )
+    prep = prepare(
+        model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation=ablation,
+        positions=positions, direction=direction, cache=cache,
+        base_pass=method == "exact",  # estimates take the base outputs from their own pass
+        each_for="attribute_edges",
+    )  # fmt: skip
+    graph = prep.graph
+    if prep.each:
+        P = prep.tokens.shape[1]
+        valid = np.repeat(graph.valid[..., None], P, axis=-1)
+        wanted = valid if edges is None else position_edge_mask(graph, edges, P)
+    else:
+        wanted = graph.valid if edges is None else edge_mask(graph, edges)
+    if method == "exact":
+        where = np.nonzero(wanted)
+        masks = []
+        for idx in zip(*where):
+            m = np.zeros_like(wanted)
+            m[idx] = True
+            masks.append(m)
+        values = patch_edges(model, prep, masks, progress=progress, desc="exact edges")
+        scores = np.zeros(wanted.shape)
+        scores[where] = np.asarray(values) - prep.base_value
+        column, passes = "exact", f"{len(masks)} resumed passes, packed by layer"
+    else:
+        scores = _estimate(model, prep, method, steps).numpy()
+        column = "estimate"
+        passes = (
+            "1 forward (source) + 1 forward and backward (base)"
+            if method == "eap"
+            else f"1 forward (source) + {steps} forwards and backwards (interpolated)"
+        )
+    df = _table(graph, wanted, scores, column)
+    df.attrs.update(
+        table_attrs(
+            "attribute_edges",
+            description="the effect on the metric of patching each edge alone "
+            f"({prep.direction}, {method})",
+            method=method,
+            ablation=ablation,
+            direction=prep.direction,
+            metric=prep.metric,
+            model=model,
+            positions="each" if prep.each else positions_label(prep.positions),
+            forward_equivalents=prep.cost.forward_equivalents,
+            engine="edges",
+            steps=steps if method == "eap-ig" else None,
+            clean=prep.clean_value,
+            passes=passes,
+            graph=graph.describe(),
+        )
+    )
+    return df
+
+
+def _estimate(model: Any, prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
+    """EAP or EAP-IG scores ``[sender, receiver]``. The base pass (EAP's only one; EAP-IG's
+    last point, all the way to the base embeddings) also gives the base senders' outputs."""
+    if method == "eap":
+        alphas = [1.0]
+    else:
+        with eval_no_grad(model):
+            base_embed = _embedding(model, prep.base)
+            source_embed = _embedding(model, _source(prep))
+        alphas = [k / steps for k in range(steps, 0, -1)]  # the base point first
+    G, diff = None, None
+    for alpha in alphas:
+        embed = None if alpha == 1.0 else source_embed + alpha * (base_embed - source_embed)
+        grads = receiver_gradients(
+            model, prep.graph, prep.parts, prep.base, prep.metric, embed=embed,
+            keep_senders=diff is None, score_tokens=prep.tokens,
+        )  # fmt: skip
+        prep.cost.forward()
+        prep.cost.backward()
+        if diff is None:  # alpha = 1: the base run
+            prep.base_out, prep.base_value = grads.senders, grads.value
+            if prep.alt is None:
+                prep.alt = replacement(prep.ablation, prep.base_out)
+            diff = prep.alt - prep.base_out  # [sender, batch, pos, d_model]
+            if prep.positions is not None:
+                diff = diff * prep.positions.float()[None, None, :, None]
+        # the mean gradient over the steps, then one product with the senders' differences
+        G = receiver_gradient_matrix(prep.graph, prep.parts, grads, G, 1.0 / len(alphas))
+        del grads
+    return score_edges(prep.graph, G, diff, each=prep.each)
+
+
+def _source(prep: EdgeTask) -> torch.Tensor:
+    """The tokens of the run the base run is patched from."""
+    return prep.corrupted if prep.direction == "noising" else prep.tokens
+
+
+def _embedding(model: Any, tokens: torch.Tensor) -> torch.Tensor:
+    return activation_of(model, tokens, hook_name("embed")).float()
+
+
+def _table(graph: Any, wanted: np.ndarray, scores: np.ndarray, column: str) -> pd.DataFrame:
+    """One row per edge of ``wanted`` (``[sender, receiver]``), or per edge and position
+    (``[sender, receiver, pos]``: a ``position`` column and ``@p`` labels)."""
+    where = np.nonzero(wanted)
+    s, r = where[0], where[1]
+    labels = [f"{graph.senders[i]} -> {graph.receivers[j]}" for i, j in zip(s, r)]
+    columns: dict[str, Any] = {
+        "sender": [graph.senders[i] for i in s],
+        "receiver": [graph.receivers[j] for j in r],
+        "receiver_input": [graph.receiver_input[j] for j in r],
+    }
+    if wanted.ndim == 3:
+        columns["position"] = where[2]
+        labels = [f"{lab} @{p}" for lab, p in zip(labels, where[2])]
+    columns["label"] = labels
+    columns[column] = scores[where]
+    return pd.DataFrame(columns)
+
+
+def score_matrix(graph: Any, scores: Any) -> np.ndarray:
+    """Scores as ``[sender, receiver]`` (NaN where no score): an :func:`attribute_edges`
+    table (its ``estimate`` or ``exact`` column) or an array of that shape.
+
+    Raises:
+        InterpError: for a table without a score column or an array of another shape.
+    """
+    if isinstance(scores, pd.DataFrame):
+        if "position" in scores.columns:
+            raise InterpError(
+                "these scores are per edge and position (positions='each'); curves and circuit "
+                "searches rank whole edges: sum them first, e.g. "
+                "df.groupby(['sender', 'receiver'], as_index=False)[column].sum()"
+            )
+        col = "exact" if "exact" in scores.columns else "estimate"
+        if col not in scores.columns:
+            raise InterpError("scores must be an attribute_edges table (estimate or exact column)")
+        out = np.full(graph.valid.shape, np.nan)
+        for a, b, v in zip(scores["sender"], scores["receiver"], scores[col]):
+            s = graph.sender_index(a)
+            for r in graph.receiver_indices(b):
+                out[s, r] = v
+        return out
+    arr = np.asarray(scores.numpy() if hasattr(scores, "numpy") else scores, dtype=float)
+    if arr.shape != graph.valid.shape:
+        raise InterpError(f"scores have shape {arr.shape}; the graph's is {graph.valid.shape}")
+    return np.where(graph.valid, arr, np.nan)
+
+
+def edge_agreement(exact: pd.Series, estimate: pd.Series, *, threshold: float) -> pd.DataFrame:
+    """How well an estimate finds the edges that matter: one row per measure.
+
+    ``exact`` and ``estimate`` hold one value per edge, indexed by label. The
+    edges that matter are those with ``|exact| > threshold``; rows: ROC AUC of
+    ``|estimate|`` for telling them apart from the rest (the probability that a
+    random edge that matters outscores a random one that does not; ties count
+    1/2), Spearman correlation of estimate and exact, and how many of the
+    ``m`` edges that matter are in the estimate's top ``m``.
+
+    Example:
+        >>> exact = pd.Series([5.0, 0.1, -3.0, 0.0], index=list("abcd"))
+        >>> est = pd.Series([2.0, 0.5, -0.2, 0.3], index=exact.index)
+        >>> edge_agreement(exact, est, threshold=1.0)["value"].round(3).tolist()
+        [0.5, 1.0, 1.0]
+
+    Raises:
+        InterpError: for series over different edges, or no edge (or every edge) above
+            the threshold.
+    """
+    if set(exact.index) != set(estimate.index):
+        raise InterpError("exact and estimate must hold the same edges (index by label)")
+    est = estimate.reindex(exact.index)
+    matters = (exact.abs() > threshold).to_numpy()
+    if matters.all() or not matters.any():
+        raise InterpError(
+            f"{int(matters.sum())} of {len(matters)} edges pass the threshold {threshold}; "
+            "ROC AUC needs edges on both sides"
+        )
+    score = est.abs().to_numpy()
+    pos, neg = score[matters], score[~matters]
+    greater = (pos[:, None] > neg[None, :]).mean()
+    ties = (pos[:, None] == neg[None, :]).mean()
+    auc = float(greater + 0.5 * ties)
+    rho = float(exact.rank().corr(est.rank()))
+    m = int(matters.sum())
+    hits = len(set(exact.index[matters]) & set(est.abs().nlargest(m).index))
+    return pd.DataFrame(
+        [
+            {"measure": "ROC AUC (|estimate| finds the edges that matter)", "value": auc},
+            {"measure": "Spearman (estimate vs exact)", "value": rho},
+            {"measure": f"edges that matter ({m}) in the estimate's top {m}", "value": float(hits)},
+        ]
+    )

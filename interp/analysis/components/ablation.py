@@ -1,0 +1,212 @@
+"""Head ablations: what a metric does when a head's output is removed.
+
+An ablation replaces a head's output *before* the output projection, at
+``blocks.{l}.attn.hook_z`` (``[batch, pos, head, d_head]``), so nothing of the
+head reaches the residual stream through ``W_O`` (the output bias ``b_O`` is
+shared by the layer's heads and stays). The ``ablation``:
+
+* ``zero``: ``z = 0``;
+* ``mean``: ``z`` replaced by its mean over a reference batch, per position
+  (reference sequences must have the same length as ``tokens``; default: the
+  tokens themselves);
+* ``resample``: each sequence's ``z`` replaced by the head's ``z`` on a
+  randomly drawn (seeded) sequence: any row of ``reference_tokens``, or,
+  without them, a *different* sequence of ``tokens``.
+
+``positions`` restricts the ablation to some positions (all by default). The
+default metric is the mean next-token loss over ``loss_mask``. Each table has
+``clean``, ``ablated`` and ``effect = ablated - clean``. All sweeps run on the
+exact engine (:mod:`interp.engine.sweep`); ``df.attrs["engine"]`` says which
+path ran, and every result equals one ``run_with_hooks`` per edit (to 1e-5).
+The model runs in eval mode under ``torch.no_grad()`` (its mode is restored).
+
+Example:
+    >>> from interp.models import load_induction_model
+    >>> from interp.datasets import repeated_tokens
+    >>> model = load_induction_model()
+    >>> data = repeated_tokens(32, d_vocab=64, seq_len=48, segment_lengths=(8, 12), seed=1)
+    >>> table = ablate_heads(model, data.tokens, loss_mask=data.loss_mask)
+    >>> table.nlargest(2, "effect")["label"].tolist()
+    ['L1H1', 'L0H1']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+import pandas as pd
+import torch
+
+from interp.analysis.components._pipeline import ablate, check_ablating
+from interp.analysis.frames import rows_frame
+from interp.checks import check_tokens, parse_heads
+from interp.engine.sites import site
+from interp.errors import InterpError
+from interp.hooks import hook_name
+from interp.metrics import Metric
+from interp.protocol import HookedModel, check_model, eval_no_grad
+
+Ablation = Literal["zero", "mean", "resample"]
+MetricArg = Metric | Callable[[torch.Tensor, torch.Tensor], Any] | None
+
+
+def zero_head_hooks(model: HookedModel, *, heads: Iterable[Any]) -> list[tuple[str, Callable]]:
+    """``fwd_hooks`` for ``run_with_hooks`` that zero the given heads' ``hook_z``.
+
+    Example:
+        >>> from interp.models import load_induction_model
+        >>> model = load_induction_model()
+        >>> [name for name, _ in zero_head_hooks(model, heads=["L1H1", "L0H1"])]
+        ['blocks.0.attn.hook_z', 'blocks.1.attn.hook_z']
+
+    Raises:
+        InterpError: for a head out of range or a malformed label.
+    """
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in parse_heads(model, heads):
+        by_layer.setdefault(layer, []).append(head)
+
+    def make(hs: list[int]) -> Callable:
+        def hook(z: torch.Tensor, hook: Any) -> torch.Tensor:
+            z = z.clone()  # [batch, pos, head, d_head]
+            z[:, :, hs] = 0.0
+            return z
+
+        return hook
+
+    return [(hook_name("z", l), make(hs)) for l, hs in sorted(by_layer.items())]
+
+
+def ablate_heads(
+    model: HookedModel,
+    tokens: torch.Tensor,
+    *,
+    ablation: Ablation = "zero",
+    metric: MetricArg = None,
+    heads: Iterable[Any] | None = None,
+    loss_mask: torch.Tensor | None = None,
+    positions: Any = None,
+    reference_tokens: torch.Tensor | None = None,
+    cache: Any = None,
+    batch_size: int | None = None,
+    memory_budget: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Ablate each head alone: columns ``layer, head, label, clean, ablated, effect``.
+
+    ``effect = ablated - clean``; rows are layer-major, for ``heads`` (all by
+    default). ``loss_mask`` selects the predictions the default loss counts;
+    ``positions`` where the ablation applies. ``cache`` (of ``tokens``) supplies
+    the activations mean and resample ablation need. ``batch_size`` edits share
+    a forward pass (default: as many as the memory budget and the CPU rule of
+    :mod:`interp.engine.batching` allow; ``memory_budget`` in bytes).
+    ``df.attrs`` records how it was computed (:data:`interp.analysis.frames.SCHEMA`).
+
+    Raises:
+        InterpError: for an unknown ablation, heads out of range, a ``loss_mask``
+            or reference batch that does not fit the tokens, ``loss_mask`` beside a
+            custom metric, a metric that needs an LM head the model lacks, a bad
+            batch size, or a metric that returns a non-scalar or non-finite value.
+    """
+    a = check_ablating(
+        model, tokens, ablation=ablation, metric=metric, loss_mask=loss_mask,
+        reference_tokens=reference_tokens, positions=positions, seed=seed, cache=cache,
+    )  # fmt: skip
+    chosen = sorted(parse_heads(model, heads))
+    return ablate(
+        model,
+        a,
+        [[site("z", l, head=h)] for l, h in chosen],
+        rows_frame(chosen, {}),
+        analysis="ablate_heads",
+        description=f"the metric with each head's hook_z {a.ablation}-ablated alone, exactly",
+        batch_size=batch_size,
+        memory_budget=memory_budget,
+        progress=progress,
+    )
+
+
+def ablate_head_groups(
+    model: HookedModel,
+    tokens: torch.Tensor,
+    *,
+    groups: Mapping[str, Iterable[Any]],
+    ablation: Ablation = "zero",
+    metric: MetricArg = None,
+    loss_mask: torch.Tensor | None = None,
+    positions: Any = None,
+    reference_tokens: torch.Tensor | None = None,
+    cache: Any = None,
+    batch_size: int | None = None,
+    memory_budget: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Ablate named sets of heads together: one row per group.
+
+    Columns: ``group, heads, n_heads, clean, ablated, effect``, e.g. "top-6
+    induction heads" against several sets of 6 random heads. Options as
+    :func:`ablate_heads`.
+
+    Raises:
+        InterpError: as :func:`ablate_heads`, for ``groups`` that is not a
+            mapping of names to heads, or for an empty group.
+    """
+    if not isinstance(groups, Mapping):
+        raise InterpError(
+            f"groups must be a mapping {{name: heads}}, got {type(groups).__name__}; e.g. "
+            "{'induction': ['L1H1', 'L1H0'], 'random': [(0, 1)]}"
+        )
+    if not groups:
+        raise InterpError("no groups given: pass {name: [heads]}")
+    a = check_ablating(
+        model, tokens, ablation=ablation, metric=metric, loss_mask=loss_mask,
+        reference_tokens=reference_tokens, positions=positions, seed=seed, cache=cache,
+    )  # fmt: skip
+    parsed = {str(g): parse_heads(model, hs) for g, hs in groups.items()}
+    rows = pd.DataFrame(
+        {
+            "group": list(parsed),
+            "heads": [",".join(f"L{l}H{h}" for l, h in hs) for hs in parsed.values()],
+            "n_heads": [len(hs) for hs in parsed.values()],
+        }
+    )
+    return ablate(
+        model,
+        a,
+        [[site("z", l, head=h) for l, h in hs] for hs in parsed.values()],
+        rows,
+        analysis="ablate_head_groups",
+        description=f"the metric with each named set of heads {a.ablation}-ablated together",
+        batch_size=batch_size,
+        memory_budget=memory_budget,
+        progress=progress,
+    )
+
+
+def sweep_plan(
+    model: HookedModel,
+    tokens: torch.Tensor,
+    *,
+    heads: Iterable[Any] | None = None,
+    batch_size: int | None = None,
+) -> dict[str, Any]:
+    """What a per-head sweep of ``heads`` on ``tokens`` will run, without running it.
+
+    Keys: ``path`` (the engine path, see :mod:`interp.engine.sweep`),
+    ``note`` (why a slower path, if so), ``edits``, ``edits_per_pass`` and
+    ``passes`` (forward passes, the clean one included). Choosing the path may
+    run its one-time exactness check on a small slice of ``tokens``.
+
+    Raises:
+        InterpError: for bad tokens or heads.
+    """
+    from interp.engine.sweep import plan
+
+    check_model(model)
+    tokens = check_tokens(model, tokens)
+    chosen = sorted(parse_heads(model, heads))
+    with eval_no_grad(model):
+        return plan(model, tokens, [[site("z", l, head=h)] for l, h in chosen], batch_size)

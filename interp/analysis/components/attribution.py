@@ -1,0 +1,328 @@
+"""Attribution patching: a first-order estimate of every head's effect, from one backward pass.
+
+Ablating or patching each head exactly costs a forward pass per head (about
+half of one on the exact engine). Attribution patching (Nanda 2023; Syed,
+Rager and Conmy 2023) linearises the metric ``M`` around one run instead:
+for an edit that moves head ``h``'s output from ``z`` to ``z'`` at
+``blocks.{l}.attn.hook_z``,
+
+    delta_h ~ sum over positions and d_head of (z' - z) * dM/dz,
+
+so one forward pass with a backward pass gives every head at once. ``z'`` is
+the ``ablation``'s: 0 (``"zero"``), the mean of ``z`` over the batch or a
+reference batch (``"mean"``), another sequence's ``z`` (``"resample"``), or, for
+``"patch"``, the head's ``z`` in the source run while the gradient is taken on
+the base run (``direction``, :mod:`interp.engine.direction`: noising takes the
+gradient on the clean run and ``z'`` from the corrupted one, denoising the
+other way round; one more forward pass).
+
+Know its limits. Zero-ablating a head is not a small change, and the
+linearisation misses effects that pass through a saturated attention
+softmax: a previous-token head whose removal makes an induction head look
+elsewhere moves that head's keys, and the softmax's gradient at a confident
+pattern is near zero (Kramar et al. 2024, AtP*). Estimates rank heads; they
+are not effects. ``verify`` makes the exact numbers one argument away.
+
+``correction="qk"`` applies AtP*'s QK fix to the heads an edit reaches
+through their queries and keys: for each edited head and each later layer
+``j``, the change of ``j``'s attention pattern caused directly by the edit's
+change of the residual stream (the first hop) is computed exactly, by the
+model's own layer ``j`` (its normalisation, rotary embeddings and grouped
+keys) on the edited residual, and replaces that term's linearisation; every
+other path stays first-order. It costs one resumed, early-stopped pass of
+layer ``j`` per edited head, batched: far less than the exact sweep, more
+than the plain estimate (``df.attrs["forward_equivalents"]`` counts the passes,
+``benchmarks/attribution.py`` times them).
+
+The table has one row per head: ``layer, head, label, clean`` (and
+``corrupted`` for ``"patch"``), then the first-order ``estimate`` of the
+effect (the metric's change from the base run), and ``exact``, the exact
+effect where it was computed (``verify=k`` runs the exact engine on the ``k``
+heads with the largest ``|estimate|``) and NaN elsewhere. No column mixes the
+two. ``"patch"`` adds ``estimate_normalized`` and ``exact_normalized`` (as a
+fraction of ``source run - base run``).
+
+Example:
+    >>> from interp.models import load_induction_model
+    >>> from interp.datasets import repeated_tokens
+    >>> model = load_induction_model()
+    >>> data = repeated_tokens(32, d_vocab=64, seq_len=48, segment_lengths=(8, 12), seed=1)
+    >>> table = attribute_heads(model, data.tokens, loss_mask=data.loss_mask, verify=2)
+    >>> table.dropna(subset="exact").nlargest(2, "exact")["label"].tolist()
+    ['L1H1', 'L0H1']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import pandas as pd
+import torch
+
+from interp.analysis.components.ablation import MetricArg, ablate_heads
+from interp.analysis.components.patching import patch_heads
+from interp.analysis.frames import rows_frame, table_attrs
+from interp.checks import (
+    check_int,
+    check_seed,
+    check_token_pair,
+    check_tokens,
+    parse_heads,
+    position_mask,
+)
+from interp.engine.ablations import check_ablation, check_reference, source_run, values_for
+from interp.engine.batching import CPU_TOKENS_PER_PASS, Cost
+from interp.engine.cache import check_cache
+from interp.engine.direction import Direction, check_direction, runs
+from interp.engine.gradients import FrozenParams, head_gradients, pattern_at
+from interp.errors import InterpError
+from interp.hooks import hook_name
+from interp.metrics import prepare_metric
+from interp.protocol import HookedModel, check_model, eval_mode, eval_no_grad, positions_label
+from interp.runtime import head_weight, runtime_of
+
+Ablation = Literal["zero", "mean", "resample", "patch"]
+CORRECTIONS: tuple[str, ...] = ("none", "qk")
+
+
+def _qk_correction(
+    model: Any,
+    tokens: torch.Tensor,
+    chosen: list[tuple[int, int]],
+    diff: dict[int, torch.Tensor],
+    g_pattern: dict[int, torch.Tensor],
+    per_pass: int,
+) -> dict[tuple[int, int], float]:
+    """AtP*'s QK fix: for each head and each later layer ``j``, the first-hop change of
+    ``j``'s pattern computed exactly instead of linearly (module docstring).
+
+    ``correction = sum_j <A_j(x_j + D) - A_j(x_j), dM/dA_j> - <D, d<A_j(x), dM/dA_j>/dx>``
+    with ``D = (z' - z) W_O`` the head's change of the residual stream, ``x_j`` the clean
+    residual entering block ``j``. Both terms use the same function ``A_j(x)``, so
+    the fix replaces exactly the linear term it corrects.
+    """
+    W_O = head_weight(model, "W_O")  # [layer, head, d_head, d_model]
+    later = sorted(g_pattern)
+    with torch.no_grad():
+        inputs = runtime_of(model).block_inputs(tokens, later)[1]
+    out = {k: 0.0 for k in chosen}
+    b = tokens.shape[0]
+    with eval_mode(model), FrozenParams(model):
+        for j in later:
+            x = inputs[j]
+            g = g_pattern[j]
+            with torch.enable_grad():
+                x_req = x.detach().clone().requires_grad_(True)
+                clean = pattern_at(model, tokens, j, x_req)
+                (r,) = torch.autograd.grad((clean * g).sum(), x_req)
+            clean = clean.detach()
+            upstream = [(l, h) for l, h in chosen if l < j]
+            with torch.no_grad():
+                for start in range(0, len(upstream), per_pass):
+                    part = upstream[start : start + per_pass]
+                    deltas = torch.stack(
+                        [diff[l][:, :, h].to(W_O.dtype) @ W_O[l, h] for l, h in part]
+                    ).to(x.dtype)  # [k, batch, pos, d_model]
+                    k = len(part)
+                    A = pattern_at(model, tokens.repeat(k, 1), j, (x[None] + deltas).flatten(0, 1))
+                    dA = A.view(k, b, *A.shape[1:]).float() - clean[None].float()
+                    exact = (dA * g[None].float()).flatten(1).sum(1)
+                    linear = (deltas.float() * r[None].float()).flatten(1).sum(1)
+                    for key, e, lin in zip(part, exact.tolist(), linear.tolist()):
+                        out[key] += e - lin
+    return out
+
+
+def _first_order(
+    chosen: list[tuple[int, int]], diff: dict[int, torch.Tensor], g_z: dict[int, torch.Tensor]
+) -> dict[tuple[int, int], float]:
+    """``sum (z' - z) * dM/dz`` per head."""
+    return {(l, h): float((diff[l][:, :, h] * g_z[l][:, :, h]).sum()) for l, h in chosen}
+
+
+def attribute_heads(
+    model: HookedModel,
+    tokens: torch.Tensor,
+    *,
+    metric: MetricArg = None,
+    ablation: Ablation = "zero",
+    corrupted_tokens: torch.Tensor | None = None,
+    direction: Direction = "noising",
+    heads: Iterable[Any] | None = None,
+    loss_mask: torch.Tensor | None = None,
+    positions: Any = None,
+    reference_tokens: torch.Tensor | None = None,
+    correction: Literal["none", "qk"] = "none",
+    verify: int = 0,
+    cache: Any = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """First-order estimate of every head's effect (module docstring), exact on request.
+
+    ``ablation="zero"``/``"mean"``/``"resample"`` estimate :func:`ablate_heads` on
+    ``tokens``; ``"patch"`` estimates :func:`patch_heads` with ``tokens`` as the clean
+    and ``corrupted_tokens`` as the corrupted run, in ``direction``. ``verify=k`` adds
+    the exact effects of the ``k`` heads with the largest ``|estimate|``. ``cache`` is
+    the clean run's cache (``"mean"`` and ``"resample"`` take their values from it; a
+    denoising patch its ``hook_z``). ``df.attrs`` records the ablation, direction,
+    correction and the passes the estimate took.
+
+    Raises:
+        InterpError: for an unknown ablation, direction or correction,
+            ``corrupted_tokens`` missing for ``"patch"`` (or given otherwise), shapes
+            that do not fit, a metric that is not differentiable or needs an LM head
+            the model lacks, or a negative ``verify``.
+    """
+    check_model(model)
+    ablation = check_ablation(ablation)
+    direction = check_direction(direction)
+    if correction not in CORRECTIONS:
+        raise InterpError(f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
+    tokens = check_tokens(model, tokens, min_len=2)
+    patching = ablation == "patch"
+    if patching:
+        if corrupted_tokens is None:
+            raise InterpError("ablation='patch' needs corrupted_tokens (the run patched from)")
+        tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens)
+        if metric is None:
+            raise InterpError("ablation='patch' needs a metric, e.g. logit_diff_metric(a, b)")
+    elif corrupted_tokens is not None:
+        raise InterpError("corrupted_tokens are for ablation='patch'")
+    elif direction != "noising":
+        raise InterpError(f"direction='denoising' is for ablation='patch', not {ablation!r}")
+    m = prepare_metric(model, tokens, metric, None if patching else loss_mask)
+    if patching and loss_mask is not None:
+        raise InterpError("loss_mask is for the default loss metric of zero and mean attribution")
+    reference_tokens = check_reference(model, tokens, ablation, reference_tokens)
+    verify = check_int(verify, "verify", minimum=0)
+    seed = check_seed(seed)
+    pos = position_mask(tokens.shape[1], positions)
+    chosen = sorted(parse_heads(model, heads))
+    layers = sorted({l for l, _ in chosen})
+    names = [hook_name("z", l) for l in layers]
+    base, source = runs(direction, tokens, corrupted_tokens) if patching else (tokens, None)
+    cost = Cost(runtime_of(model).n_layers)
+    with eval_no_grad(model):
+        cache = check_cache(model, tokens, cache)
+        source_value = None
+        if patching:
+            src_cache = cache if direction == "denoising" else None
+            source_value, by_hook = source_run(model, source, m, names, src_cache, tokens)
+            cost.forward()
+        else:
+            by_hook = values_for(
+                model, tokens, ablation, names, reference_tokens=reference_tokens, cache=cache,
+                seed=seed,
+            )  # fmt: skip
+            if by_hook is not None and cache is None:
+                cost.forward()
+        target = None if by_hook is None else {l: by_hook[hook_name("z", l)] for l in layers}
+    pattern_layers = list(range(min(layers) + 1, model.cfg.n_layers)) if correction == "qk" else []
+    value, z, g_z, g_p = head_gradients(model, base, m, layers, pattern_layers, score_tokens=tokens)
+    cost.forward()
+    cost.backward()
+    diff = {}
+    for l in layers:
+        t = torch.zeros_like(z[l]) if target is None else target[l].to(z[l].dtype)
+        d = t - z[l]  # [batch, pos, head, d_head]
+        diff[l] = d if pos is None else d * pos.to(d.device).view(1, -1, 1, 1)
+    estimate = _first_order(chosen, diff, g_z)
+    if correction == "qk" and pattern_layers:
+        per_pass = max(1, CPU_TOKENS_PER_PASS // base.numel())
+        fix = _qk_correction(model, base, chosen, diff, g_p, per_pass)
+        estimate = {k: estimate[k] + fix[k] for k in chosen}
+    est = [estimate[k] for k in chosen]
+    exact: dict[tuple[int, int], float] = {}
+    if verify:
+        top = sorted(chosen, key=lambda k: -abs(estimate[k]))[:verify]
+        if patching:
+            ex = patch_heads(
+                model, tokens, corrupted_tokens=corrupted_tokens, metric=m, direction=direction,
+                heads=top, positions=positions, cache=cache, progress=progress,
+            )  # fmt: skip
+        else:
+            ex = ablate_heads(
+                model, tokens, ablation=ablation, metric=m, heads=top, positions=positions,
+                reference_tokens=reference_tokens, seed=seed, progress=progress,
+            )  # fmt: skip
+        cost.add(ex.attrs["forward_equivalents"])
+        exact = {(int(r.layer), int(r.head)): float(r.effect) for r in ex.itertuples()}
+    ex_col = [exact.get(k, float("nan")) for k in chosen]
+    if patching:
+        span = source_value - value
+        clean, corrupted = runs(direction, value, source_value)
+        df = rows_frame(
+            chosen,
+            {
+                "clean": [clean] * len(chosen),
+                "corrupted": [corrupted] * len(chosen),
+                "estimate": est,
+                "estimate_normalized": [e / span if span else float("nan") for e in est],
+                "exact": ex_col,
+                "exact_normalized": [x / span if span else float("nan") for x in ex_col],
+            },
+        )
+    else:
+        df = rows_frame(chosen, {"clean": [value] * len(chosen), "estimate": est, "exact": ex_col})
+    df.attrs.update(
+        table_attrs(
+            "attribute_heads",
+            description="a first-order estimate of each head's effect (exact where verified)",
+            method="attribution",
+            ablation=ablation,
+            direction=direction,
+            metric=m,
+            model=model,
+            positions=positions_label(pos),
+            seed=seed,
+            forward_equivalents=cost.forward_equivalents,
+            correction=correction,
+            verified=len(exact),
+        )
+    )
+    return df
+
+
+def estimate_agreement(
+    exact: pd.Series, estimate: pd.Series, *, top: int = 10, within: Sequence[int] = (10, 30)
+) -> pd.DataFrame:
+    """How far an estimate ranks heads as the exact values do: one row per measure.
+
+    ``exact`` and ``estimate`` hold one value per head, indexed by label, e.g.
+    ``patch_heads(...).set_index("label")["delta"]`` and
+    ``attribute_heads(...).set_index("label")["estimate"]``. Rows
+    (``measure, value``): the Spearman rank correlation over all heads, then,
+    for each ``k`` in ``within``, how many of the exact top ``top`` heads (by
+    ``|value|``) are among the estimate's top ``k``.
+
+    Example:
+        >>> import pandas as pd
+        >>> exact = pd.Series([3.0, -2.0, 0.5, 0.1], index=["L0H0", "L0H1", "L1H0", "L1H1"])
+        >>> est = pd.Series([2.0, -0.1, 0.4, 0.0], index=exact.index)
+        >>> estimate_agreement(exact, est, top=2, within=(2, 3))["value"].tolist()
+        [1.0, 1.0, 2.0]
+
+    Raises:
+        InterpError: for series that do not hold the same heads, or a ``top``
+            or ``k`` below 1.
+    """
+    top = check_int(top, "top", minimum=1)
+    ks = [check_int(k, "each k of within", minimum=1) for k in within]
+    if set(exact.index) != set(estimate.index) or exact.index.has_duplicates:
+        raise InterpError(
+            "exact and estimate must hold one value for each of the same heads (index by label)"
+        )
+    est = estimate.reindex(exact.index)
+    rows = [
+        {
+            "measure": "Spearman (estimate vs exact, all heads)",
+            "value": float(exact.rank().corr(est.rank())),
+        }
+    ]
+    best = set(exact.abs().nlargest(top).index)
+    for k in ks:
+        hits = len(best & set(est.abs().nlargest(k).index))
+        rows.append({"measure": f"exact top {top} in estimate's top {k}", "value": float(hits)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,314 @@
+"""Direct logit attribution: what each component writes straight into the answer's logit.
+
+The residual stream the unembedding reads is a sum of what every component
+wrote: the token (and positional) embedding, each head's output
+``z_h @ W_O[l, h]`` plus its layer's output bias, each MLP's output. The
+final normalisation divides that sum by one scale per position; with the
+scale *frozen* at its value in this run (the standard treatment,
+TransformerLens's ``apply_ln_to_stack``; Elhage et al. 2021, Wang et al. 2022)
+the readout is linear, so each component's share of
+``logit[answer] - logit[wrong]`` (or of ``logit[answer]``) is
+
+    (c - mean(c)) / scale . (w * (W_U[:, answer] - W_U[:, wrong]))
+
+(no mean for RMSNorm; ``w`` is the norm's weight), and the shares, with one
+``bias`` row for the norm's bias and ``b_U``, add up to the model's own
+logit difference. Nothing is folded into the weights, so this is exact on
+RMSNorm models and bridges as they are; TransformerLens's stacks are not
+(they assume a folded norm: its DLA refuses a bridge outside compatibility
+mode, and ``apply_ln_to_stack`` on an unfolded RMSNorm model leaves the norm's
+weight out). Whatever an architecture adds that these pieces miss (a parallel
+block's shared terms, a logit soft-cap) is an explicit ``remainder`` row,
+recorded with its reason in ``df.attrs``, never a silent gap.
+
+"Direct" means only the path straight to the logits: a head that moves
+information for later heads writes little here and can still matter a lot
+(path patching measures those paths).
+
+Example:
+    >>> from interp.models import load_model
+    >>> from interp.datasets import repeated_random_tokens
+    >>> model = load_model("induction-2l")
+    >>> data = repeated_random_tokens(4, 10, d_vocab=64, seed=0)
+    >>> answer = data.tokens[:, 12]  # the token after position 11's earlier copy
+    >>> df = direct_logit_attribution(model, data.tokens[:, :12], answer=answer, wrong=0)
+    >>> df.nlargest(1, "value")["label"].item(), round(float(df["value"].sum()), 3) == round(
+    ...     df.attrs["total"], 3)
+    ('L1H1', True)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+
+from interp.analysis.components._readout import (
+    check_lm_head,
+    final_resid_name,
+    read_positions,
+    token_ids,
+)
+from interp.analysis.frames import table_attrs
+from interp.checks import check_tokens
+from interp.engine.cache import check_cache
+from interp.errors import InterpError
+from interp.hooks import head_label, hook_name
+from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
+from interp.runtime import runtime_of
+
+By = Literal["head", "layer", "component"]
+BYS: tuple[str, ...] = ("head", "layer", "component")
+REMAINDER_TOL = 1e-5  # of the largest share: below this the pieces add up and no row is shown
+
+
+def _names(model: Any) -> dict[str, Any]:
+    """The hooks a decomposition reads, for the hooks this model has."""
+    have = hook_names(model)
+    L = model.cfg.n_layers
+    names = {
+        "embed": hook_name("embed"),
+        "final": final_resid_name(model),
+        "scale": hook_name("ln_final_scale"),
+        "z": [hook_name("z", l) for l in range(L)],
+        "mlp_out": [hook_name("mlp_out", l) for l in range(L)],
+    }
+    names["pos_embed"] = hook_name("pos_embed") if hook_name("pos_embed") in have else None
+    if names["mlp_out"][0] not in have:
+        names["mlp_out"] = []
+    if names["scale"] not in have:
+        names["scale"] = None
+    return names
+
+
+def _output_bias(model: Any) -> torch.Tensor | None:
+    """``b_O`` ``[n_layers, d_model]``, or ``None`` for bias-free projections."""
+    try:
+        b = model.b_O
+    except (AttributeError, InterpError):
+        return None
+    return None if b is None else b.detach()
+
+
+def direct_logit_attribution(
+    model: HookedModel,
+    tokens: torch.Tensor,
+    *,
+    answer: Any,
+    wrong: Any = None,
+    at: Any = -1,
+    by: By = "head",
+    cache: Any = None,
+) -> pd.DataFrame:
+    """Each component's direct share of ``logit[answer] - logit[wrong]`` (module docstring).
+
+    ``answer`` and ``wrong`` are token ids or single-token strings, one for
+    every sequence or one per sequence (``wrong=None``: the share of
+    ``logit[answer]`` alone). ``at`` are the positions whose logits are read
+    (default the last). ``by="head"``: one row per head, plus the
+    embeddings, each layer's attention output bias (where there is one), each
+    MLP and the biases; ``"component"``: each layer's attention and MLP;
+    ``"layer"``: each block's attention and MLP together. Columns
+    ``component, layer, head, label, value``: ``value`` is the mean share over
+    sequences and positions; the rows sum to ``df.attrs["total"]``, the model's
+    own mean logit difference. ``cache`` (of ``tokens``) is checked against
+    them and completed with the hooks it lacks; one forward pass otherwise.
+
+    Raises:
+        InterpError: for an unknown ``by``, a model without an LM head (an
+            encoder such as MiniLM), answers that are not one token or do not fit
+            the batch, ``wrong`` equal to ``answer``, positions out of range, or a
+            cache of other tokens.
+    """
+    cfg = check_model(model)
+    if by not in BYS:
+        raise InterpError(f"unknown by {by!r}; choose one of {', '.join(BYS)}")
+    check_lm_head(model, "direct logit attribution")
+    tokens = check_tokens(model, tokens)
+    b, n = tokens.shape
+    ans = token_ids(model, answer, b, "answer").to(tokens.device)
+    bad = None if wrong is None else token_ids(model, wrong, b, "wrong").to(tokens.device)
+    if bad is not None and bool((ans == bad).any()):
+        raise InterpError("answer and wrong name the same token; the difference would be 0")
+    pos = read_positions(at, n, default_all=False)
+    names = _names(model)
+    wanted = [names["embed"], names["final"], *names["z"], *names["mlp_out"]]
+    wanted += [x for x in (names["pos_embed"], names["scale"]) if x]
+    with eval_no_grad(model):
+        acts = check_cache(model, tokens, cache, needs=wanted)
+        if acts is None:
+            acts = _at_positions(model, tokens, wanted, pos)
+            pos_in_acts = list(range(len(pos)))
+        else:
+            pos_in_acts = pos
+        rows, attrs = _decompose(model, acts, names, tokens, ans, bad, pos_in_acts)
+    df = _table(rows, by, cfg.n_layers)
+    df.attrs.update(
+        table_attrs(
+            "direct_logit_attribution",
+            description="each component's direct share of the logit (difference), the final "
+            "norm's scale frozen from this run",
+            method="exact",
+            metric="logit[answer] - logit[wrong]" if bad is not None else "logit[answer]",
+            unit="logits",
+            model=model,
+            forward_equivalents=0.0 if cache is not None else 1.0,
+            at=pos,
+            by=by,
+            sum_of_rows=float(df["value"].sum()),
+            **attrs,
+        )
+    )
+    return df
+
+
+def _at_positions(
+    model: Any, tokens: torch.Tensor, names: list[str], pos: list[int]
+) -> dict[str, torch.Tensor]:
+    """One forward pass keeping each hook's activation at ``pos`` only (``[batch, P, ...]``):
+    cheaper than a cache of every position, and all DLA reads."""
+    kept: dict[str, torch.Tensor] = {}
+    at = torch.tensor(pos, device=tokens.device)
+
+    def keeper(name: str) -> Any:  # keyed by the name asked for (aliases fire as themselves)
+        def keep(x: torch.Tensor, hook: Any) -> None:
+            kept[name] = x.index_select(1, at.to(x.device))
+
+        return keep
+
+    model.run_with_hooks(tokens, fwd_hooks=[(n, keeper(n)) for n in names])
+    return kept
+
+
+def _decompose(model, acts, names, tokens, ans, bad, pos):
+    """The shares ``[batch, P]`` of every piece, the total, and the remainder."""
+    cfg = model.cfg
+    sel = torch.tensor(pos, device=tokens.device)
+    final = acts[names["final"]][:, sel].float()  # [batch, P, d_model]
+    rt = runtime_of(model)
+    W_U = model.W_U.detach().float()
+    direction = W_U[:, ans].T  # [batch, d_model]
+    if bad is not None:
+        direction = direction - W_U[:, bad].T
+    norm = rt.norm("final")
+    u = direction
+    if norm is not None and norm.weight is not None:
+        u = u * norm.weight.float()
+    if norm is not None and norm.centred:
+        u = u - u.mean(-1, keepdim=True)  # (c - mean c) . w*d = c . (w*d - mean(w*d))
+    if norm is None:
+        scale = torch.ones(final.shape[:2] + (1,), device=final.device)
+    elif names["scale"] is not None:
+        scale = acts[names["scale"]][:, sel].float()  # [batch, P, 1]
+    else:
+        raise InterpError("this model's final norm has no hook_scale; its scale cannot be frozen")
+
+    def share(vec: torch.Tensor) -> torch.Tensor:  # [batch, P, d_model] -> [batch, P]
+        return torch.einsum("bpd,bd->bp", vec.float(), u) / scale[..., 0]
+
+    rows: list[tuple[str, int | None, int | None, str, torch.Tensor]] = []
+    built = torch.zeros_like(final)
+    emb = acts[names["embed"]][:, sel].float()
+    rows.append(("embed", None, None, "embed", share(emb)))
+    built += emb
+    if names["pos_embed"] is not None and names["pos_embed"] in acts:
+        pe = acts[names["pos_embed"]][:, sel].float()
+        if pe.shape == emb.shape:
+            rows.append(("pos_embed", None, None, "pos_embed", share(pe)))
+            built += pe
+    b_O = _output_bias(model)
+    for l in range(cfg.n_layers):
+        W_O = rt.layer_weight("W_O", l).float()  # [head, d_head, d_model]
+        z = acts[names["z"][l]][:, sel].float()  # [batch, P, head, d_head]
+        v = torch.einsum("hed,bd->bhe", W_O, u)  # each head's readout direction
+        per_head = torch.einsum("bphe,bhe->bph", z, v) / scale  # [batch, P, head]
+        for h in range(cfg.n_heads):
+            rows.append(("head", l, h, head_label(l, h), per_head[..., h]))
+        built += torch.einsum("bphe,hed->bpd", z, W_O)
+        if b_O is not None and bool(b_O[l].abs().max() > 0):
+            bias = b_O[l].float().expand_as(final)
+            rows.append(("attn_bias", l, None, f"L{l}.attn_bias", share(bias)))
+            built += bias
+        if names["mlp_out"]:
+            mlp = acts[names["mlp_out"][l]][:, sel].float()
+            rows.append(("mlp", l, None, f"L{l}.mlp", share(mlp)))
+            built += mlp
+    const = torch.zeros(final.shape[:2], device=final.device)
+    if norm is not None and norm.bias is not None:
+        const = const + (direction * norm.bias.float()).sum(-1)[:, None]
+    b_U = rt.unembed_bias()
+    if b_U is not None:
+        gap = b_U.float()[ans] - (0 if bad is None else b_U.float()[bad])
+        const = const + gap[:, None]
+    rows.append(("bias", None, None, "bias", const))
+    logits = rt.readout(acts[names["final"]][:, sel]).float()  # [batch, P, d_vocab]
+
+    def logit_of(ids: torch.Tensor) -> torch.Tensor:  # [batch] ids -> [batch, P] logits
+        return logits.gather(-1, ids[:, None, None].expand(-1, len(pos), 1))[..., 0]
+
+    total = logit_of(ans) if bad is None else logit_of(ans) - logit_of(bad)
+    parts = torch.stack([r[-1] for r in rows]).sum(0)  # [batch, P]
+    remainder = (total - parts).mean().item()
+    missing = (final - built).abs().max().item()
+    attrs: dict[str, Any] = {
+        "total": float(total.mean()),
+        "final_norm": (
+            "none"
+            if norm is None
+            else f"{norm.kind}: scale frozen from this run (per position), weight applied to "
+            "the unembedding direction, its bias in the 'bias' row; nothing folded"
+        ),
+        "remainder": remainder,
+    }
+    scale_of = max(1.0, max(abs(float(r[-1].mean())) for r in rows))
+    if abs(remainder) > REMAINDER_TOL * scale_of:
+        why = []
+        if missing > 1e-4 * max(1.0, float(final.abs().max())):
+            why.append(
+                f"the components' outputs miss {missing:.3g} of the final residual stream "
+                "(an architecture term this decomposition does not read)"
+            )
+        else:
+            why.append("the model transforms its logits after the unembedding (not linear)")
+        attrs["remainder_reason"] = "; ".join(why)
+        rows.append(("remainder", None, None, "remainder", (total - parts)))
+    return rows, attrs
+
+
+def _table(rows, by: str, n_layers: int) -> pd.DataFrame:
+    """Rows of ``(component, layer, head, label, share [batch, P])`` gathered ``by``."""
+    means = [(c, l, h, lab, float(v.mean())) for c, l, h, lab, v in rows]
+    if by != "head":
+        grouped: list[tuple[str, int | None, int | None, str, float]] = []
+        for l in range(n_layers):
+            attn = sum(v for c, ll, _, _, v in means if ll == l and c in ("head", "attn_bias"))
+            mlp = [v for c, ll, _, _, v in means if ll == l and c == "mlp"]
+            if by == "component":
+                grouped.append(("attn", l, None, f"L{l}.attn", attn))
+                if mlp:
+                    grouped.append(("mlp", l, None, f"L{l}.mlp", mlp[0]))
+            else:
+                grouped.append(("layer", l, None, f"L{l}", attn + sum(mlp)))
+        head = [r for r in means if r[0] in ("embed", "pos_embed")]
+        tail = [r for r in means if r[0] in ("bias", "remainder")]
+        means = head + grouped + tail
+    df = pd.DataFrame(means, columns=["component", "layer", "head", "label", "value"])
+    df["layer"] = df["layer"].astype("Int64")
+    df["head"] = df["head"].astype("Int64")
+    return df
+
+
+def head_grid(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``[layer, head]`` head shares and ``[layer]`` MLP shares of a ``by="head"`` table
+    (NaN where a model has no MLP), for the layer x head heatmap."""
+    heads = df[df["component"] == "head"]
+    n_layers = int(heads["layer"].max()) + 1
+    n_heads = int(heads["head"].max()) + 1
+    grid = np.full((n_layers, n_heads), np.nan)
+    grid[heads["layer"].to_numpy(int), heads["head"].to_numpy(int)] = heads["value"].to_numpy()
+    mlp = np.full(n_layers, np.nan)
+    m = df[df["component"] == "mlp"]
+    mlp[m["layer"].to_numpy(int)] = m["value"].to_numpy()
+    return grid, mlp

@@ -1,0 +1,170 @@
+"""The logit lens: what the model would predict if it stopped after each block.
+
+nostalgebraist (2020) read the residual stream after every layer through the
+model's final norm and unembedding. Here stage 0 is the embeddings
+(``blocks.0.hook_resid_pre``) and stage ``l + 1`` the stream after block ``l``
+(``blocks.{l}.hook_resid_post``); the final norm is *recomputed* on each
+stage's own residual by the model's own norm module, not applied with the final
+stage's scale (the bug TransformerLens fixed with ``recompute_ln``, TL #1076),
+and the last stage therefore reproduces the model's logits exactly.
+
+Only the positions asked for are unembedded, in chunks of rows whose logits
+take at most ``interp.analysis.components._readout.CHUNK_BYTES`` (64 MiB) each: a
+30-layer lens over 256 positions of SmolLM2 (49,152 tokens) would need 1.6 GB
+of logits at once; this one's peak is a few chunks (a chunk's logits, its
+log-probabilities and the rank comparison): 234 MiB above the cached residual
+stream, measured by ``tests/test_pretrained.py`` (which requires < 400 MiB).
+
+Example:
+    >>> from interp.models import load_model
+    >>> from interp.datasets import repeated_random_tokens
+    >>> model = load_model("induction-2l")
+    >>> tokens = repeated_random_tokens(1, 10, d_vocab=64, seed=0).tokens
+    >>> lens = logit_lens(model, tokens, at=[15], k=3)
+    >>> lens["stage"].tolist(), lens["target_rank"].tolist()[-1]
+    ([0, 1, 2], 1)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from interp.analysis.components._readout import (
+    CHUNK_BYTES,
+    check_lm_head,
+    chunks,
+    read_positions,
+    token_ids,
+)
+from interp.analysis.frames import table_attrs
+from interp.checks import check_int, check_tokens
+from interp.engine.cache import cache_of, check_cache
+from interp.errors import InterpError
+from interp.hooks import hook_name
+from interp.protocol import HookedModel, check_model, eval_no_grad
+from interp.runtime import runtime_of
+
+
+def stage_names(n_layers: int) -> list[str]:
+    """``embed``, then ``L0`` ... ``L{n-1}`` (the stream after each block)."""
+    return ["embed", *(f"L{l}" for l in range(n_layers))]
+
+
+def _labels(model: Any, ids: list[int]) -> list[str]:
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        return [str(i) for i in ids]
+    return [tok.decode([i]) for i in ids]
+
+
+def logit_lens(
+    model: HookedModel,
+    tokens: torch.Tensor,
+    *,
+    at: Any = None,
+    k: int = 5,
+    target: Any = None,
+    cache: Any = None,
+) -> pd.DataFrame:
+    """One row per sequence, stage and position: the top ``k`` tokens, and the target's fate.
+
+    Columns: ``sequence, stage, stage_name, position, token`` (the input token
+    there), ``top1 .. top{k}`` (token strings, ids without a tokenizer) with
+    ``p1 .. p{k}`` (probabilities), then ``target_id, target, target_p,
+    target_logp, target_rank`` (rank 1 = top). ``target`` defaults to the next
+    token (NaN at the last position); else token ids or single-token strings,
+    one for all sequences or one per sequence. ``at`` (the positions read)
+    defaults to every position. ``cache`` (of ``tokens``) is checked against them and completed.
+
+    Raises:
+        InterpError: for a model without an LM head, ``k`` out of range, a
+            target that is not one token or does not fit the batch, positions
+            out of range, or a cache of other tokens.
+    """
+    cfg = check_model(model)
+    check_lm_head(model, "the logit lens")
+    tokens = check_tokens(model, tokens)
+    b, n = tokens.shape
+    d_vocab = int(getattr(cfg, "d_vocab_out", None) or cfg.d_vocab)
+    k = check_int(k, "k", minimum=1)
+    if k > d_vocab:
+        raise InterpError(f"k={k} is more than the vocabulary's {d_vocab} tokens")
+    pos = read_positions(at, n, default_all=True)
+    if target is None:
+        tgt = torch.full((b, len(pos)), -1, dtype=torch.long)
+        for j, p in enumerate(pos):
+            if p + 1 < n:
+                tgt[:, j] = tokens[:, p + 1].cpu()
+    else:
+        tgt = token_ids(model, target, b, "target")[:, None].expand(b, len(pos)).clone()
+    L = cfg.n_layers
+    names = [hook_name("resid_pre", 0), *(hook_name("resid_post", l) for l in range(L))]
+    rt = runtime_of(model)
+    with eval_no_grad(model):
+        acts = check_cache(model, tokens, cache, needs=names)
+        if acts is None:
+            acts = cache_of(model, tokens, names)
+        sel = torch.tensor(pos, device=tokens.device)
+        stack = torch.stack([acts[nm][:, sel] for nm in names])  # [stage, batch, P, d_model]
+        flat = stack.reshape(-1, stack.shape[-1])
+        tgt_flat = tgt[None].expand(L + 1, b, len(pos)).reshape(-1).to(flat.device)
+        top_p, top_i, t_logp, t_rank = [], [], [], []
+        for part in chunks(flat.shape[0], d_vocab):
+            logp = F.log_softmax(rt.readout(flat[part]).float(), dim=-1)  # [rows, d_vocab]
+            v, i = logp.topk(k, dim=-1)
+            top_p.append(v.exp().cpu())
+            top_i.append(i.cpu())
+            t = tgt_flat[part]
+            safe = t.clamp(min=0)
+            lp = logp.gather(-1, safe[:, None])[:, 0]
+            rank = (logp > lp[:, None]).sum(-1) + 1
+            t_logp.append(torch.where(t >= 0, lp, torch.nan).cpu())
+            t_rank.append(torch.where(t >= 0, rank, -1).cpu())
+            del logp
+    top_p_all, top_i_all = torch.cat(top_p), torch.cat(top_i)
+    logp_all, rank_all = torch.cat(t_logp), torch.cat(t_rank)
+    stages = torch.arange(L + 1)[:, None, None].expand(L + 1, b, len(pos)).reshape(-1)
+    seqs = torch.arange(b)[None, :, None].expand(L + 1, b, len(pos)).reshape(-1)
+    ps = torch.tensor(pos)[None, None, :].expand(L + 1, b, len(pos)).reshape(-1)
+    names_of = stage_names(L)
+    ids_at = tokens.cpu()
+    cols: dict[str, Any] = {
+        "sequence": seqs.numpy(),
+        "stage": stages.numpy(),
+        "stage_name": [names_of[s] for s in stages.tolist()],
+        "position": ps.numpy(),
+        "token": _labels(model, ids_at[seqs, ps].tolist()),
+    }
+    for j in range(k):
+        cols[f"top{j + 1}"] = _labels(model, top_i_all[:, j].tolist())
+        cols[f"p{j + 1}"] = top_p_all[:, j].numpy()
+    t_ids = tgt[None].expand(L + 1, b, len(pos)).reshape(-1)
+    has = t_ids >= 0
+    cols["target_id"] = pd.array([int(t) if h else None for t, h in zip(t_ids, has)], "Int64")
+    cols["target"] = [
+        lab if h else "" for lab, h in zip(_labels(model, t_ids.clamp(min=0).tolist()), has)
+    ]
+    cols["target_p"] = logp_all.exp().numpy()
+    cols["target_logp"] = logp_all.numpy()
+    cols["target_rank"] = pd.array([int(r) if r > 0 else None for r in rank_all], "Int64")
+    df = pd.DataFrame(cols)
+    df.attrs.update(
+        table_attrs(
+            "logit_lens",
+            description="what the model would predict after each block: the final norm "
+            "recomputed on each stage's residual, then unembedded",
+            method="exact",
+            metric="next token" if target is None else "given target",
+            unit="probability",
+            model=model,
+            forward_equivalents=0.0 if cache is not None else 1.0,
+            at=pos,
+            k=k,
+            chunk_bytes=CHUNK_BYTES,
+        )
+    )
+    return df

@@ -1,0 +1,103 @@
+"""Next-token loss per position, and the in-context learning score.
+
+Olsson et al. (2022, "In-context Learning and Induction Heads") define the
+in-context learning score as the loss on the 500th token minus the loss on
+the 50th, averaged over sequences: negative when the model predicts better
+late in a context than early. Our contexts are short, so the positions are
+arguments: ``score = mean_b loss[b, late] - mean_b loss[b, early]``, where
+``loss[b, t]`` is the cross-entropy of predicting token ``t + 1`` at
+position ``t``. Defaults: ``early = max(1, pos // 10)`` and ``late = pos - 2``
+(the last prediction).
+
+Example:
+    >>> from interp.models import load_induction_model
+    >>> from interp.datasets import repeated_random_tokens
+    >>> model = load_induction_model()
+    >>> tokens = repeated_random_tokens(64, 23, d_vocab=64, seed=1).tokens
+    >>> icl = in_context_learning_score(model, tokens)
+    >>> int(icl["early_pos"].item()), int(icl["late_pos"].item()), bool(icl["score"].item() < -2)
+    (4, 45, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import torch
+
+from interp.checks import check_int, check_tokens
+from interp.engine.cache import check_cache
+from interp.errors import InterpError
+from interp.hooks import hook_name
+from interp.metrics import next_token_nll
+from interp.protocol import check_model, eval_no_grad, is_causal, logits_meaningful
+from interp.runtime import runtime_of
+
+
+def per_token_loss(model: Any, tokens: torch.Tensor, *, cache: Any = None) -> torch.Tensor:
+    """``[batch, pos - 1]`` next-token cross-entropy (nats), from the model's logits.
+
+    With ``cache`` (of ``tokens``; checked against them, and completed if it
+    lacks the last block's ``hook_resid_post``) only the final normalisation
+    and unembedding run.
+
+    Raises:
+        InterpError: for a model whose logits are meaningless (no LM head), bad
+            tokens, a cache of other tokens, or an output that is not vocabulary logits.
+    """
+    cfg = check_model(model)
+    if not logits_meaningful(model):
+        raise InterpError(
+            "this model has no language-model head: its next-token loss is meaningless"
+        )
+    if not is_causal(model):
+        raise InterpError(
+            "next-token loss has no meaning on an encoder (bidirectional attention sees the "
+            "token it would predict)"
+        )
+    tokens = check_tokens(model, tokens, min_len=2)
+    with eval_no_grad(model):
+        if cache is None:
+            logits = model(tokens)
+        else:
+            last = cfg.n_layers - 1
+            name = hook_name("resid_post", last)
+            resid = check_cache(model, tokens, cache, needs=[name])[name]
+            logits = runtime_of(model).run(tokens, start=last + 1, state=resid)
+    if logits.shape[-1] != getattr(cfg, "d_vocab", logits.shape[-1]) or logits.ndim != 3:
+        raise InterpError("model output is not vocabulary logits; it has no next-token loss")
+    return next_token_nll(logits, tokens)
+
+
+def in_context_learning_score(
+    model: Any,
+    tokens: torch.Tensor,
+    *,
+    early: int | None = None,
+    late: int | None = None,
+    cache: Any = None,
+) -> pd.DataFrame:
+    """Loss late in the sequence minus loss early (module docstring), as a one-row table.
+
+    Columns: ``early_pos, late_pos, early_loss, late_loss, score``.
+
+    Raises:
+        InterpError: for positions outside ``[0, pos - 2]``, ``early >= late``,
+            or as :func:`per_token_loss`.
+    """
+    check_model(model)
+    tokens = check_tokens(model, tokens, min_len=3)
+    n = tokens.shape[1]
+    early = max(1, n // 10) if early is None else check_int(early, "early")
+    late = n - 2 if late is None else check_int(late, "late")
+    for name, p in (("early", early), ("late", late)):
+        if not 0 <= p <= n - 2:
+            raise InterpError(f"{name} position {p} outside [0, {n - 2}] for length {n}")
+    if early >= late:
+        raise InterpError(f"early ({early}) must come before late ({late})")
+    nll = per_token_loss(model, tokens, cache=cache)
+    e, l = float(nll[:, early].mean()), float(nll[:, late].mean())
+    return pd.DataFrame(
+        [{"early_pos": early, "late_pos": late, "early_loss": e, "late_loss": l, "score": l - e}]
+    )

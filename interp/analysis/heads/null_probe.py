@@ -1,0 +1,304 @@
+"""Null-space probes: what a head's query (key, value) map ignores, tested by intervention.
+
+The row space of a head's ``W_Q^T`` holds the residual directions its queries
+read; its null space the directions that contribute nothing to the query.
+Adding a null-space vector to a token's input therefore leaves the head's
+query unchanged and, with the keys held fixed, its attention too, while other
+heads, this head's own key and value, and the model output may still change.
+:func:`null_space_probe` checks exactly that on a real model, with random
+row-space directions as the control.
+
+Where the direction is added. A head reads the *normalised* input when the
+model has a pre-attention LayerNorm, and adding a vector before the
+normalisation changes the normalised vector non-linearly (centring and
+rescaling), so a null direction of ``W_Q^T`` would not stay null. We add the
+direction *after* the normalisation, at the input the head's projections
+actually read: ``blocks.{l}.ln1.hook_out`` on a TransformerBridge,
+``blocks.{l}.ln1.hook_normalized`` on our models, ``blocks.{l}.hook_resid_pre``
+on models without LayerNorm. (On such models this input also feeds the layer's
+other heads, which is why their queries can change.)
+
+Example:
+    >>> from interp.models import load_induction_model
+    >>> from interp.analysis.heads.scores import probe_tokens
+    >>> model = load_induction_model()
+    >>> df = null_space_probe(model, probe_tokens(model, n=4), layer=1, head=1, component="Q")
+    >>> worst = df.groupby("space")["d_query"].max()
+    >>> bool(worst["null_space"] < 1e-5), bool(worst["row_space"] > 0.5)
+    (True, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from interp.analysis.frames import head_frame
+from interp.analysis.heads.subspace import head_subspaces
+from interp.checks import (
+    check_finite,
+    check_int,
+    check_layer_head,
+    check_seed,
+    check_tokens,
+    position_mask,
+)
+from interp.engine.cache import cache_of, check_cache
+from interp.errors import InterpError
+from interp.hooks import head_label, hook_name
+from interp.protocol import check_model, eval_no_grad, hook_names
+from interp.runtime import per_query_heads
+
+
+def head_input_hook(model: Any, layer: int) -> str:
+    """The hook whose value the layer's Q/K/V projections read (see module docstring)."""
+    names = hook_names(model)
+    for cand in (f"blocks.{layer}.ln1.hook_out", f"blocks.{layer}.ln1.hook_normalized"):
+        if cand in names:
+            return cand
+    return hook_name("resid_pre", layer)
+
+
+AUTO_PROGRESS_PASSES = 100
+
+
+def _input_vectors(model: Any, tokens: torch.Tensor, layer: int, cache: Any) -> torch.Tensor:
+    name = head_input_hook(model, layer)
+    with torch.no_grad():
+        checked = check_cache(model, tokens, cache, needs=[name])
+        if checked is None:
+            checked = cache_of(model, tokens, [name])
+    return checked[name].float()  # [batch, pos, d_model]
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``||a - b|| / ||b||`` (0 when both are 0)."""
+    denom = float(b.norm())
+    return float((a - b).norm()) / denom if denom > 0 else float((a - b).norm())
+
+
+def _check_component(component: str) -> None:
+    if component not in ("Q", "K", "V"):
+        raise InterpError(
+            "null_space_probe adds directions to a head's input, so component must be Q, K or "
+            f"V; got {component!r} (use head_subspaces for O, QK and OV)"
+        )
+
+
+def null_space_probe(
+    model: Any,
+    tokens: torch.Tensor,
+    *,
+    layer: int,
+    head: int,
+    component: str = "Q",
+    n_directions: int = 8,
+    scale: float = 1.0,
+    positions: Any = None,
+    seed: int = 0,
+    control: bool = True,
+    cache: Any = None,
+    progress: bool | None = None,
+) -> pd.DataFrame:
+    """Add random null-space (and row-space control) directions to a head's input; measure.
+
+    Each direction is a random unit vector of the null space of the chosen map
+    (``W_Q^T``, ``W_K^T`` or ``W_V^T`` of ``layer``/``head``), scaled to
+    ``scale`` times the mean norm of the head's input at ``positions``
+    (ints or a ``[pos]`` bool mask; default the last position), and added
+    there in every sequence. ``cache`` (of ``tokens``, checked against them)
+    supplies the clean activations. Each direction costs two forward passes;
+    ``progress`` shows a bar (``None``: when there are more than
+    :data:`AUTO_PROGRESS_PASSES`).
+
+    Columns: ``layer, head, label, component, space`` (``null_space`` or ``row_space``),
+    ``direction``, then relative changes ``||new - clean|| / ||clean||``:
+    ``d_query``, ``d_key``, ``d_value`` (this head, at the positions),
+    ``d_other_queries`` (largest over the layer's other heads), ``d_pattern``
+    (max absolute change of this head's attention rows at the positions, keys
+    free to change), ``d_pattern_fixed_keys`` (the same with every key and
+    value held at its clean value, so only the query can move the pattern),
+    ``d_output`` (model output after the first probed position). ``df.attrs``
+    adds the hook, rank, nullity, scale and positions.
+
+    Raises:
+        InterpError: for a layer/head out of range, ``component`` not Q/K/V, a
+            map with no null space (full rank: nothing is ignored), positions
+            out of range, a non-finite or non-positive ``scale``, fewer than one
+            direction, or bad tokens.
+    """
+    cfg = check_model(model)
+    layer, head = check_layer_head(model, layer, head)
+    _check_component(component)
+    tokens = check_tokens(model, tokens)
+    n = tokens.shape[1]
+    scale = check_finite(scale, "scale", positive=True)
+    n_directions = check_int(n_directions, "n_directions", minimum=1)
+    seed = check_seed(seed)
+    mask = position_mask(n, [n - 1] if positions is None else positions)
+    positions = [int(p) for p in torch.nonzero(mask).flatten()]
+    sub = head_subspaces(model, layer=layer, head=head, component=component)
+    if sub.nullity == 0:
+        raise InterpError(
+            f"W_{component} of L{layer}H{head} has full rank {sub.rank} on d_model="
+            f"{sub.shape[1]}: its null space is empty, so there is no ignored direction to probe"
+        )
+    rng = np.random.default_rng(seed)
+    spaces = {"null_space": sub.null_space}
+    if control:
+        spaces["row_space"] = sub.row_space
+    in_name = head_input_hook(model, layer)
+    names = [hook_name(k, layer) for k in ("q", "k", "v", "pattern")]
+    pos_t = torch.tensor(positions, device=tokens.device)
+    rows = []
+    with eval_no_grad(model):
+        checked = check_cache(model, tokens, cache, needs=[in_name, *names])
+        if checked is None:
+            clean_out, clean = model.run_with_cache(tokens, names_filter=[in_name, *names])
+        else:
+            clean = {nm: checked[nm] for nm in (in_name, *names)}
+            clean_out = model(tokens)
+        x = clean[in_name]
+        size = float(x[:, pos_t].float().norm(dim=-1).mean()) * scale
+        passes = 2 * n_directions * len(spaces)  # two forward passes per direction
+        show = passes > AUTO_PROGRESS_PASSES if progress is None else bool(progress)
+        bar = tqdm(total=passes, disable=not show, desc="null-space probe", unit="pass")
+        try:
+            for space, basis in spaces.items():
+                for i in range(n_directions):
+                    coef = rng.standard_normal(basis.shape[0])
+                    d = coef @ basis
+                    d = torch.as_tensor(
+                        d / np.linalg.norm(d) * size, dtype=x.dtype, device=x.device
+                    )
+                    measured = _measure(
+                        model, tokens, clean_out, clean, in_name, names, d, pos_t, head, cfg.n_heads
+                    )
+                    rows.append({"space": space, "direction": i, **measured})
+                    bar.update(2)
+        finally:
+            bar.close()
+    df = pd.DataFrame(rows)
+    df.insert(0, "component", component)
+    df.insert(0, "label", head_label(layer, head))
+    df.insert(0, "head", head)
+    df.insert(0, "layer", layer)
+    df.attrs.update(
+        hook=in_name, nullity=sub.nullity, rank=sub.rank, scale=scale, positions=positions
+    )
+    return df
+
+
+def _measure(model, tokens, clean_out, clean, in_name, names, d, pos_t, head, n_heads):
+    q_name, k_name, v_name, p_name = names
+
+    def add(x: torch.Tensor, hook: Any) -> torch.Tensor:
+        x = x.clone()
+        x[:, pos_t] += d
+        return x
+
+    out, cache = _run_hooked_cache(model, tokens, names, [(in_name, add)])
+
+    def keep(name):
+        def hook(x, hook):
+            return clean[name]
+
+        return hook
+
+    fixed = _run_hooked_cache(
+        model, tokens, [p_name], [(in_name, add), (k_name, keep(k_name)), (v_name, keep(v_name))]
+    )[1]
+    sel = (slice(None), pos_t)
+    # Grouped-query attention: view keys and values per query head (copies, not in place).
+    cache = {**cache, **{n: per_query_heads(cache[n], n_heads) for n in (k_name, v_name)}}
+    clean = {**clean, **{n: per_query_heads(clean[n], n_heads) for n in (k_name, v_name)}}
+    others = [h for h in range(n_heads) if h != head]
+    first = int(pos_t.min())
+    return {
+        "d_query": _rel(cache[q_name][sel][:, :, head], clean[q_name][sel][:, :, head]),
+        "d_key": _rel(cache[k_name][sel][:, :, head], clean[k_name][sel][:, :, head]),
+        "d_value": _rel(cache[v_name][sel][:, :, head], clean[v_name][sel][:, :, head]),
+        "d_other_queries": max(
+            (_rel(cache[q_name][sel][:, :, h], clean[q_name][sel][:, :, h]) for h in others),
+            default=0.0,
+        ),
+        "d_pattern": float(
+            (cache[p_name][:, head, pos_t] - clean[p_name][:, head, pos_t]).abs().max()
+        ),
+        "d_pattern_fixed_keys": float(
+            (fixed[p_name][:, head, pos_t] - clean[p_name][:, head, pos_t]).abs().max()
+        ),
+        "d_output": _rel(out[:, first:].float(), clean_out[:, first:].float()),
+    }
+
+
+def _run_hooked_cache(model, tokens, names, hooks):
+    """Forward with intervention hooks, caching ``names`` (works for any HookedRootModule)."""
+    store: dict[str, torch.Tensor] = {}
+
+    def saver(name):
+        def hook(x, hook):
+            store[name] = x.detach()
+
+        return hook
+
+    out = model.run_with_hooks(tokens, fwd_hooks=[*hooks, *[(n, saver(n)) for n in names]])
+    return out, store
+
+
+def read_fraction(
+    model: Any,
+    tokens: torch.Tensor,
+    *,
+    heads: Any = None,
+    component: str = "Q",
+    exclude_bos: bool = True,
+    cache: Any = None,
+) -> pd.DataFrame:
+    """Fraction of the head input's variance that lies in the head's read subspace.
+
+    For each head, ``X`` is the input its projections read (see module
+    docstring) over all sequences and positions (position 0 dropped with
+    ``exclude_bos``), centred; the read fraction is ``||X P||_F^2 / ||X||_F^2``
+    with ``P`` the orthogonal projector on the row space of ``W_component^T``.
+    ``baseline = rank / d_model`` is what isotropic inputs would give.
+
+    Returns one row per head in ``heads`` (all by default): ``layer, head,
+    label, component, rank, read_fraction, baseline``.
+
+    Raises:
+        InterpError: for a head out of range, ``component`` not Q/K/V, or bad tokens.
+    """
+    from interp.checks import parse_heads
+
+    cfg = check_model(model)
+    _check_component(component)
+    tokens = check_tokens(model, tokens)
+    chosen = parse_heads(model, heads)
+    by_layer: dict[int, list[int]] = {}
+    for l, h in chosen:
+        by_layer.setdefault(l, []).append(h)
+    frac = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
+    rank = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
+    for l, heads_l in sorted(by_layer.items()):
+        X = _input_vectors(model, tokens, l, cache)
+        if exclude_bos and X.shape[1] > 1:
+            X = X[:, 1:]
+        X = X.reshape(-1, X.shape[-1]).double()
+        X = X - X.mean(0, keepdim=True)
+        total = float((X**2).sum())
+        for h in heads_l:
+            sub = head_subspaces(model, layer=l, head=h, component=component)
+            R = torch.as_tensor(sub.row_space, dtype=torch.float64, device=X.device)  # [rank, d]
+            frac[l, h] = float(((X @ R.T) ** 2).sum()) / total if total > 0 else float("nan")
+            rank[l, h] = sub.rank
+    df = head_frame({"rank": rank, "read_fraction": frac}, cfg.n_layers, cfg.n_heads)
+    df = df.dropna(subset=["read_fraction"]).reset_index(drop=True)
+    df["rank"] = df["rank"].astype(int)
+    df["baseline"] = df["rank"] / cfg.d_model
+    df.insert(3, "component", component)
+    return df

@@ -1,0 +1,70 @@
+"""Attention patterns of chosen heads, from one forward pass or a cache.
+
+The pattern of head ``h`` in layer ``l`` is ``blocks.{l}.attn.hook_pattern[:, h]``,
+``[batch, query_pos, key_pos]``: row ``q`` is the distribution over the keys
+that query ``q`` mixes (it sums to 1). This is what circuitsvis draws and what
+the reports' attention widgets show; it says where a head looks, not what it writes.
+
+Example:
+    >>> from interp.models import load_induction_model
+    >>> from interp.datasets import repeated_random_tokens
+    >>> model = load_induction_model()
+    >>> tokens = repeated_random_tokens(2, 8, d_vocab=64, seed=0).tokens
+    >>> attention_patterns(model, tokens, heads=["L1H1", "L0H1"]).shape
+    torch.Size([2, 2, 17, 17])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from interp.checks import check_tokens, parse_heads
+from interp.engine.cache import cache_of, check_cache, with_batch
+from interp.errors import InterpError
+from interp.hooks import hook_name
+from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
+
+
+def patterns(
+    model: Any, tokens: torch.Tensor, *, cache: Any = None, layers: Sequence[int] | None = None
+) -> list[torch.Tensor]:
+    """Attention patterns ``[batch, head, query_pos, key_pos]`` per layer (float32).
+
+    Reads them from ``cache`` when given (checked against ``tokens``:
+    :func:`interp.engine.cache.check_cache`), else runs the model once, caching
+    only ``hook_pattern``.
+
+    Raises:
+        InterpError: if the model (or cache) has no attention patterns.
+    """
+    cfg = model.cfg
+    layers = list(range(cfg.n_layers)) if layers is None else list(layers)
+    names = [hook_name("pattern", l) for l in layers]
+    missing = [n for n in names if n not in hook_names(model)]
+    if missing:
+        raise InterpError(f"no attention patterns at {missing[0]}: the model lacks hook_pattern")
+    checked = check_cache(model, tokens, cache, needs=names)
+    if checked is None:
+        checked = cache_of(model, tokens, names)
+    return [with_batch(checked[n], tokens).float() for n in names]
+
+
+def attention_patterns(
+    model: HookedModel, tokens: torch.Tensor, *, heads: Any = None, cache: Any = None
+) -> torch.Tensor:
+    """``[batch, head, query_pos, key_pos]`` patterns of ``heads`` (all by default), in that order.
+
+    Raises:
+        InterpError: for bad tokens or heads, or a model (or cache) without
+            ``hook_pattern``.
+    """
+    check_model(model)
+    tokens = check_tokens(model, tokens)
+    wanted = parse_heads(model, heads)
+    layers = sorted({l for l, _ in wanted})
+    with eval_no_grad(model):
+        per_layer = dict(zip(layers, patterns(model, tokens, cache=cache, layers=layers)))
+    return torch.stack([per_layer[l][:, h] for l, h in wanted], dim=1)

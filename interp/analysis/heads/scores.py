@@ -1,0 +1,492 @@
+"""Induction, previous-token and duplicate-token scores for every head, in three conventions.
+
+A head's score is the attention it puts on a *stripe* of key positions
+defined by the tokens themselves (Elhage et al. 2021; Olsson et al. 2022):
+
+* **previous-token**: key ``q - 1``;
+* **duplicate-token**: keys ``k < q`` holding the same token as ``q``;
+* **induction**: keys ``k <= q`` whose *previous* token equals the token at
+  ``q`` (the token that followed an earlier occurrence of the current one).
+
+Three conventions for turning a pattern into a number (``convention=``):
+
+``"interp"`` (default). With ``S(b, q)`` the stripe of query ``q`` in
+sequence ``b`` and ``V`` the ``(b, q)`` with a non-empty stripe (inside
+``loss_mask`` when given), ``score = mean_{(b,q) in V} sum_{k in S(b,q)} A[b,q,k]``.
+``exclude_bos=True`` (default) removes key 0 from every stripe without
+renormalising, so attention parked on BOS never counts. A perfect head scores 1.
+
+``"transformer_lens"``: exactly TransformerLens's ``detect_head`` (4.3).
+Per sequence, ``"mul"`` divides the stripe mass by the attention of *all*
+rows (so a perfect induction head on BOS + 4 tokens twice scores 4/9);
+``exclude_bos`` zeroes key 0 of the pattern and divides by what is left,
+``exclude_current_token`` zeroes the diagonal; ``"abs"`` is
+``1 - round(mean |A - D| * pos, 3)``. Sequences are scored one by one and averaged.
+
+``"arena"``: ARENA chapter 1.2's fixed diagonals on the repeated probe
+(BOS, ``L`` tokens, the same ``L`` tokens): previous-token
+``A.diagonal(-1).mean()``, induction ``A.diagonal(1 - L).mean()`` (which also
+counts first-half entries). ARENA has no duplicate-token detector; the same
+rule on the duplicate stripe, ``A.diagonal(-L).mean()``, is used. Averaged over the batch.
+
+The three differ on the same pattern; the README's "Definitions" section
+works one 9-token example through all of them. Because stripes come from token
+ids, every convention works on any hooked model and any tensor of ids.
+
+For a **bidirectional** model (``cfg.attention_dir == "bidirectional"``) the
+``"interp"`` stripes make no causal assumption: duplicate-token keys are every
+other position holding the same token, and induction keys every ``k`` whose
+previous token is the query's token except ``k = q + 1``. ``causal=``
+overrides the model's setting. The other two conventions use their own
+(causal) definitions unchanged.
+
+Example:
+    >>> from interp.models import load_induction_model
+    >>> from interp.datasets import repeated_random_tokens
+    >>> model = load_induction_model()
+    >>> tokens = repeated_random_tokens(8, 20, d_vocab=64, seed=0).tokens
+    >>> scores = induction_scores(model, tokens)
+    >>> scores.nlargest(1, "induction")["label"].item()
+    'L1H1'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import pandas as pd
+import torch
+
+from interp.analysis.frames import head_frame
+from interp.analysis.heads.patterns import patterns
+from interp.checks import check_int, check_mask, check_seed, check_tokens
+from interp.engine.cache import run_until
+from interp.errors import InterpError
+from interp.hooks import hook_name
+from interp.memory import check_memory
+from interp.protocol import bos_token_id, check_model, eval_no_grad, is_causal
+
+Stripe = Literal["induction", "previous_token", "duplicate_token"]
+STRIPES: tuple[Stripe, ...] = ("induction", "previous_token", "duplicate_token")
+Convention = Literal["interp", "transformer_lens", "arena"]
+CONVENTIONS: tuple[str, ...] = ("interp", "transformer_lens", "arena")
+
+
+def stripe_mask(
+    tokens: torch.Tensor, stripe: Stripe, *, exclude_bos: bool = True, causal: bool = True
+) -> torch.Tensor:
+    """``[batch, query_pos, key_pos]`` bool: the keys each query should attend to for ``stripe``.
+
+    ``causal=False`` gives the bidirectional stripes (module docstring).
+
+    Raises:
+        InterpError: for an unknown stripe.
+    """
+    b, n = tokens.shape
+    q = torch.arange(n, device=tokens.device)[:, None]
+    k = torch.arange(n, device=tokens.device)[None, :]
+    if stripe == "previous_token":
+        mask = (k == q - 1)[None].expand(b, n, n).clone()
+    elif stripe == "duplicate_token":
+        allowed = (k < q) if causal else (k != q)
+        mask = (tokens[:, :, None] == tokens[:, None, :]) & allowed[None]
+    elif stripe == "induction":
+        prev = torch.full_like(tokens, -1)
+        prev[:, 1:] = tokens[:, :-1]  # prev[b, k] = token before key k
+        allowed = (k <= q) if causal else (k != q + 1)
+        mask = (tokens[:, :, None] == prev[:, None, :]) & allowed[None] & (k >= 1)[None]
+    else:
+        raise InterpError(f"unknown stripe {stripe!r}; choose one of {', '.join(STRIPES)}")
+    if exclude_bos:
+        mask[:, :, 0] = False
+    return mask
+
+
+def probe_tokens(
+    model: Any, *, n: int = 16, half_len: int | None = None, seed: int = 0
+) -> torch.Tensor:
+    """The standard probe for ``model``: BOS then ``half_len`` random tokens repeated twice.
+
+    ``half_len`` defaults to 50, or less if the context is shorter. The BOS id
+    is the tokenizer's BOS (or CLS for encoders) when there is one, else 0.
+
+    Raises:
+        InterpError: for ``n < 1``, ``half_len < 2``, a probe longer than the
+            context, or more probes than fit in memory (:func:`interp.protocol.check_memory`).
+    """
+    from interp.datasets import repeated_random_tokens
+
+    cfg = check_model(model)
+    n = check_int(n, "n", minimum=1)
+    n_ctx = getattr(cfg, "n_ctx", None) or 101
+    half_len = min(50, (n_ctx - 1) // 2) if half_len is None else check_int(half_len, "half_len")
+    if 1 + 2 * half_len > n_ctx:
+        raise InterpError(f"a probe of 1 + 2 x {half_len} tokens exceeds n_ctx={n_ctx}")
+    check_memory(model, n, 1 + 2 * half_len, what="a probe of")
+    return repeated_random_tokens(
+        n, half_len, d_vocab=int(cfg.d_vocab), bos=bos_token_id(model), seed=check_seed(seed)
+    ).tokens
+
+
+Reducer = Callable[[torch.Tensor], torch.Tensor]  # pattern [batch, head, q, k] -> [head]
+
+
+def _interp_reducer(mask: torch.Tensor, valid: torch.Tensor) -> Reducer:
+    w = valid.float()
+
+    def reduce(pattern: torch.Tensor) -> torch.Tensor:
+        mass = torch.einsum("bhqk,bqk->bhq", pattern.float(), mask.float())
+        return (mass * w[:, None]).sum((0, 2)) / w.sum()
+
+    return reduce
+
+
+def _tl_reducer(
+    detection: torch.Tensor, exclude_bos: bool, exclude_current: bool, measure: str
+) -> Reducer:
+    D = detection.float()  # [batch, q, k], 0/1, lower triangular
+    n = D.shape[-1]
+    keep = torch.ones(n, n, device=D.device)
+    if exclude_bos:
+        keep[:, 0] = 0
+    if exclude_current:
+        keep.fill_diagonal_(0)
+
+    def reduce(pattern: torch.Tensor) -> torch.Tensor:
+        A = pattern.float()  # [batch, head, q, k]
+        if measure == "mul":
+            A = A * keep
+            per_seq = (A * D[:, None]).sum((-2, -1)) / A.sum((-2, -1))  # [batch, head]
+        else:
+            diff = (A - D[:, None]).abs() * keep
+            raw = diff.mean((-2, -1)).double() * n  # as TL: a float32 mean, then a Python float
+            per_seq = 1 - torch.round(raw * 1000) / 1000  # TL rounds to 3 decimals
+        return per_seq.mean(0)
+
+    return reduce
+
+
+def _arena_reducer(stripe: Stripe, half: int) -> Reducer:
+    offset = {"previous_token": -1, "induction": 1 - half, "duplicate_token": -half}[stripe]
+
+    def reduce(pattern: torch.Tensor) -> torch.Tensor:
+        diag = pattern.float().diagonal(offset=offset, dim1=-2, dim2=-1)  # [batch, head, n']
+        return diag.mean((0, 2))
+
+    return reduce
+
+
+def _arena_half(tokens: torch.Tensor) -> int:
+    n = tokens.shape[1]
+    half = (n - 1) // 2
+    if (
+        n != 1 + 2 * half
+        or half < 2
+        or not torch.equal(tokens[:, 1 : 1 + half], tokens[:, 1 + half :])
+    ):
+        raise InterpError(
+            "convention='arena' scores the repeated probe: BOS, L tokens, the same L tokens "
+            f"(length 2L + 1); these tokens (length {n}) are not that; use probe_tokens(model) "
+            "or interp.datasets.repeated_random_tokens"
+        )
+    return half
+
+
+def _reducers(
+    tokens: torch.Tensor,
+    stripes: Sequence[Any],
+    convention: str,
+    exclude_bos: bool | None,
+    exclude_current_token: bool,
+    error_measure: str,
+    loss_mask: torch.Tensor | None,
+    causal: bool,
+) -> dict[str, Reducer]:
+    """One reducer per stripe (pattern ``[batch, head, q, k]`` -> ``[head]``), options checked."""
+    if convention not in CONVENTIONS:
+        raise InterpError(
+            f"unknown convention {convention!r}; choose one of {', '.join(CONVENTIONS)}"
+        )
+    stripes = tuple(stripes)
+    if not stripes or any(s not in STRIPES for s in stripes):
+        raise InterpError(
+            f"stripes must be a non-empty subset of {', '.join(STRIPES)}, got {stripes}"
+        )
+    if convention != "transformer_lens" and (exclude_current_token or error_measure != "mul"):
+        raise InterpError(
+            "exclude_current_token and error_measure belong to convention='transformer_lens'"
+        )
+    if error_measure not in ("mul", "abs"):
+        raise InterpError(f"error_measure must be 'mul' or 'abs', got {error_measure!r}")
+    reducers: dict[str, Reducer] = {}
+    if convention == "interp":
+        bos = True if exclude_bos is None else bool(exclude_bos)
+        rows = None if loss_mask is None else check_mask(loss_mask, tokens, "loss_mask")
+        for s in stripes:
+            m = stripe_mask(tokens, s, exclude_bos=bos, causal=causal)
+            v = m.any(-1) if rows is None else m.any(-1) & rows
+            if not v.any():
+                raise InterpError(
+                    f"no query position has a {s} stripe in these tokens; "
+                    "use repeated tokens (interp.datasets.repeated_tokens)"
+                )
+            reducers[s] = _interp_reducer(m, v)
+    elif convention == "transformer_lens":
+        bos = bool(exclude_bos) if exclude_bos is not None else False
+        for s in stripes:
+            D = stripe_mask(tokens, s, exclude_bos=False, causal=True)
+            reducers[s] = _tl_reducer(D, bos, exclude_current_token, error_measure)
+    else:
+        if exclude_bos is not None:
+            raise InterpError("convention='arena' has no exclude_bos (its diagonals are fixed)")
+        half = _arena_half(tokens)
+        reducers = {s: _arena_reducer(s, half) for s in stripes}
+    return reducers
+
+
+def pattern_scores(
+    patterns: Sequence[torch.Tensor],
+    tokens: torch.Tensor,
+    *,
+    stripes: Sequence[Stripe] = STRIPES,
+    convention: Convention = "interp",
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool = False,
+    error_measure: Literal["mul", "abs"] = "mul",
+    loss_mask: torch.Tensor | None = None,
+    causal: bool = True,
+) -> pd.DataFrame:
+    """Stripe scores of given patterns, one per layer: ``[batch, head, query_pos, key_pos]``.
+
+    The scoring half of :func:`head_scores`, for patterns that come from
+    anywhere (hand-built ones, another library's): no model runs. Options as
+    :func:`head_scores`; ``causal`` must be given for bidirectional patterns.
+
+    Example:
+        >>> tokens = torch.tensor([[0, 5, 6, 5, 6]])
+        >>> prev = torch.zeros(1, 1, 5, 5)
+        >>> prev[0, 0, torch.arange(5), (torch.arange(5) - 1).clamp(min=0)] = 1.0
+        >>> pattern_scores([prev], tokens)["previous_token"].item()
+        1.0
+
+    Raises:
+        InterpError: as :func:`head_scores`, for patterns that are not
+            ``[batch, head, pos, pos]`` tensors of these tokens, or layers with
+            different numbers of heads.
+    """
+    if not isinstance(tokens, torch.Tensor) or tokens.ndim not in (1, 2):
+        raise InterpError("tokens must be a [batch, pos] tensor of ids")
+    tokens = tokens[None] if tokens.ndim == 1 else tokens
+    pats = list(patterns)
+    if not pats:
+        raise InterpError("no patterns given: pass one [batch, head, pos, pos] tensor per layer")
+    b, n = tokens.shape
+    for i, p in enumerate(pats):
+        if not isinstance(p, torch.Tensor) or p.ndim != 4 or tuple(p.shape[::2]) != (b, n):
+            shape = tuple(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__
+            raise InterpError(
+                f"pattern {i} has shape {shape}; patterns are [batch, head, pos, pos] of the "
+                f"tokens ({b} x {n})"
+            )
+        if p.shape[-1] != n or p.shape[1] != pats[0].shape[1]:
+            raise InterpError(f"pattern {i} has shape {tuple(p.shape)}, unlike pattern 0")
+    reducers = _reducers(
+        tokens,
+        stripes,
+        convention,
+        exclude_bos,
+        exclude_current_token,
+        error_measure,
+        loss_mask,
+        bool(causal),
+    )
+    n_heads = pats[0].shape[1]
+    out = {s: torch.zeros(len(pats), n_heads) for s in reducers}
+    for layer, p in enumerate(pats):
+        for s, r in reducers.items():
+            out[s][layer] = r(p.float()).cpu()
+    df = head_frame(out, len(pats), n_heads)
+    df.attrs.update(convention=convention, method=f"stripe scores ({convention} convention)")
+    return df
+
+
+def head_scores(
+    model: Any,
+    tokens: torch.Tensor | None = None,
+    *,
+    stripes: Sequence[Stripe] = STRIPES,
+    convention: Convention = "interp",
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool = False,
+    error_measure: Literal["mul", "abs"] = "mul",
+    loss_mask: torch.Tensor | None = None,
+    causal: bool | None = None,
+    cache: Any = None,
+) -> pd.DataFrame:
+    """Stripe scores from one forward pass: one row per head, one column per stripe.
+
+    Runs the model once with reducing hooks on ``hook_pattern`` only (no
+    activations are kept), or reads the patterns from ``cache`` (checked
+    against ``tokens`` first; patterns it lacks are computed). ``tokens``
+    defaults to :func:`probe_tokens`. ``exclude_bos`` defaults to the
+    convention's own default (True for ``"interp"``, False for
+    ``"transformer_lens"``); ``exclude_current_token`` and ``error_measure``
+    belong to ``"transformer_lens"``; ``loss_mask`` (``[batch, pos]`` bool:
+    which query rows count) and ``causal`` to ``"interp"``. ``df.attrs``
+    records the convention. :func:`pattern_scores` scores patterns you have.
+
+    Raises:
+        InterpError: for an unknown stripe or convention, an option the
+            convention does not have, bad tokens, a ``loss_mask`` of the wrong
+            shape, no query with a non-empty stripe, tokens that are not the
+            repeated probe under ``"arena"``, a cache of other tokens, or a
+            model without attention patterns.
+    """
+    cfg = check_model(model)
+    tokens = probe_tokens(model) if tokens is None else check_tokens(model, tokens, min_len=2)
+    if convention != "interp" and (loss_mask is not None or causal is not None):
+        raise InterpError("loss_mask and causal belong to convention='interp'")
+    causal = is_causal(model) if causal is None else bool(causal)
+    reducers = _reducers(
+        tokens,
+        stripes,
+        convention,
+        exclude_bos,
+        exclude_current_token,
+        error_measure,
+        loss_mask,
+        causal,
+    )
+    out = {s: torch.zeros(cfg.n_layers, cfg.n_heads) for s in reducers}
+    if cache is not None:
+        with eval_no_grad(model):
+            for layer, p in enumerate(patterns(model, tokens, cache=cache)):
+                for s, r in reducers.items():
+                    out[s][layer] = r(p).cpu()
+    else:
+        _scores_by_hooks(model, tokens, reducers, out)
+    df = head_frame(out, cfg.n_layers, cfg.n_heads)
+    df.attrs.update(convention=convention, method=f"stripe scores ({convention} convention)")
+    return df
+
+
+def _scores_by_hooks(
+    model: Any, tokens: torch.Tensor, reducers: dict[str, Reducer], out: dict[str, torch.Tensor]
+) -> None:
+    seen: set[int] = set()
+
+    def make_hook(layer: int) -> Callable:
+        def hook(pattern: torch.Tensor, hook: Any) -> None:
+            seen.add(layer)
+            for s, r in reducers.items():
+                out[s][layer] = r(pattern.detach()).cpu()
+
+        return hook
+
+    n_layers = model.cfg.n_layers
+    hooks = [(hook_name("pattern", l), make_hook(l)) for l in range(n_layers)]
+    try:
+        with eval_no_grad(model):
+            run_until(model, tokens, hooks, hooks[-1][0])  # nothing after the last pattern
+    except (KeyError, AttributeError) as exc:
+        if "hook_pattern" in str(exc):
+            raise InterpError("this model has no hook_pattern attention hooks") from exc
+        raise
+    if len(seen) != n_layers:
+        raise InterpError(
+            "this model did not produce attention patterns at every layer's hook_pattern"
+        )
+
+
+def induction_scores(
+    model: Any,
+    tokens: torch.Tensor | None = None,
+    *,
+    convention: Convention = "interp",
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool = False,
+    error_measure: Literal["mul", "abs"] = "mul",
+    loss_mask: torch.Tensor | None = None,
+    causal: bool | None = None,
+    cache: Any = None,
+) -> pd.DataFrame:
+    """Induction score per head (module docstring): ``layer, head, label, induction``.
+
+    Raises:
+        InterpError: as :func:`head_scores`.
+    """
+    return head_scores(
+        model,
+        tokens,
+        stripes=("induction",),
+        convention=convention,
+        exclude_bos=exclude_bos,
+        exclude_current_token=exclude_current_token,
+        error_measure=error_measure,
+        loss_mask=loss_mask,
+        causal=causal,
+        cache=cache,
+    )
+
+
+def previous_token_scores(
+    model: Any,
+    tokens: torch.Tensor | None = None,
+    *,
+    convention: Convention = "interp",
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool = False,
+    error_measure: Literal["mul", "abs"] = "mul",
+    loss_mask: torch.Tensor | None = None,
+    causal: bool | None = None,
+    cache: Any = None,
+) -> pd.DataFrame:
+    """Previous-token score per head: columns ``layer, head, label, previous_token``.
+
+    Raises:
+        InterpError: as :func:`head_scores`.
+    """
+    return head_scores(
+        model,
+        tokens,
+        stripes=("previous_token",),
+        convention=convention,
+        exclude_bos=exclude_bos,
+        exclude_current_token=exclude_current_token,
+        error_measure=error_measure,
+        loss_mask=loss_mask,
+        causal=causal,
+        cache=cache,
+    )
+
+
+def duplicate_token_scores(
+    model: Any,
+    tokens: torch.Tensor | None = None,
+    *,
+    convention: Convention = "interp",
+    exclude_bos: bool | None = None,
+    exclude_current_token: bool = False,
+    error_measure: Literal["mul", "abs"] = "mul",
+    loss_mask: torch.Tensor | None = None,
+    causal: bool | None = None,
+    cache: Any = None,
+) -> pd.DataFrame:
+    """Duplicate-token score per head: columns ``layer, head, label, duplicate_token``.
+
+    Raises:
+        InterpError: as :func:`head_scores`.
+    """
+    return head_scores(
+        model,
+        tokens,
+        stripes=("duplicate_token",),
+        convention=convention,
+        exclude_bos=exclude_bos,
+        exclude_current_token=exclude_current_token,
+        error_measure=error_measure,
+        loss_mask=loss_mask,
+        causal=causal,
+        cache=cache,
+    )

@@ -1,0 +1,294 @@
+"""Full QK and OV circuits of a head, as TransformerLens ``FactoredMatrix`` objects.
+
+Following Elhage et al. (2021), "A Mathematical Framework for Transformer
+Circuits", a head's behaviour on tokens is summarised by two bilinear maps
+over the vocabulary (row-vector convention, ``E`` the embedding read by the head):
+
+* QK circuit, token-token: ``E W_Q W_K^T E^T  [d_vocab (query), d_vocab (key)]``;
+  positional: ``P W_Q W_K^T P^T  [n_ctx, n_ctx]`` with ``P = W_pos``;
+* OV circuit: ``E W_V W_O W_U  [d_vocab (source), d_vocab (output logit)]``;
+* K-composition circuit through a previous-token head ``p`` into an induction
+  head ``i`` (as in Elhage et al. and ARENA): ``E W_Q^i (E W_V^p W_O^p W_K^i)^T``:
+  a query token against the *previous* token of each key.
+
+They are returned factored (``A [n, d_head]``, ``B [d_head, n]``), so a
+``d_vocab x d_vocab`` matrix is never materialised unless you call ``.AB``;
+:func:`diagonal_fraction` scans rows in chunks.
+
+LayerNorm (``fold_ln=True``, the default): when the model normalises the
+head's input, ``E`` is the embedding passed through that LayerNorm row by row
+(centred, scaled to unit RMS, multiplied by its weight; the bias is dropped
+because a factored bilinear map cannot hold it), and ``W_U`` is scaled by the
+final LayerNorm's weight. This is the token's own contribution as the head
+reads it; positional embeddings and earlier layers also enter the real input,
+so the circuits describe the direct path, not the whole computation.
+Unembedding biases are dropped. ``fold_ln=False`` uses the raw weights
+(``W_E``, ``W_pos``, ``W_U`` as stored), as ARENA's exercises do. The two
+differ in scale and can differ in shape (:func:`previous_position_attention`
+measures the positional circuit both ways).
+
+Example:
+    >>> from interp.models import load_induction_model
+    >>> model = load_induction_model()
+    >>> ov = ov_circuit(model, layer=1, head=1)
+    >>> tuple(ov.shape)
+    (64, 64)
+    >>> diagonal_fraction(ov) > 0.9  # a copying head: each token's top output is itself
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import pandas as pd
+import torch
+
+from interp.analysis.frames import head_frame
+from interp.checks import check_layer_head, parse_heads
+from interp.errors import InterpError
+from interp.protocol import check_model
+from interp.runtime import head_weight
+
+
+def _factored():
+    from transformer_lens import FactoredMatrix
+
+    return FactoredMatrix
+
+
+def _ln_params(model: Any, layer: int | None) -> tuple[str | None, torch.Tensor | None]:
+    """(normalization kind, weight) of the LayerNorm before ``layer``'s attention (None: final)."""
+    cfg = model.cfg
+    norm = getattr(cfg, "normalization_type", None)
+    if norm is None:
+        return None, None
+    kind = "RMS" if "RMS" in str(norm).upper() else "LN"
+    blocks = getattr(model, "blocks", None)
+    module = (
+        getattr(model, "ln_final", None)
+        if layer is None
+        else getattr(blocks[layer], "ln1", None)
+        if blocks is not None
+        else None
+    )
+    w = None
+    for name in ("w", "weight"):
+        cand = getattr(module, name, None) if module is not None else None
+        if isinstance(cand, torch.Tensor):
+            w = cand
+            break
+    return kind, w
+
+
+def _normalise_rows(X: torch.Tensor, kind: str | None, w: torch.Tensor | None) -> torch.Tensor:
+    if kind is None:
+        return X
+    if kind == "LN":
+        X = X - X.mean(-1, keepdim=True)
+    X = X / X.pow(2).mean(-1, keepdim=True).clamp_min(1e-12).sqrt()
+    return X * w if w is not None else X
+
+
+Embedding = Literal["token", "positional"]
+
+
+def effective_embedding(
+    model: Any, *, layer: int, embedding: Embedding = "token", fold_ln: bool = True
+) -> torch.Tensor:
+    """The embedding rows as ``layer``'s heads read them: ``[d_vocab or n_ctx, d_model]``.
+
+    With ``fold_ln=False``, the raw ``W_E`` or ``W_pos``.
+
+    Raises:
+        InterpError: for a layer out of range, an unknown embedding, or
+            ``positional`` on a model without learned positions.
+    """
+    check_model(model)
+    layer, _ = check_layer_head(model, layer)
+    if embedding == "token":
+        X = model.W_E
+    elif embedding == "positional":
+        try:
+            X = model.W_pos
+        except (AttributeError, InterpError) as exc:
+            raise InterpError("this model has no learned positional embedding W_pos") from exc
+    else:
+        raise InterpError(f"embedding must be 'token' or 'positional', got {embedding!r}")
+    if not fold_ln:
+        return X.detach().float()
+    norm, w = _ln_params(model, layer)
+    return _normalise_rows(X.detach().float(), norm, None if w is None else w.detach().float())
+
+
+def _unembed(model: Any, fold_ln: bool) -> torch.Tensor:
+    try:
+        W_U = model.W_U.detach().float()  # [d_model, d_vocab]
+    except (AttributeError, InterpError) as exc:
+        raise InterpError("this model has no unembedding W_U, so it has no OV circuit") from exc
+    _, w = _ln_params(model, None)
+    return W_U * w.detach().float()[:, None] if (w is not None and fold_ln) else W_U
+
+
+def _head_w(model: Any, name: str, layer: int, head: int) -> torch.Tensor:
+    return head_weight(model, name)[layer, head].float()
+
+
+def qk_circuit(
+    model: Any, *, layer: int, head: int, embedding: Embedding = "token", fold_ln: bool = True
+) -> Any:
+    """The head's full QK circuit as a ``FactoredMatrix`` (query rows, key columns).
+
+    ``embedding="positional"`` gives the ``[n_ctx, n_ctx]`` positional circuit.
+
+    Raises:
+        InterpError: for a layer or head out of range, or an unknown embedding.
+    """
+    layer, head = check_layer_head(model, layer, head)
+    E = effective_embedding(model, layer=layer, embedding=embedding, fold_ln=fold_ln)
+    Q = E @ _head_w(model, "W_Q", layer, head)  # [n, d_head]
+    K = E @ _head_w(model, "W_K", layer, head)  # [n, d_head]
+    return _factored()(Q, K.T)
+
+
+def ov_circuit(model: Any, *, layer: int, head: int, fold_ln: bool = True) -> Any:
+    """The head's full OV circuit ``E W_V W_O W_U`` as a ``FactoredMatrix [d_vocab, d_vocab]``.
+
+    Raises:
+        InterpError: for a layer or head out of range or a model without ``W_U``.
+    """
+    layer, head = check_layer_head(model, layer, head)
+    E = effective_embedding(model, layer=layer, fold_ln=fold_ln)
+    A = E @ _head_w(model, "W_V", layer, head)  # [d_vocab, d_head]
+    B = _head_w(model, "W_O", layer, head) @ _unembed(model, fold_ln)  # [d_head, d_vocab]
+    return _factored()(A, B)
+
+
+def k_composition_circuit(model: Any, *, prev: Any, induction: Any, fold_ln: bool = True) -> Any:
+    """``E W_Q^ind (E W_V^prev W_O^prev W_K^ind)^T``: query token vs. each key's previous token.
+
+    ``prev`` and ``induction`` are heads (``(layer, head)`` or ``"L0H1"``).
+
+    Raises:
+        InterpError: for a malformed head, or unless the previous-token head
+            sits in an earlier layer.
+    """
+    (lp, hp), (li, hi) = parse_heads(model, [prev]) + parse_heads(model, [induction])
+    if lp >= li:
+        raise InterpError(
+            f"K-composition needs the previous-token head (layer {lp}) in an "
+            f"earlier layer than the induction head (layer {li})"
+        )
+    E_q = effective_embedding(model, layer=li, fold_ln=fold_ln)
+    E_p = effective_embedding(model, layer=lp, fold_ln=fold_ln)
+    Q = E_q @ _head_w(model, "W_Q", li, hi)  # [d_vocab, d_head]
+    moved = (
+        E_p @ _head_w(model, "W_V", lp, hp) @ _head_w(model, "W_O", lp, hp)
+    )  # [d_vocab, d_model]
+    norm, w = _ln_params(model, li)
+    if w is not None and fold_ln:
+        moved = moved * w.detach().float()
+    K = moved @ _head_w(model, "W_K", li, hi)  # [d_vocab, d_head]
+    return _factored()(Q, K.T)
+
+
+def diagonal_fraction(fm: Any, *, chunk: int = 2048, exclude: Iterable[int] = ()) -> float:
+    """Fraction of rows of a square factored matrix whose largest entry is on the diagonal.
+
+    Rows are materialised ``chunk`` at a time. ``exclude`` drops rows (e.g. BOS).
+
+    Raises:
+        InterpError: for a non-square matrix.
+    """
+    A, B = fm.A, fm.B
+    if A.shape[-2] != B.shape[-1]:
+        raise InterpError(f"diagonal_fraction needs a square matrix, got {tuple(fm.shape)}")
+    n = A.shape[-2]
+    skip = set(exclude)
+    hits = total = 0
+    for start in range(0, n, chunk):
+        rows = A[start : start + chunk] @ B  # [chunk, n]
+        idx = torch.arange(start, start + rows.shape[0])
+        keep = torch.tensor([int(i) not in skip for i in idx])
+        hits += int((rows.argmax(-1).cpu() == idx)[keep].sum())
+        total += int(keep.sum())
+    return hits / max(total, 1)
+
+
+def previous_position_attention(fm: Any, *, scale: float | None = None) -> float:
+    """Mean attention a positional QK circuit alone puts on the previous position.
+
+    Each query row ``q >= 1`` of ``fm`` (``[n_ctx, n_ctx]``, queries as rows)
+    is masked to keys ``k <= q``, divided by ``scale`` (default
+    ``sqrt(d_head)``, the factor's inner width) and softmaxed; the result is
+    the mean weight on key ``q - 1``. Near 1 for a previous-token head whose
+    positional preference does the work. Because the raw ``W_pos`` of a
+    LayerNorm model is small, the raw circuit (``fold_ln=False``) gives much
+    flatter rows than the circuit of the normalised input the head reads.
+
+    Example:
+        >>> from interp.models import load_induction_model
+        >>> model = load_induction_model()
+        >>> folded = qk_circuit(model, layer=0, head=1, embedding="positional")
+        >>> raw = qk_circuit(model, layer=0, head=1, embedding="positional", fold_ln=False)
+        >>> [round(previous_position_attention(fm), 2) for fm in (folded, raw)]
+        [0.79, 0.07]
+
+    Raises:
+        InterpError: for a non-square matrix.
+    """
+    M = fm.AB if hasattr(fm, "AB") else torch.as_tensor(fm)
+    if M.ndim != 2 or M.shape[-1] != M.shape[-2]:
+        raise InterpError(
+            f"previous_position_attention needs a square matrix, got {tuple(M.shape)}"
+        )
+    if scale is None:
+        inner = fm.A.shape[-1] if hasattr(fm, "A") else M.shape[-1]
+        scale = float(inner) ** 0.5
+    n = M.shape[-1]
+    future = torch.triu(torch.ones(n, n, dtype=torch.bool, device=M.device), 1)
+    P = (M.float() / scale).masked_fill(future, float("-inf")).softmax(-1)
+    return float(P.diagonal(-1).mean())
+
+
+def copying_score(fm: Any) -> float:
+    """OV eigenvalue positivity: ``sum(lambda) / sum(|lambda|)`` (real part), in ``[-1, 1]``.
+
+    Uses the non-zero eigenvalues of ``AB``, computed as those of the small ``BA``.
+    """
+    eig = fm.eigenvalues  # complex [d_head]
+    denom = eig.abs().sum()
+    if float(denom) == 0.0:
+        return 0.0
+    return float(eig.sum().real / denom)
+
+
+def copying_scores(
+    model: Any, *, heads: Iterable[Any] | None = None, top1: bool = True, fold_ln: bool = True
+) -> pd.DataFrame:
+    """Copying score of each head's OV circuit (and how often a token's top output is itself).
+
+    Columns: ``layer, head, label, copying_score`` and, with ``top1``,
+    ``top1_self_fraction`` (BOS row 0 is included; the circuit is over all tokens).
+    One row per head in ``heads`` (all by default).
+
+    Raises:
+        InterpError: for a malformed head or a model without ``W_U``.
+    """
+    cfg = check_model(model)
+    wanted = set(parse_heads(model, heads))
+    cs = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
+    t1 = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
+    with torch.no_grad():
+        for layer, head in sorted(wanted):
+            fm = ov_circuit(model, layer=layer, head=head, fold_ln=fold_ln)
+            cs[layer, head] = copying_score(fm)
+            if top1:
+                t1[layer, head] = diagonal_fraction(fm)
+    values = {"copying_score": cs}
+    if top1:
+        values["top1_self_fraction"] = t1
+    df = head_frame(values, cfg.n_layers, cfg.n_heads)
+    keep = [(int(l), int(h)) in wanted for l, h in zip(df["layer"], df["head"])]
+    return df[keep].reset_index(drop=True)

@@ -1,0 +1,172 @@
+"""What replaces an activation: the ``ablation`` of every intervention.
+
+One word for every engine and analysis (:data:`ABLATIONS`):
+
+* ``"zero"``: the activation becomes 0;
+* ``"mean"``: its mean over the batch (or over ``reference_tokens``), per position;
+* ``"resample"``: each sequence's activation on another, randomly drawn (seeded)
+  sequence: any row of ``reference_tokens``, or a *different* row of the batch;
+* ``"patch"``: the same activation in another run (the source run of a patching
+  direction: :mod:`interp.engine.direction`).
+
+:func:`values_for` builds the replacement tensors of single-activation edits
+(:mod:`interp.engine.sweep`); the edge engine makes its own for sender outputs.
+
+Example:
+    >>> resample_index(4, None, seed=0).tolist()  # never a sequence's own row
+    [3, 0, 3, 0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+
+from interp.engine.cache import CheckedCache, cache_of
+from interp.errors import InterpError
+from interp.metrics import Metric, scalar
+
+Ablation = Literal["zero", "mean", "resample", "patch"]
+ABLATIONS: tuple[str, ...] = ("zero", "mean", "resample", "patch")
+
+
+def check_ablation(ablation: Any, allowed: Sequence[str] = ABLATIONS) -> str:
+    """``ablation`` if it is one of ``allowed``.
+
+    Raises:
+        InterpError: naming the choices.
+    """
+    if ablation not in allowed:
+        raise InterpError(f"unknown ablation {ablation!r}; choose one of {', '.join(allowed)}")
+    return str(ablation)
+
+
+def resample_index(n: int, n_ref: int | None, seed: int, device: Any = None) -> torch.Tensor:
+    """``[n]`` seeded draws: a row of a reference batch of ``n_ref`` rows, or (``n_ref=None``)
+    a row of the same batch other than the sequence's own.
+
+    Raises:
+        InterpError: without a reference batch, for a batch of one sequence.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    if n_ref is not None:
+        idx = torch.randint(n_ref, (n,), generator=gen)  # every reference row can be drawn
+    else:
+        if n < 2:
+            raise InterpError(
+                "resample ablation without reference_tokens draws another sequence of the batch, "
+                "so it needs at least two sequences (or pass reference_tokens)"
+            )
+        idx = torch.randint(n - 1, (n,), generator=gen)
+        idx = idx + (idx >= torch.arange(n)).long()  # skip the sequence itself, uniformly
+    return idx.to(device) if device is not None else idx
+
+
+def check_reference(
+    model: Any, tokens: torch.Tensor, ablation: str, reference_tokens: Any
+) -> torch.Tensor | None:
+    """``reference_tokens`` checked for ``ablation`` (``None`` stays ``None``).
+
+    A mean over one sequence is refused: it is that sequence, so every effect
+    would be 0. Resampling within the batch needs two sequences.
+
+    Raises:
+        InterpError: for reference tokens with zero ablation or patching, of
+            another length than ``tokens``, mean ablation of one sequence
+            without at least two reference sequences, a single reference
+            sequence for a mean, or resampling one sequence without references.
+    """
+    from interp.checks import check_tokens
+
+    if reference_tokens is not None:
+        if ablation not in ("mean", "resample"):
+            raise InterpError(
+                f"reference_tokens are for mean and resample ablation, not {ablation}"
+            )
+        reference_tokens = check_tokens(model, reference_tokens, min_len=2, name="reference_tokens")
+        if reference_tokens.shape[1] != tokens.shape[1]:
+            raise InterpError(
+                f"reference tokens have length {reference_tokens.shape[1]} but tokens have "
+                f"{tokens.shape[1]}; mean and resample ablation need equal lengths"
+            )
+    if ablation == "resample" and reference_tokens is None and tokens.shape[0] < 2:
+        resample_index(tokens.shape[0], None, 0)  # raises the explanation, before any pass
+    if ablation != "mean":
+        return reference_tokens
+    if reference_tokens is None and tokens.shape[0] < 2:
+        raise InterpError(
+            "mean ablation of a batch of one sequence replaces each head by its own output (the "
+            "mean of one sequence is the sequence), so every effect would be 0; pass at least two "
+            "sequences, or reference_tokens (>= 2 sequences of the same length) to average over"
+        )
+    if reference_tokens is not None and reference_tokens.shape[0] < 2:
+        raise InterpError(
+            "mean ablation over one reference sequence is patching from that sequence, not a "
+            "mean; pass at least two reference sequences (or use ablation='resample')"
+        )
+    return reference_tokens
+
+
+def values_for(
+    model: Any,
+    tokens: torch.Tensor,
+    ablation: str,
+    names: Sequence[str],
+    *,
+    reference_tokens: torch.Tensor | None,
+    cache: CheckedCache | None,
+    seed: int,
+) -> dict[str, torch.Tensor] | None:
+    """Per hook in ``names``, the activation an ablation splices in (batch first).
+
+    ``None`` for zero ablation; the mean over the batch (or the reference
+    batch) for ``"mean"``; a seeded draw of another sequence for
+    ``"resample"``. Reads the activations from ``cache`` (the checked cache
+    of ``tokens``) when there is no reference batch.
+    """
+    if ablation == "zero":
+        return None
+    names = list(dict.fromkeys(names))
+    if reference_tokens is not None:
+        ref = reference_tokens
+        acts = cache_of(model, ref, names)
+    elif cache is not None:
+        ref, acts = tokens, cache.complete(names)
+    else:
+        ref = tokens
+        acts = cache_of(model, ref, names)
+    got = {n: acts[n] for n in names}
+    if ablation == "mean":
+        return {
+            n: x.mean(0, keepdim=True).expand(tokens.shape[0], *x.shape[1:]) for n, x in got.items()
+        }
+    n_ref = None if reference_tokens is None else ref.shape[0]
+    idx = resample_index(tokens.shape[0], n_ref, seed, device=tokens.device)
+    return {n: x[idx] for n, x in got.items()}
+
+
+def source_run(
+    model: Any,
+    tokens: torch.Tensor,
+    metric: Metric,
+    names: Sequence[str],
+    cache: CheckedCache | None,
+    score_tokens: torch.Tensor | None = None,
+) -> tuple[float, dict[str, torch.Tensor]]:
+    """The metric of the run on ``tokens`` (scored against ``score_tokens``, default
+    ``tokens``) and its activations at ``names`` (the values a patch splices into the other
+    run), read from ``cache`` (already checked against ``tokens``) when given; the metric
+    still needs one forward pass. Run under :func:`~interp.protocol.eval_no_grad`.
+
+    Raises:
+        InterpError: for a metric that returns a non-scalar.
+    """
+    names = list(names)
+    if cache is None:
+        logits, acts = model.run_with_cache(tokens, names_filter=names)
+    else:
+        logits, acts = model(tokens), cache.complete(names)
+    value = scalar(metric(logits, tokens if score_tokens is None else score_tokens), metric.name)
+    return value, {n: acts[n] for n in names}

@@ -1,0 +1,115 @@
+"""How many edits share a forward pass, and which: one rule for every engine.
+
+A pass carries ``k`` copies of the batch, one per edit. A pass has a fixed cost
+(reading every weight once, Python per block) that small batches do not
+amortise, so on a CPU a pass carries about :data:`CPU_TOKENS_PER_PASS` tokens;
+everywhere, the copies must fit the memory budget (:func:`interp.memory.budget`:
+a quarter of the free memory unless the caller gives one), and at most
+:data:`MAX_COPIES` share a pass. A copy's bytes come from the caller's memory
+model: the activations of one forward copy, plus whatever the engine itself
+holds per copy (``reread``: state every later layer reads back; on a CPU a pass
+packs copies only while all of theirs stays under :data:`CPU_REREAD_BYTES`,
+since reading it back is bound by memory, not arithmetic).
+
+Copies share a pass only when they resume at the same block (:func:`pack`).
+
+Example:
+    >>> pack([2, 0, 2, 1, 2], 2)
+    [[1], [3], [0, 2], [4]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+MAX_COPIES = 32
+CPU_TOKENS_PER_PASS = 2048
+# Measured on SmolLM2, 32 x 15 tokens, a 20-circuit curve whose running passes re-read a
+# store of every sender's output: one copy a pass was fastest (more copies re-read more).
+CPU_REREAD_BYTES = 64 << 20
+
+
+def copies_per_pass(
+    n_tokens: int,
+    device: Any,
+    *,
+    per_copy: int,
+    n: int | None = None,
+    reread: int = 0,
+    requested: Any = None,
+    memory_budget: Any = None,
+) -> int:
+    """The copies of a ``n_tokens``-token batch one pass carries (module docstring).
+
+    ``per_copy`` is the bytes one copy needs, ``reread`` the part of it that later
+    layers read back, ``n`` the number of edits (no more copies than that),
+    ``requested`` a caller's own count (``batch_size``) and ``memory_budget`` bytes.
+
+    Raises:
+        InterpError: for a non-positive or non-integer ``requested`` or ``memory_budget``.
+    """
+    from interp.checks import check_int
+    from interp.memory import budget
+
+    most = MAX_COPIES if n is None else max(1, min(MAX_COPIES, n))
+    if requested is not None:
+        return min(check_int(requested, "batch_size", minimum=1), most)
+    cap = budget(device, memory_budget)
+    k = min(most, cap // max(1, per_copy))
+    on_cpu = getattr(device, "type", str(device)) == "cpu"
+    if on_cpu and memory_budget is None:
+        k = min(k, -(-CPU_TOKENS_PER_PASS // max(1, n_tokens)))
+        if reread:
+            k = min(k, CPU_REREAD_BYTES // reread)
+    return max(1, int(k))
+
+
+def pack(starts: Sequence[int], k: int, *, mixed: bool = False) -> list[list[int]]:
+    """Indices of edits packed ``k`` per pass, in order of the block each resumes at
+    (``starts``); a pass holds only edits of one start unless ``mixed`` (passes that run
+    the whole model)."""
+    order = sorted(range(len(starts)), key=lambda i: starts[i])
+    chunks: list[list[int]] = []
+    for i in order:
+        same = chunks and starts[chunks[-1][0]] == starts[i]
+        if chunks and len(chunks[-1]) < k and (same or mixed):
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    return chunks
+
+
+class Cost:
+    """Forward-equivalents of the passes an analysis ran: each pass counts the share of the
+    model's blocks it computed, times its copies of the batch; a backward pass counts 2.
+    A count of work, not a timing (``benchmarks/`` time them)."""
+
+    def __init__(self, n_layers: int):
+        self.n_layers = max(1, int(n_layers))
+        self.total = 0.0
+        self.passes = 0
+
+    def forward(self, copies: int = 1, *, start: int = 0, stop: int | None = None) -> None:
+        """A pass of ``copies`` copies running blocks ``start .. stop - 1`` (default: the rest)."""
+        stop = self.n_layers if stop is None else stop
+        self.total += copies * max(0, stop - start) / self.n_layers
+        self.passes += 1
+
+    def backward(self, copies: int = 1) -> None:
+        """A backward pass through the whole model."""
+        self.total += 2.0 * copies
+
+    def add(self, other: Cost | float) -> None:
+        if isinstance(other, Cost):
+            self.total += other.total
+            self.passes += other.passes
+        else:
+            self.total += float(other)
+
+    @property
+    def forward_equivalents(self) -> float:
+        return round(self.total, 3)
+
+    def __repr__(self) -> str:
+        return f"Cost({self.forward_equivalents} forward-equivalents, {self.passes} passes)"

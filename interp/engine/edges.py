@@ -1,0 +1,288 @@
+"""The edge engine's passes: sender outputs, edited passes, and their exactness check.
+
+Every circuit analysis runs on these: :func:`sender_outputs` (one pass that
+records every sender's output), :func:`run` (one batched pass with an
+:class:`~interp.engine.edge_run.EdgeRun`'s edits, resumed at a block or reading
+only the logits' input), :func:`evaluate_masks` (circuits: edges outside a
+mask carry the replacement) and :func:`patch_edges` (edge patches: only the
+masked edges move). :func:`check_exact` verifies once per model that giving
+every receiver its own input reproduces the model's own pass.
+
+Example:
+    >>> import torch
+    >>> from interp.models import load_model
+    >>> from interp.engine.graph import build_graph
+    >>> model = load_model("induction-2l")
+    >>> out, logits = sender_outputs(model, build_graph(model), torch.tensor([[0, 5, 6]]))
+    >>> tuple(out.shape)  # [sender, batch, pos, d_model]
+    (6, 1, 3, 128)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from interp.engine.batching import copies_per_pass, pack
+from interp.engine.edge_run import EdgeRun, sender_hooks
+from interp.engine.graph import Graph, Index
+from interp.errors import InterpError
+from interp.hooks import hook_name
+from interp.runtime import Layer, runtime_of
+
+
+def layer_parts(model: Any) -> list[Layer]:
+    """Every layer's norms and head weights, as the engine recomputes receivers with them."""
+    rt = runtime_of(model)
+    return [rt.layer(l) for l in range(rt.n_layers)]
+
+
+def sender_outputs(
+    model: Any,
+    graph: Graph,
+    tokens: torch.Tensor,
+    *,
+    extra_hooks: Sequence[tuple[str, Callable]] = (),
+    parts: list[Layer] | None = None,
+    rows: Sequence[int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward pass: every sender's output ``[sender, batch, pos, d_model]`` and the
+    logits (where the runtime can, only at ``rows``: the pass is for its senders)."""
+    index = Index.of(graph)
+    parts = parts or layer_parts(model)
+    b, n = tokens.shape
+    d = int(model.cfg.d_model)
+    out = torch.empty(len(graph.senders), b, n, d, device=tokens.device)  # each filled once
+    seen: set[int] = set()
+
+    def store(s: int, x: torch.Tensor) -> None:
+        out[s] = x.detach().float()
+        seen.add(s)
+
+    with torch.no_grad():
+        hooks = [*sender_hooks(graph, index, parts, store), *extra_hooks]
+        logits = runtime_of(model).run(tokens, hooks=hooks, rows=rows)
+    check_filled(seen, graph)
+    return out, logits
+
+
+def check_filled(seen: set[int], graph: Graph) -> None:
+    """Raise unless every sender's output was seen in the pass.
+
+    Raises:
+        InterpError: naming the senders whose hooks never fired.
+    """
+    if len(seen) != len(graph.senders):
+        missing = [graph.senders[i] for i in range(len(graph.senders)) if i not in seen][:5]
+        raise InterpError(
+            f"edge engine: the outputs of {missing} were never seen in the forward pass; this "
+            "model's hooks do not fire as its graph says"
+        )
+
+
+def input_hooks(graph: Graph, store: dict[str, torch.Tensor]) -> list[tuple[str, Callable]]:
+    """Hooks keeping every receiver layer's input: ``pre{l}``, ``mid{l}`` and ``final``."""
+    index = Index.of(graph)
+
+    def keep(key: str) -> Callable:
+        def hook(x: torch.Tensor, hook: Any) -> None:
+            store[key] = x.detach()
+
+        return hook
+
+    hooks = []
+    for l in range(graph.n_layers):
+        hooks.append((hook_name("resid_pre", l), keep(f"pre{l}")))
+        if index.mlp[l] >= 0:
+            hooks.append((hook_name("resid_mid", l), keep(f"mid{l}")))
+    hooks.append((hook_name("resid_post", graph.n_layers - 1), keep("final")))
+    return hooks
+
+
+def run(
+    model: Any,
+    tokens: torch.Tensor,
+    edge_run: EdgeRun,
+    *,
+    start: int = 0,
+    kept: dict[int, Any] | None = None,
+    final: torch.Tensor | None = None,
+    rows: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """Logits ``[k * batch, pos, d_vocab]`` of one batched pass with ``edge_run``'s edits.
+
+    ``start`` skips blocks ``0 .. start - 1`` (what enters block ``start`` in ``kept``,
+    from the runtime's ``block_inputs``); ``start == n_layers`` reads only the logits'
+    input: ``final`` (the base residual the final norm reads) plus its edit. ``rows`` (the
+    positions a metric reads) may limit the unembedding; other rows are then 0.
+    """
+    from interp.runtime import kept_rows, scatter_rows
+
+    rt = runtime_of(model)
+    k = edge_run.k
+    n = tokens.shape[1]
+    if start >= rt.n_layers:
+        d = edge_run.delta([edge_run.index.logits], len(edge_run.graph.senders))
+        x = final[None].expand(k, *final.shape)
+        if d is not None:
+            x = x + d[:, 0].to(x.dtype)
+        x = x.reshape(k * final.shape[0], *final.shape[1:])
+        keep = kept_rows(rows, n)
+        if keep is None:
+            return rt.readout(x)
+        return scatter_rows(rt.readout(x[:, torch.tensor(keep, device=x.device)]), keep, n)
+    state = kept[start] if start > 0 else None
+    return rt.run(
+        tokens, hooks=edge_run.hooks(start), rows=rows, start=start, state=state, copies=k
+    )
+
+
+def check_exact(model: Any, graph: Graph, parts: list[Layer], tokens: torch.Tensor) -> None:
+    """Once per model: the per-receiver recomputation reproduces the model's own pass (every
+    receiver edited by zero), and a pass editing every edge reproduces the other run.
+
+    Raises:
+        InterpError: if this model's receivers cannot be given their own inputs exactly.
+    """
+    ok, why = runtime_of(model).verdict("edges: exact", lambda: _probe(model, graph, parts, tokens))
+    if not ok:
+        raise InterpError(
+            f"circuits need each head's query, key and value recomputed from its own input, and "
+            f"on this model that does not reproduce its forward pass ({why})"
+        )
+
+
+def _probe(model: Any, graph: Graph, parts: list[Layer], tokens: torch.Tensor) -> tuple:
+    probe = tokens[:1, : min(tokens.shape[1], 6)]
+    other = torch.flip(probe, dims=[1])
+    try:
+        with torch.no_grad():
+            clean_out, ref_logits = sender_outputs(model, graph, probe, parts=parts)
+            corr_out, corr_logits = sender_outputs(model, graph, other, parts=parts)
+            valid = torch.as_tensor(graph.valid, dtype=torch.float32)
+            force = torch.ones_like(valid)[None] * valid  # every edge, so every receiver recomputed
+            zero = EdgeRun(graph, parts, force, clean_out, clean_out, 1)  # alt - ref = 0
+            got = run(model, probe, zero)
+            # float32 rounding of a per-head einsum against the model's fused projection,
+            # carried through every layer: about 1e-6 of the logits' size (2.7e-5 on SmolLM2)
+            tol = 1e-5 * max(1.0, float(ref_logits.abs().max()))
+            gap = float((got.float() - ref_logits.float()).abs().max())
+            if gap > tol:
+                return False, f"recomputed inputs change the logits by {gap:.2e}"
+            every = EdgeRun(graph, parts, force, corr_out, None, 1)
+            got = run(model, probe, every)
+            tol = 1e-3 * max(1.0, float(corr_logits.abs().max()))
+            gap = float((got.float() - corr_logits.float()).abs().max())
+            if gap > tol:
+                return False, f"corrupting every edge differs from the corrupted run by {gap:.2e}"
+        return True, ""
+    except InterpError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure means "cannot split this model"
+        return False, f"{type(exc).__name__}: {exc}"
+
+
+def edits_per_pass(graph: Graph, tokens: torch.Tensor, d_model: int, running: bool) -> int:
+    """Copies per pass (:func:`interp.engine.batching.copies_per_pass`) for the edge
+    engine's memory model: per copy, each layer's per-receiver inputs, and in a running
+    pass the senders' outputs, which every later receiver layer reads back."""
+    store = len(graph.senders) * tokens.numel() * d_model * 4 if running else 0
+    per_copy = store + max(graph.n_heads, 1) * tokens.numel() * d_model * 4 * 3
+    return copies_per_pass(tokens.numel(), tokens.device, per_copy=per_copy, reread=store)
+
+
+def as_tensor(mask: np.ndarray, device: Any = None) -> torch.Tensor:
+    """A bool mask as a float tensor (the engine's mask dtype)."""
+    return torch.as_tensor(mask.astype(np.float32), device=device)
+
+
+def evaluate_masks(
+    model: Any,
+    prep: Any,
+    masks: Sequence[np.ndarray],
+    *,
+    progress: bool = False,
+    desc: str = "circuits",
+) -> list[float]:
+    """The metric with each mask's edges carrying the replacement (``ref`` = running), one
+    full pass per group of copies that fits :func:`edits_per_pass`."""
+    from tqdm.auto import tqdm
+
+    from interp.metrics import scalar
+    from interp.protocol import eval_no_grad
+
+    k = edits_per_pass(prep.graph, prep.tokens, int(model.cfg.d_model), running=True)
+    out: list[float] = []
+    b = prep.tokens.shape[0]
+    bar = tqdm(total=len(masks), disable=not progress, desc=desc, unit="circuit")
+    try:
+        with eval_no_grad(model):
+            for chunk in pack([0] * len(masks), k):
+                group = [masks[i] for i in chunk]
+                stacked = torch.stack([as_tensor(m, prep.tokens.device) for m in group])
+                er = prep.edge_run(stacked, ref=None)
+                logits = run(model, prep.base, er, rows=prep.metric.rows)
+                prep.cost.forward(len(group))
+                for c in range(len(group)):
+                    part = logits[c * b : (c + 1) * b]
+                    out.append(scalar(prep.metric(part, prep.tokens), prep.metric.name))
+                bar.update(len(group))
+    finally:
+        bar.close()
+    return out
+
+
+def patch_edges(
+    model: Any,
+    prep: Any,
+    masks: Sequence[np.ndarray],
+    *,
+    progress: bool = False,
+    desc: str = "edges",
+) -> list[float]:
+    """The metric with each mask's edges moved by ``alt - base`` (``ref`` = the base run's
+    outputs), every other input the base run's: each pass resumes at its first edited
+    receiver's layer, copies of one starting layer share passes, a pass that edits only
+    the logits reads only them."""
+    from tqdm.auto import tqdm
+
+    from interp.metrics import scalar
+    from interp.protocol import eval_no_grad
+
+    graph, b = prep.graph, prep.tokens.shape[0]
+    L = graph.n_layers
+    starts = []
+    for m in masks:
+        cols = np.nonzero(m.any(0).reshape(m.shape[1], -1).any(1))[0]
+        starts.append(min((graph.receiver_layer[j] for j in cols), default=L))
+    k = edits_per_pass(graph, prep.tokens, int(model.cfg.d_model), running=False)
+    chunks = pack(starts, k)
+    values: dict[int, float] = {}
+    bar = tqdm(total=len(masks), disable=not progress, desc=desc, unit="edit")
+    try:
+        with eval_no_grad(model):
+            kept: dict[int, Any] = {}
+            need = {starts[c[0]] for c in chunks} - {0, L}
+            if need:
+                _, kept = runtime_of(model).block_inputs(prep.base, need)
+                prep.cost.forward()
+            final = prep.base_inputs["final"]
+            for chunk in chunks:
+                start = starts[chunk[0]]
+                stacked = torch.stack([as_tensor(masks[i], prep.tokens.device) for i in chunk])
+                er = prep.edge_run(stacked, ref=prep.base_out)
+                logits = run(
+                    model, prep.base, er, start=start, kept=kept, final=final,
+                    rows=prep.metric.rows,
+                )  # fmt: skip
+                prep.cost.forward(len(chunk), start=start)
+                for c, i in enumerate(chunk):
+                    part = logits[c * b : (c + 1) * b]
+                    values[i] = scalar(prep.metric(part, prep.tokens), prep.metric.name)
+                bar.update(len(chunk))
+    finally:
+        bar.close()
+    return [values[i] for i in range(len(masks))]

@@ -1,0 +1,312 @@
+"""Sweeps: a metric under many single-activation edits, exactly, in few forward passes.
+
+A sweep evaluates a metric under many *edits* (:mod:`interp.engine.sites`).
+Every path gives what one ``run_with_hooks`` per edit gives (the "plain loop"),
+and each is checked against that loop once per model (on a slice of the
+tokens, to 1e-5) before it is trusted; the table says which path ran.
+
+``resume-after-block`` (attention-only models, edits of one layer's ``hook_z``
+only). A head's output enters the residual stream only as ``z_h @ W_O[l, h]``,
+and an attention-only block adds nothing after its attention, so the edited
+residual after block ``l`` is the clean one plus ``(z_new - z_h) @ W_O[l, h]``.
+One hooked clean pass keeps ``hook_z`` and ``hook_resid_post`` of each edited
+layer; each edit then runs only the blocks after ``l``.
+
+``resume-blocks`` (any model whose runtime resumes). One clean pass keeps what
+enters each block; an edit starting in layer ``l`` then runs only blocks
+``l ..`` (:meth:`interp.runtime.base.Runtime.run`).
+
+``loop``: one ``run_with_hooks`` per edit, for models neither path fits, or
+when a path's exactness check fails (the result's ``note`` says so).
+
+Edits that start in the same layer share a pass (:mod:`interp.engine.batching`).
+When the metric says which positions' logits it reads (``Metric.rows``), a
+runtime that can unembeds only there.
+
+Example:
+    >>> import torch
+    >>> from interp.metrics import loss_metric
+    >>> from interp.models import load_model
+    >>> from interp.engine.sites import head_edits
+    >>> model = load_model("induction-2l")
+    >>> tokens = torch.tensor([[0, 5, 6, 7, 5, 6, 7]])
+    >>> result = sweep(model, tokens, head_edits([(1, 1)]), loss_metric())
+    >>> result.path, result.values[0] > result.clean
+    ('resume-after-block', True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from interp.engine.batching import Cost, copies_per_pass, pack
+from interp.engine.sites import Edit, edit_hooks, edit_start, site
+from interp.errors import InterpError
+from interp.hooks import hook_name
+from interp.metrics import Metric, scalar
+from interp.runtime import Runtime, runtime_of
+
+ATOL, RTOL = 1e-5, 1e-5  # a path must match the plain loop this closely to be used
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """Metric values, one per edit in the order given; the unedited value; which path ran."""
+
+    values: list[float]
+    clean: float
+    path: str
+    note: str = ""
+    passes: int = 0
+    cost: float = 0.0  # forward-equivalents (interp.engine.batching.Cost)
+
+
+def bytes_per_copy(model: Any, tokens: torch.Tensor) -> int:
+    """Rough peak activation bytes of one forward copy of ``tokens`` (no grad)."""
+    from interp.memory import forward_bytes
+
+    return forward_bytes(model, *tokens.shape)
+
+
+def edits_per_pass(
+    model: Any, tokens: torch.Tensor, n_edits: int, requested: Any, memory_budget: Any
+) -> int:
+    """How many edits share one forward pass (:func:`interp.engine.batching.copies_per_pass`).
+
+    Raises:
+        InterpError: for a non-positive or non-integer ``batch_size`` or ``memory_budget``.
+    """
+    from interp.protocol import model_device
+
+    return copies_per_pass(
+        tokens.numel(),
+        model_device(model),
+        per_copy=bytes_per_copy(model, tokens),
+        n=n_edits,
+        requested=requested,
+        memory_budget=memory_budget,
+    )
+
+
+# ------------------------------------------------------------------------------ the loop
+def _loop_pass(rt: Runtime, tokens, chunk, values, cost: Cost | None = None) -> list:
+    """One full forward pass per edit: the reference every faster path is checked against."""
+    out = []
+    for edit in chunk:
+        out.append(rt.run(tokens, hooks=edit_hooks([edit], values, tokens.shape[0])))
+        if cost is not None:
+            cost.forward()
+    return out
+
+
+# ------------------------------------------------------- resume after the edited block
+class _AfterBlock:
+    """``resume-after-block``: attention-only models, ``hook_z`` edits of one layer."""
+
+    name = "resume-after-block"
+
+    def __init__(self, rt: Runtime, tokens: torch.Tensor, layers: set[int]):
+        self.rt = rt
+        self.tokens = tokens
+        kept: dict[str, torch.Tensor] = {}
+
+        def keep(x: torch.Tensor, hook: Any) -> None:
+            kept[hook.name] = x
+
+        names = [n for l in sorted(layers) for n in (hook_name("z", l), hook_name("resid_post", l))]
+        self.clean_logits = rt.run(tokens, hooks=[(n, keep) for n in names])
+        self.kept = kept
+        self.w_o = {l: rt.model.W_O[l].detach() for l in layers}
+
+    @staticmethod
+    def fits(edits: Sequence[Edit]) -> bool:
+        """Only edits of whole heads' ``hook_z`` in a single layer."""
+        return all(
+            len({st.layer for st in e}) == 1
+            and all(st.hook.endswith("attn.hook_z") and st.channels is None for st in e)
+            for e in edits
+        )
+
+    def run(self, chunk, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
+        k = len(chunk)
+        layer = chunk[0][0].layer
+        z = self.kept[hook_name("z", layer)]
+        resid = self.kept[hook_name("resid_post", layer)]
+        W = self.w_o[layer]  # [head, d_head, d_model]
+        deltas = []
+        for edit in chunk:
+            new = z.clone()
+            target = None if values is None else values[hook_name("z", layer)].to(z.dtype)
+            for st in edit:
+                sel = st.index(z.ndim, z.device)
+                new[sel] = 0.0 if target is None else target[sel]
+            diff = new - z  # [batch, pos, head, d_head]
+            deltas.append(
+                resid + torch.einsum("bphe,hed->bpd", diff, W.to(z.dtype)).to(resid.dtype)
+            )
+        state = torch.cat(deltas) if k > 1 else deltas[0]
+        logits = self.rt.run(self.tokens, start=layer + 1, state=state)
+        if cost is not None:
+            cost.forward(k, start=layer + 1)
+        return list(logits.split(resid.shape[0])) if k > 1 else [logits]
+
+
+# ----------------------------------------------------- resume at the first edited block
+class _ResumeBlocks:
+    """``resume-blocks``: skip the blocks before each edit's first layer (module docstring)."""
+
+    name = "resume-blocks"
+
+    def __init__(self, rt: Runtime, tokens: torch.Tensor, starts: set[int]):
+        self.rt = rt
+        self.tokens = tokens
+        self.clean_logits, self.kept = rt.block_inputs(tokens, starts - {0})
+
+    def run(self, chunk, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
+        k = len(chunk)
+        b = self.tokens.shape[0]
+        start = min(edit_start(edit) for edit in chunk)
+        logits = self.rt.run(
+            self.tokens,
+            hooks=edit_hooks(chunk, values, b),
+            rows=rows,
+            start=start,
+            state=self.kept.get(start),
+            copies=k,
+        )
+        if cost is not None:
+            cost.forward(k, start=start)
+        return list(logits.split(b)) if k > 1 else [logits]
+
+
+# ----------------------------------------------------------------------- choosing a path
+def _probe(rt: Runtime, tokens: torch.Tensor, path_cls: Any, edit: Edit) -> tuple[bool, str]:
+    """Does ``path_cls`` give the plain loop's logits for ``edit`` on a slice of ``tokens``?"""
+    probe = tokens[:1, : min(tokens.shape[1], 8)]
+    try:
+        with torch.no_grad():
+            layers = {st.layer for st in edit}
+            engine = path_cls(rt, probe, layers if path_cls is _AfterBlock else {min(layers)})
+            got = engine.run([edit], None, None)[0]
+            ref = _loop_pass(rt, probe, [edit], None)[0]
+        if got.shape != ref.shape:
+            return False, f"{path_cls.name} gave logits of shape {tuple(got.shape)}"
+        if not torch.allclose(got.float(), ref.float(), atol=ATOL, rtol=RTOL):
+            diff = float((got.float() - ref.float()).abs().max())
+            return False, f"{path_cls.name} differed from the plain loop by {diff:.2e}"
+        return True, ""
+    except Exception as exc:  # noqa: BLE001 - any failure means "this path does not apply"
+        return False, f"{path_cls.name} failed its check ({type(exc).__name__}: {exc})"
+
+
+def choose_path(model: Any, tokens: torch.Tensor, edits: Sequence[Edit]) -> tuple[str, str]:
+    """Which path :func:`sweep` will take for these edits, and why (if not the fastest)."""
+    rt = runtime_of(model)
+    last = rt.n_layers - 1
+    why = ""
+    if rt.can_resume and rt.attention_only and _AfterBlock.fits(edits):
+        ok, why = rt.verdict(
+            "sweep: after-block", lambda: _probe(rt, tokens, _AfterBlock, [site("z", 0, head=0)])
+        )
+        if ok:
+            return _AfterBlock.name, ""
+    if rt.n_layers > 1 and rt.can_resume:
+        ok, why2 = rt.verdict(
+            "sweep: resume-blocks",
+            lambda: _probe(rt, tokens, _ResumeBlocks, [site("z", last, head=0)]),
+        )
+        if ok:
+            return _ResumeBlocks.name, why
+        why = why2
+    return "loop", why or "no faster exact path for this model"
+
+
+def plan(model: Any, tokens: torch.Tensor, edits: Sequence[Edit], batch_size: Any = None) -> dict:
+    """What a sweep will do: ``path``, ``note``, ``edits``, ``edits_per_pass``, ``passes``."""
+    path, note = choose_path(model, tokens, edits)
+    k = edits_per_pass(model, tokens, len(edits), batch_size, None)
+    n_chunks = len(pack([edit_start(e) for e in edits], k, mixed=path == "loop"))
+    return {
+        "path": path,
+        "note": note,
+        "edits": len(edits),
+        "edits_per_pass": k,
+        "passes": n_chunks + 1,
+    }
+
+
+def sweep(
+    model: Any,
+    tokens: torch.Tensor,
+    edits: Sequence[Edit],
+    metric: Metric,
+    *,
+    values: dict[str, torch.Tensor] | None = None,
+    batch_size: Any = None,
+    memory_budget: Any = None,
+    progress: bool = False,
+    desc: str = "sweep",
+    score_tokens: torch.Tensor | None = None,
+) -> SweepResult:
+    """Metric values, one per edit in the order given, and the unedited value.
+
+    ``values[hook]`` (the full activation of that hook, batch first) supplies
+    each edited slice; without ``values`` the slices are zeroed. The metric is
+    scored against ``score_tokens`` (default ``tokens``). The caller runs this in
+    eval mode under no_grad and has validated its inputs.
+
+    Raises:
+        InterpError: for an empty edit list, a bad batch size or budget, or a
+            metric that returns a non-scalar or non-finite value.
+    """
+    from tqdm.auto import tqdm
+
+    if not edits:
+        raise InterpError("nothing to sweep: no edits given")
+    rt = runtime_of(model)
+    k = edits_per_pass(model, tokens, len(edits), batch_size, memory_budget)
+    path, note = choose_path(model, tokens, edits)
+    rows = metric.rows
+    starts = [edit_start(e) for e in edits]
+    chunks = pack(starts, k, mixed=path == "loop")
+    cost = Cost(rt.n_layers)
+    bar = tqdm(total=len(chunks) + 1, disable=not progress, desc=desc, unit="pass")
+    results: dict[int, float] = {}
+    try:
+        if path == _AfterBlock.name:
+            engine: Any = _AfterBlock(rt, tokens, set(starts))
+            clean_logits, run = engine.clean_logits, engine.run
+        elif path == _ResumeBlocks.name:
+            engine = _ResumeBlocks(rt, tokens, set(starts))
+            clean_logits, run = engine.clean_logits, engine.run
+        else:
+            clean_logits = rt.run(tokens)
+
+            def run(chunk, values, rows, cost):
+                return _loop_pass(rt, tokens, chunk, values, cost)  # rows: every row
+
+        cost.forward()
+        scored = tokens if score_tokens is None else score_tokens
+        clean = scalar(metric(clean_logits, scored), metric.name)
+        del clean_logits
+        bar.update(1)
+        for chunk in chunks:
+            outs = run([edits[i] for i in chunk], values, rows, cost)
+            for i, logits in zip(chunk, outs):
+                results[i] = scalar(metric(logits, scored), metric.name)
+            del outs
+            bar.update(1)
+    finally:
+        bar.close()
+    return SweepResult(
+        values=[results[i] for i in range(len(edits))],
+        clean=clean,
+        path=path,
+        note=note,
+        passes=len(chunks) + 1,
+        cost=cost.forward_equivalents,
+    )

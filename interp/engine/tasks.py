@@ -1,0 +1,216 @@
+"""An edge task: every input of a circuit analysis checked, and the passes it starts from.
+
+Path patching, edge attribution and circuit evaluation all start the same way:
+check the model, the tokens (and the corrupted tokens for ``ablation="patch"``),
+the metric, the positions and the cache before any forward pass; verify once
+that this model's receivers can be given their own inputs exactly
+(:func:`interp.engine.edges.check_exact`); then run the base run (recording
+every sender's output and every receiver layer's input) and the source run.
+:func:`prepare` does all of it and returns an :class:`EdgeTask`.
+
+The base run is the one whose edges are edited (:mod:`interp.engine.direction`):
+the clean run when noising (and for zero and mean ablation, and every circuit
+evaluation), the corrupted run when denoising.
+
+Example:
+    >>> import torch
+    >>> from interp.metrics import logit_diff_metric
+    >>> from interp.models import load_model
+    >>> task = prepare(load_model("induction-2l"), torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]]),
+    ...                corrupted_tokens=torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]]),
+    ...                metric=logit_diff_metric(8, 9), ablation="patch")
+    >>> task.base_value > 0 > task.source_value
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import torch
+
+from interp.engine.batching import Cost
+from interp.engine.edge_run import EdgeRun
+from interp.engine.edges import check_exact, input_hooks, layer_parts, sender_outputs
+from interp.engine.graph import Graph, build_graph
+from interp.errors import InterpError
+from interp.runtime import Layer, runtime_of
+
+EDGE_ABLATIONS = ("patch", "zero", "mean")
+
+
+@dataclasses.dataclass
+class EdgeTask:
+    """Checked inputs and the senders' outputs every circuit analysis starts from."""
+
+    graph: Graph
+    parts: list[Layer]
+    tokens: torch.Tensor  # the clean tokens: the metric is scored against them
+    corrupted: torch.Tensor | None
+    base: torch.Tensor  # the tokens of the run whose edges are edited
+    metric: Any
+    ablation: str
+    direction: str
+    base_out: torch.Tensor | None  # [sender, batch, pos, d_model] of the base run
+    alt: torch.Tensor | None  # the replacement outputs: the source run's, zero or a mean
+    base_value: float
+    positions: torch.Tensor | None
+    base_inputs: dict[str, torch.Tensor]  # every receiver layer's base input (input_hooks)
+    source_value: float | None = None  # the metric of the source run (ablation="patch")
+    each: bool = False  # positions="each": one edge per position (masks [sender, receiver, pos])
+    cum: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # shared prefix sums
+    cost: Cost = dataclasses.field(default_factory=lambda: Cost(1))
+
+    @property
+    def clean_value(self) -> float:
+        """The clean run's metric."""
+        return self.base_value if self.direction == "noising" else float(self.source_value)
+
+    @property
+    def corrupted_value(self) -> float | None:
+        """The corrupted run's metric (``None`` without corrupted tokens)."""
+        if self.direction == "noising":
+            return self.source_value
+        return self.base_value
+
+    def edge_run(self, masks: torch.Tensor, *, ref: torch.Tensor | None) -> EdgeRun:
+        """The :class:`EdgeRun` for stacked ``masks``: ``ref=None`` edits against each pass's
+        own sender outputs (circuits), ``base_out`` against the base run's (edge patches)."""
+        return EdgeRun(
+            self.graph,
+            self.parts,
+            masks,
+            self.alt,
+            ref,
+            self.tokens.shape[0],
+            self.positions,
+            self.cum,
+        )
+
+
+def replacement(ablation: str, outputs: torch.Tensor) -> torch.Tensor:
+    """The senders' replacement outputs for zero or mean ablation (of the base outputs)."""
+    if ablation == "zero":
+        return torch.zeros_like(outputs)
+    return outputs.mean(1, keepdim=True).expand_as(outputs).contiguous()
+
+
+def prepare(
+    model: Any,
+    tokens: Any,
+    *,
+    corrupted_tokens: Any,
+    metric: Any,
+    ablation: str,
+    positions: Any = None,
+    direction: str = "noising",
+    cache: Any = None,
+    base_pass: bool | Literal["metric"] = True,
+    each_for: str | None = None,
+) -> EdgeTask:
+    """Check every input (before any forward pass), then run the base (and source) pass.
+
+    ``positions="each"`` (edges per position) is accepted only when ``each_for`` names the
+    calling function (those that read edges per position).
+
+    ``base_pass=False`` leaves the base senders' outputs to the caller (edge attribution
+    takes them from its own forward pass): ``base_out`` is None, and so is ``alt`` for
+    zero and mean ablation (:func:`replacement` makes it). ``base_pass="metric"`` (circuit
+    evaluation with a corrupted prompt, which reads only the running pass's outputs) runs a
+    plain forward for the base metric. With ``ablation="patch"`` the source pass also gives
+    ``source_value``: every edge replaced is the source run.
+
+    Raises:
+        InterpError: for an unknown ablation or direction, corrupted tokens missing for
+            ``"patch"`` or given otherwise, tokens of different shapes, a metric that
+            needs an LM head the model lacks, positions out of range, a cache of other
+            tokens, or a model whose receivers cannot be given their own inputs exactly.
+    """
+    from interp.metrics import prepare_metric, scalar
+
+    from interp.checks import check_token_pair, check_tokens, position_mask
+    from interp.engine.cache import check_cache
+    from interp.engine.direction import check_direction, runs
+    from interp.protocol import check_model, eval_no_grad
+
+    check_model(model)
+    if ablation not in EDGE_ABLATIONS:
+        raise InterpError(
+            f"unknown ablation {ablation!r}; choose one of {', '.join(EDGE_ABLATIONS)}"
+        )
+    direction = check_direction(direction)
+    if ablation == "patch":
+        if corrupted_tokens is None:
+            raise InterpError(
+                "ablation='patch' needs corrupted_tokens (or use ablation='zero' or 'mean')"
+            )
+        tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens)
+    else:
+        if corrupted_tokens is not None:
+            raise InterpError(f"corrupted_tokens are for ablation='patch', not {ablation!r}")
+        if direction != "noising":
+            raise InterpError(
+                f"direction='denoising' patches the clean run into the corrupted one; "
+                f"ablation={ablation!r} has no corrupted run (use ablation='patch')"
+            )
+        tokens = check_tokens(model, tokens)
+        if ablation == "mean" and tokens.shape[0] < 2:
+            raise InterpError(
+                "mean ablation of one sequence replaces each output by itself; pass at least two"
+            )
+    if metric is None:
+        raise InterpError("circuits need a metric, e.g. logit_diff_metric(answer, wrong)")
+    m = prepare_metric(model, tokens, metric, None)
+    each = isinstance(positions, str) and positions == "each"
+    if each and each_for is None:
+        raise InterpError(
+            "positions='each' (one edge per position) is for attribute_edges and "
+            "evaluate_circuit; here pass None or a list of positions"
+        )
+    pos = None if each else position_mask(tokens.shape[1], positions)
+    graph = build_graph(model)
+    parts = layer_parts(model)
+    rt = runtime_of(model)
+    cost = Cost(rt.n_layers)
+    base, source = runs(direction, tokens, corrupted_tokens)
+    with eval_no_grad(model):
+        check_cache(model, tokens, cache)  # a cache of other tokens is refused, as everywhere
+        check_exact(model, graph, parts, tokens)
+        base_inputs: dict[str, torch.Tensor] = {}
+        base_out, base_value = None, float("nan")
+        if base_pass == "metric" and ablation == "patch":
+            base_value = scalar(m(rt.run(base, rows=m.rows), tokens), m.name)
+            cost.forward()
+        elif base_pass:
+            base_out, logits = sender_outputs(
+                model, graph, base, parts=parts, extra_hooks=input_hooks(graph, base_inputs),
+                rows=m.rows,
+            )  # fmt: skip
+            base_value = scalar(m(logits, tokens), m.name)
+            cost.forward()
+        alt, source_value = None, None
+        if ablation == "patch":
+            alt, logits = sender_outputs(model, graph, source, parts=parts, rows=m.rows)
+            source_value = scalar(m(logits, tokens), m.name)
+            cost.forward()
+        elif base_out is not None:
+            alt = replacement(ablation, base_out)
+    return EdgeTask(
+        graph=graph,
+        parts=parts,
+        tokens=tokens,
+        corrupted=corrupted_tokens,
+        base=base,
+        metric=m,
+        ablation=ablation,
+        direction=direction,
+        base_out=base_out,
+        alt=alt,
+        base_value=base_value,
+        positions=None if pos is None else pos.to(tokens.device),
+        base_inputs=base_inputs,
+        source_value=source_value,
+        each=each,
+        cost=cost,
+    )

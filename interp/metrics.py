@@ -1,0 +1,259 @@
+"""Metrics: the scalar an ablation, patching or attribution run measures.
+
+A metric is called as ``metric(logits, tokens)`` (logits ``[batch, pos,
+d_vocab]``, tokens ``[batch, pos]``) and returns a scalar tensor. A
+:class:`Metric` also says what it is, so analyses can check it against the
+model *before* any forward pass:
+
+* ``needs_lm_head``: it reads next-token logits, so a model whose logits are
+  meaningless (an encoder without a language-model head) is refused;
+* ``rows``: which positions' logits it reads (``None``: all), so an engine may
+  skip the unembedding elsewhere;
+* ``next_token``: it scores the prediction of the *next* token, which only
+  means something on a causal model: an encoder sees the token it would
+  "predict", so the next-token loss is refused there;
+* :meth:`Metric.check` validates token ids and masks against the model and
+  the tokens.
+
+Any plain callable ``metric(logits, tokens)`` is accepted too; it is wrapped
+with ``needs_lm_head=False`` (it is the caller's metric).
+
+Example:
+    >>> import torch
+    >>> m = logit_diff_metric(2, 0)
+    >>> float(m(torch.tensor([[[0.0, 1.0, 3.0]]]), torch.tensor([[0]])))
+    3.0
+    >>> m.name, m.needs_lm_head
+    ('logit_diff', True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from interp.checks import check_int, check_mask
+from interp.errors import InterpError
+from interp.protocol import is_causal, logits_meaningful
+
+MetricFn = Callable[[torch.Tensor, torch.Tensor], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """A named scalar of ``(logits, tokens)`` that declares what it reads (module docstring)."""
+
+    fn: MetricFn
+    name: str = "metric"
+    needs_lm_head: bool = False
+    rows: tuple[int, ...] | None = None  # positions (negative from the end) whose logits it reads
+    checker: Callable[[Any, torch.Tensor], None] | None = None
+    next_token: bool = False
+    unit: str = ""  # what one unit of the value is, e.g. "nats" (exported tables say it)
+
+    def __call__(self, logits: torch.Tensor, tokens: torch.Tensor) -> Any:
+        return self.fn(logits, tokens)
+
+    def check(self, model: Any, tokens: torch.Tensor) -> None:
+        """Raise before any forward pass if this metric cannot be measured on ``model``/``tokens``.
+
+        Raises:
+            InterpError: for a metric that needs an LM head on a model without
+                one, or ids / masks that do not fit the model or the tokens.
+        """
+        if self.needs_lm_head and not logits_meaningful(model):
+            raise InterpError(
+                f"the {self.name} metric reads next-token logits, but this model's logits are "
+                "meaningless (its checkpoint has no language-model head); pass a metric of "
+                "your own that reads what the model has"
+            )
+        if self.next_token and not is_causal(model):
+            raise InterpError(
+                f"the {self.name} metric is a next-token loss, which has no meaning on an encoder "
+                "(bidirectional attention sees the token it would predict); pass a metric of your "
+                "own, e.g. a masked-token logit difference"
+            )
+        if self.checker is not None:
+            self.checker(model, tokens)
+
+
+def as_metric(metric: Any) -> Metric:
+    """``metric`` as a :class:`Metric` (plain callables are wrapped).
+
+    Raises:
+        InterpError: for something that is not callable, or cannot be called
+            with two arguments (logits, tokens).
+    """
+    if isinstance(metric, Metric):
+        return metric
+    if not callable(metric):
+        raise InterpError(f"metric must be callable as metric(logits, tokens), got {metric!r}")
+    name = str(getattr(metric, "__name__", "metric"))
+    try:
+        sig = inspect.signature(metric)
+    except (TypeError, ValueError):  # a builtin without a signature: trust it
+        sig = None
+    if sig is not None:
+        try:
+            sig.bind(None, None)
+        except TypeError:
+            raise InterpError(
+                f"metric {name!r} takes ({', '.join(sig.parameters)}), but metrics are called as "
+                "metric(logits, tokens); e.g. lambda logits, tokens: logits[:, -1, 5].mean()"
+            ) from None
+    return Metric(fn=metric, name=name)
+
+
+def scalar(value: Any, name: str) -> float:
+    """A metric's value as a finite float.
+
+    Raises:
+        InterpError: for a non-scalar, a non-number, NaN or infinity.
+    """
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise InterpError(
+                f"metric {name!r} must return a scalar, got shape {tuple(value.shape)}; "
+                "reduce it (e.g. .mean()) to one number"
+            )
+        value = value.item()
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise InterpError(
+            f"metric {name!r} must return a number, got {type(value).__name__}"
+        ) from None
+    if not math.isfinite(out):
+        raise InterpError(f"metric {name!r} returned {out}; check its positions and the model")
+    return out
+
+
+def next_token_nll(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``[batch, pos - 1]`` cross-entropy of ``tokens[:, 1:]`` given ``logits[:, :-1]``."""
+    logp = F.log_softmax(logits[:, :-1].float(), dim=-1)
+    return -logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)
+
+
+def loss_metric(loss_mask: torch.Tensor | None = None) -> Metric:
+    """Mean next-token cross-entropy, over the predictions ``loss_mask`` selects (all if None).
+
+    ``loss_mask`` is ``[batch, pos]`` bool (``[pos]`` for a single sequence),
+    True at positions whose prediction of the *next* token counts (the last
+    column predicts nothing).
+
+    Raises:
+        InterpError: at :meth:`Metric.check`, for a mask that does not fit the tokens.
+    """
+    mask = loss_mask  # anything else than a [batch, pos] bool tensor fails at check()
+    if isinstance(mask, torch.Tensor):
+        mask = mask.detach()[None] if mask.ndim == 1 else mask.detach()  # [pos]: one sequence
+
+    def fn(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        nll = next_token_nll(logits, tokens)
+        if mask is None:
+            return nll.mean()
+        m = mask[:, :-1].to(device=nll.device, dtype=nll.dtype)
+        return (nll * m).sum() / m.sum()
+
+    def checker(model: Any, tokens: torch.Tensor) -> None:
+        if loss_mask is not None:
+            check_mask(loss_mask, tokens, "loss_mask", drop_last=True)  # as the caller gave it
+
+    rows = None
+    if isinstance(mask, torch.Tensor) and mask.ndim == 2:
+        rows = tuple(int(i) for i in torch.nonzero(mask[:, :-1].any(0)).flatten())
+    return Metric(
+        fn=fn,
+        name="loss",
+        needs_lm_head=True,
+        rows=rows,
+        checker=checker,
+        next_token=True,
+        unit="nats (mean next-token cross-entropy)",
+    )
+
+
+def _ids(value: Any, name: str) -> int | torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point or value.dtype == torch.bool or value.ndim != 1:
+            raise InterpError(f"{name} must be an int or a [batch] tensor of int ids")
+        return value.long()
+    return check_int(value, name, minimum=0)
+
+
+def logit_diff_metric(answer: Any, wrong: Any, *, at: int = -1) -> Metric:
+    """Mean over the batch of ``logit[answer] - logit[wrong]`` at position ``at``.
+
+    ``answer`` and ``wrong`` are token ids: one int each, or a ``[batch]``
+    tensor of ids (one answer pair per sequence, as in name-mover prompts).
+
+    Raises:
+        InterpError: for negative or non-integer ids, the same id on both sides,
+            and (at :meth:`Metric.check`) ids outside the vocabulary, a batch of
+            ids that does not match the tokens, or a position out of range.
+    """
+    c, i = _ids(answer, "answer"), _ids(wrong, "wrong")
+    pos = check_int(at, "at")
+    if isinstance(c, int) and isinstance(i, int) and c == i:
+        raise InterpError(
+            f"answer and wrong are the same id ({c}); the logit difference would always be 0"
+        )
+
+    def fn(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        read = logits[:, pos].float()  # [batch, d_vocab]
+        rows = torch.arange(read.shape[0], device=read.device)
+        cc = c.to(read.device) if isinstance(c, torch.Tensor) else c
+        ii = i.to(read.device) if isinstance(i, torch.Tensor) else i
+        return (read[rows, cc] - read[rows, ii]).mean()
+
+    def checker(model: Any, tokens: torch.Tensor) -> None:
+        d_vocab = int(getattr(model.cfg, "d_vocab_out", None) or model.cfg.d_vocab)
+        n, length = tokens.shape
+        for name, v in (("answer", c), ("wrong", i)):
+            vals = v.tolist() if isinstance(v, torch.Tensor) else [v]
+            if isinstance(v, torch.Tensor) and len(vals) != n:
+                raise InterpError(f"{name} has {len(vals)} ids but there are {n} sequences")
+            bad = [x for x in vals if not 0 <= x < d_vocab]
+            if bad:
+                raise InterpError(
+                    f"{name} token id {bad[0]} is outside the vocabulary [0, {d_vocab})"
+                )
+        if not -length <= pos < length:
+            raise InterpError(f"at={pos} is out of range for sequences of length {length}")
+
+    return Metric(
+        fn=fn,
+        name="logit_diff",
+        needs_lm_head=True,
+        rows=(pos,),
+        checker=checker,
+        unit=f"logit difference at position {pos}",
+    )
+
+
+def prepare_metric(
+    model: Any, tokens: torch.Tensor, metric: Any, loss_mask: torch.Tensor | None
+) -> Metric:
+    """The metric an analysis measures, checked before any forward pass.
+
+    ``metric=None`` means the next-token loss over ``loss_mask``. A
+    ``loss_mask`` beside a metric of the caller's is an error, not silently
+    ignored: the mask belongs to the default loss.
+
+    Raises:
+        InterpError: as :meth:`Metric.check`, or for ``loss_mask`` with a custom metric.
+    """
+    if metric is not None and loss_mask is not None:
+        raise InterpError(
+            "loss_mask selects the positions of the default loss metric; with a metric of "
+            "your own, build the mask into it (e.g. loss_metric(loss_mask)) and drop loss_mask"
+        )
+    m = loss_metric(loss_mask) if metric is None else as_metric(metric)
+    m.check(model, tokens)
+    return m

@@ -1,0 +1,246 @@
+"""What an engine may ask of a model, answered once for every kind (:class:`Runtime`).
+
+The engines edit forward passes: they resume a pass at a block with a residual
+stream they hold, read a block's input, unembed only the positions a metric
+reads, recompute a norm on an edited input and carry a gradient back through
+it, and trust each of these tricks only after checking it once against the
+model's own pass. How each is done depends on the kind of model (our
+attention-only models resume with ``forward_from``; a ``TransformerBridge``
+resumes by stubbing its first blocks; a model that can do neither runs whole);
+this class and its subclasses are the only code that knows the kinds.
+:func:`interp.runtime.runtime_of` picks one per model, once.
+
+This base class is the plain kind: every pass runs the whole model, and
+resuming is refused (:attr:`Runtime.can_resume` is False, so the engines use
+their plain loops).
+
+Example:
+    >>> from interp.models import load_model
+    >>> from interp.runtime import runtime_of
+    >>> rt = runtime_of(load_model("induction-2l"))
+    >>> rt.kind, rt.can_resume, rt.n_kv_heads
+    ('native', True, 2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from interp.errors import InterpError
+from interp.runtime.norms import Norm
+
+Hooks = Sequence[tuple[str, Callable]]
+
+
+@dataclasses.dataclass
+class Layer:
+    """What recomputing one layer's receivers needs: its norms and head weights."""
+
+    ln1: Norm | None  # None: identity
+    ln2: Norm | None
+    W: dict[str, torch.Tensor]  # "q": [head, d_model, d_head]; "k"/"v": [kv_head, d_model, d_head]
+    b: dict[str, torch.Tensor | None]  # [head, d_head] or None
+    W_O: torch.Tensor  # [head, d_head, d_model]
+
+
+def repeat_copies(x: Any, k: int) -> Any:
+    """``x`` (a tensor, or a tuple of them, as blocks return) repeated ``k`` times along the
+    batch: the input of a pass that carries ``k`` copies; anything else is passed through."""
+    if k == 1:
+        return x
+    if isinstance(x, torch.Tensor):
+        return x.repeat(k, *([1] * (x.ndim - 1)))
+    if isinstance(x, tuple):
+        return tuple(repeat_copies(v, k) for v in x)
+    return x
+
+
+def kept_rows(rows: Sequence[int] | None, n: int) -> list[int] | None:
+    """``rows`` (positions, negative from the end) as sorted distinct indices into ``n``."""
+    return None if rows is None else sorted({int(r) % n for r in rows})
+
+
+def scatter_rows(logits: torch.Tensor, rows: Sequence[int] | None, n: int) -> torch.Tensor:
+    """Logits of only some positions (``logits_to_keep``) back at those positions of a
+    ``[batch, n, d_vocab]`` tensor whose other rows are 0; full logits pass through."""
+    if rows is None or logits.shape[1] == n:
+        return logits
+    keep = torch.tensor(kept_rows(rows, n), device=logits.device)
+    full = logits.new_zeros(logits.shape[0], n, logits.shape[-1])
+    full[:, keep] = logits
+    return full
+
+
+class Runtime:
+    """The plain kind, and the interface every kind answers (module docstring)."""
+
+    kind = "plain"
+    can_resume = False
+
+    def __init__(self, model: Any):
+        self.model = model
+        self._norms: dict[tuple[str, int | None], Norm | None] = {}
+        self._verdicts: dict[str, Any] = {}
+
+    @classmethod
+    def matches(cls, model: Any) -> bool:
+        """Whether ``model`` is of this kind (the plain kind takes any model)."""
+        return True
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def cfg(self) -> Any:
+        return self.model.cfg
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.cfg.n_layers)
+
+    @property
+    def d_model(self) -> int:
+        return int(self.cfg.d_model)
+
+    @property
+    def eps(self) -> float:
+        """The norms' epsilon (``cfg.eps``)."""
+        return float(getattr(self.cfg, "eps", 1e-5) or 1e-5)
+
+    @property
+    def attention_only(self) -> bool:
+        """Blocks that add only their attention's output (``cfg.attn_only``)."""
+        return bool(getattr(self.cfg, "attn_only", False))
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads a layer (fewer than query heads under grouped-query attention)."""
+        blocks = getattr(self.model, "blocks", None)
+        attn = getattr(blocks[0], "attn", None) if blocks is not None else None
+        W_K = getattr(attn, "W_K", None)
+        return int(W_K.shape[0]) if isinstance(W_K, torch.Tensor) else int(self.cfg.n_heads)
+
+    @property
+    def has_positional(self) -> bool:
+        """Does ``hook_pos_embed`` carry a learned positional embedding (not rotary, not none)?"""
+        from interp.protocol import hook_names
+
+        kind = str(getattr(self.cfg, "positional_embedding_type", "standard") or "standard")
+        return "hook_pos_embed" in hook_names(self.model) and kind == "standard"
+
+    @property
+    def rows_supported(self) -> bool:
+        """Whether :meth:`run` can unembed only some positions (else it unembeds all)."""
+        return False
+
+    # ------------------------------------------------------------ passes
+    def run(
+        self,
+        tokens: torch.Tensor,
+        *,
+        hooks: Hooks = (),
+        rows: Sequence[int] | None = None,
+        start: int = 0,
+        state: Any = None,
+        copies: int = 1,
+    ) -> torch.Tensor:
+        """Logits ``[copies * batch, pos, d_vocab]`` of one pass over ``copies`` copies of
+        ``tokens`` with ``hooks``; ``start > 0`` resumes at block ``start`` from ``state``
+        (what enters that block, from :meth:`block_inputs`, or a residual stream
+        ``[batch, pos, d_model]``), the earlier blocks not run. ``rows`` (positions a metric
+        reads) may limit the unembedding: other rows are then 0.
+
+        Raises:
+            InterpError: for ``start > 0`` on a kind that cannot resume.
+        """
+        if start > 0:
+            raise InterpError(
+                f"{type(self.model).__name__} cannot resume a forward pass at a block; "
+                "call it without cache="
+            )
+        tokens = repeat_copies(tokens, copies)
+        if hooks:
+            return self.model.run_with_hooks(tokens, fwd_hooks=list(hooks))
+        return self.model(tokens)
+
+    def block_inputs(
+        self, tokens: torch.Tensor, layers: set[int] | Sequence[int]
+    ) -> tuple[torch.Tensor, dict[int, Any]]:
+        """One clean pass: its logits and, for each ``l`` in ``layers`` (all > 0), what
+        enters block ``l``, ready to resume there (:meth:`run` with ``start=l``).
+
+        Raises:
+            InterpError: on a kind that cannot resume.
+        """
+        raise InterpError(f"{type(self.model).__name__} cannot resume a forward pass at a block")
+
+    def readout(self, resid: torch.Tensor) -> torch.Tensor:
+        """Logits of residual vectors ``[..., d_model]`` through the model's own final norm
+        (recomputed on each vector) and unembedding: what the model does after its last
+        block."""
+        ln = getattr(self.model, "ln_final", None)
+        x = ln(resid) if ln is not None else resid
+        b = self.unembed_bias()
+        out = x @ self.model.W_U
+        return out if b is None else out + b
+
+    def unembed_bias(self) -> torch.Tensor | None:
+        """``b_U`` (``[d_vocab]``), or ``None`` when the model has none."""
+        try:
+            b = self.model.b_U
+        except (AttributeError, InterpError):
+            return None
+        return None if b is None else b.detach()
+
+    # ------------------------------------------------------- norms and weights
+    def norm(self, stage: str, layer: int | None = None) -> Norm | None:
+        """The norm before a layer's attention (``"ln1"``), its MLP (``"ln2"``) or the
+        unembedding (``"final"``), or None where the model normalises nothing there."""
+        key = (stage, layer)
+        if key not in self._norms:
+            if stage == "final":
+                module = getattr(self.model, "ln_final", None)
+            elif stage in ("ln1", "ln2"):
+                module = getattr(self.model.blocks[layer], stage, None)
+            else:
+                raise InterpError(f"unknown norm stage {stage!r}; use ln1, ln2 or final")
+            kind = getattr(self.cfg, "normalization_type", None)
+            if module is None or (stage == "final" and not kind):
+                self._norms[key] = None
+            else:
+                self._norms[key] = Norm(module, kind=kind, eps=self.eps)
+        return self._norms[key]
+
+    def layer(self, layer: int) -> Layer:
+        """The norms and head weights of ``layer`` (bias-free projections give ``None``)."""
+        attn = self.model.blocks[layer].attn
+        W = {k: getattr(attn, f"W_{k.upper()}").detach() for k in ("q", "k", "v")}
+        b: dict[str, torch.Tensor | None] = {}
+        for k in ("q", "k", "v"):
+            v = getattr(attn, f"b_{k.upper()}", None)
+            b[k] = v.detach() if isinstance(v, torch.Tensor) else None
+        return Layer(
+            ln1=self.norm("ln1", layer),
+            ln2=self.norm("ln2", layer),
+            W=W,
+            b=b,
+            W_O=attn.W_O.detach(),
+        )
+
+    def layer_weight(self, name: str, layer: int) -> torch.Tensor:
+        """One layer's ``W_O`` (``[head, d_head, d_model]``) or similar, without stacking every
+        layer's (the model-wide property copies all of them on bridges)."""
+        attn = getattr(self.model.blocks[layer], "attn", None)
+        w = getattr(attn, name, None)
+        if isinstance(w, torch.Tensor) and w.ndim == 3:
+            return w.detach()
+        return getattr(self.model, name)[layer].detach()
+
+    # ------------------------------------------------------------ verdicts
+    def verdict(self, name: str, check: Callable[[], Any]) -> Any:
+        """``check()``, run once for this model and remembered (the engines' exactness checks)."""
+        if name not in self._verdicts:
+            self._verdicts[name] = check()
+        return self._verdicts[name]

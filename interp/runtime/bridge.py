@@ -1,0 +1,126 @@
+"""TransformerLens ``TransformerBridge`` models (Hugging Face models with TransformerLens hooks).
+
+A bridge runs the wrapped Hugging Face model, whose blocks are called one after
+another from ``model.blocks``. To resume at block ``l`` the engines replace the
+``forward`` of blocks ``0 .. l-1`` by stubs that return a kept output (what
+block ``l - 1`` returned in a clean pass), so only blocks ``l ..`` compute. The
+Hugging Face model still builds its own masks and rotary embeddings, so every
+block sees exactly the arguments it sees in a plain run. A model whose
+``forward`` takes ``logits_to_keep`` unembeds only the positions a metric reads.
+
+Example:
+    >>> import torch
+    >>> from interp.models.hf import random_llama
+    >>> from interp.runtime import runtime_of
+    >>> rt = runtime_of(random_llama(2, vocab=30))
+    >>> rt.kind, rt.rows_supported, rt.n_kv_heads
+    ('bridge', True, 2)
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from interp.runtime.base import Hooks, Runtime, kept_rows, repeat_copies, scatter_rows
+
+
+@contextmanager
+def skipping_blocks(blocks: Any, upto: int, output: Any) -> Iterator[None]:
+    """Blocks ``0..upto-1`` return ``output`` (the clean output of block ``upto - 1``) unrun.
+
+    ``object.__setattr__`` puts the stub in each block's instance dict, so
+    ``Module.__call__`` finds it first; TransformerBridge components forward
+    ordinary attribute writes to the wrapped module, which this avoids.
+    """
+
+    def stub(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return output
+
+    patched = []
+    try:
+        for i in range(upto):
+            object.__setattr__(blocks[i], "forward", types.MethodType(stub, blocks[i]))
+            patched.append(blocks[i])
+        yield
+    finally:
+        for blk in patched:
+            object.__delattr__(blk, "forward")
+
+
+class BridgeRuntime(Runtime):
+    """``TransformerBridge`` models (module docstring)."""
+
+    kind = "bridge"
+    can_resume = True
+
+    @classmethod
+    def matches(cls, model: Any) -> bool:
+        is_bridge = any(c.__name__ == "TransformerBridge" for c in type(model).__mro__)
+        return is_bridge and isinstance(getattr(model, "blocks", None), torch.nn.ModuleList)
+
+    def __init__(self, model: Any):
+        super().__init__(model)
+        hf = getattr(model, "interp_hf_model", None)
+        params = inspect.signature(hf.forward).parameters if hf is not None else {}
+        self._rows = "logits_to_keep" in params
+
+    @property
+    def rows_supported(self) -> bool:
+        return self._rows
+
+    def run(
+        self,
+        tokens: torch.Tensor,
+        *,
+        hooks: Hooks = (),
+        rows: Sequence[int] | None = None,
+        start: int = 0,
+        state: Any = None,
+        copies: int = 1,
+    ) -> torch.Tensor:
+        n = tokens.shape[1]
+        kwargs: dict[str, Any] = {}
+        keep = kept_rows(rows, n) if self._rows else None
+        if keep is not None:
+            kwargs["logits_to_keep"] = torch.tensor(keep, dtype=torch.long, device=tokens.device)
+        tokens = repeat_copies(tokens, copies)
+        out = repeat_copies(state, copies) if start > 0 else None
+        with skipping_blocks(self.model.blocks, start, out):
+            if hooks or kwargs:
+                logits = self.model.run_with_hooks(tokens, fwd_hooks=list(hooks), **kwargs)
+            else:
+                logits = self.model(tokens)
+        return scatter_rows(logits, keep, n)
+
+    def block_inputs(
+        self, tokens: torch.Tensor, layers: set[int] | Sequence[int]
+    ) -> tuple[torch.Tensor, dict[int, Any]]:
+        kept: dict[int, Any] = {}
+        blocks = self.model.blocks
+
+        def grab(l: int) -> Callable:
+            def hook(module: Any, args: Any, out: Any) -> None:
+                kept[l] = out
+
+            return hook
+
+        handles = [blocks[l - 1].register_forward_hook(grab(l)) for l in sorted(layers)]
+        try:
+            return self.model(tokens), kept
+        finally:
+            for h in handles:
+                h.remove()
+
+    def readout(self, resid: torch.Tensor) -> torch.Tensor:
+        ln = getattr(self.model, "ln_final", None)
+        x = ln(resid) if ln is not None else resid
+        unembed = getattr(self.model, "unembed", None)
+        if callable(getattr(unembed, "forward", None)):
+            return unembed(x)  # the wrapped model's own output layer
+        return super().readout(resid)

@@ -1,0 +1,150 @@
+"""The norms of a model, under one LayerNorm / RMSNorm rule, with their vector-Jacobian products.
+
+A transformer normalises the residual stream before each attention layer
+(``ln1``), before each MLP (``ln2``) and before the unembedding (``ln_final``).
+Engines recompute those norms on edited inputs and carry gradients back
+through them, so they need each one as a function, fast, and exactly the
+model's. :class:`Norm` wraps one norm module with:
+
+* **one rule for its kind**: the model's ``cfg.normalization_type`` (``"LN"``,
+  ``"LNPre"``: centred, LayerNorm; ``"RMS"``, ``"RMSPre"``: RMSNorm), or, for a
+  model whose config does not say, the module's class name;
+* **a closed form**, ``(x - mean?) / sqrt(mean(x^2) + eps) * weight (+ bias)``,
+  which batches over any leading dimensions (many receivers at once), checked
+  once against the module itself on real inputs; a module that does not match
+  (another formula, Gemma's ``1 + weight``) is used as it is, always;
+* **a closed-form VJP**, checked once against autograd through the module.
+
+Example:
+    >>> import torch
+    >>> from interp.models import load_model
+    >>> norm = Norm(load_model("induction-2l").blocks[0].ln1, kind="LN", eps=1e-5)
+    >>> x = torch.randn(2, 3, 128)
+    >>> bool(torch.allclose(norm(x), norm.module(x), atol=1e-5))
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from interp.errors import InterpError
+
+ATOL, RTOL = 1e-5, 1e-5  # the closed form must match the module this closely to be used
+
+
+def is_centred(kind: Any, module: Any) -> bool:
+    """LayerNorm (centred) or RMSNorm, by the one rule (module docstring).
+
+    Raises:
+        InterpError: for a normalization type that is neither.
+    """
+    text = str(kind or "").upper()
+    if not text:
+        text = "RMS" if "rms" in type(module).__name__.lower() else "LN"
+    if text.startswith("RMS"):
+        return False
+    if text.startswith("LN"):
+        return True
+    raise InterpError(f"unknown normalization type {kind!r}; expected LN or RMS")
+
+
+def _param(module: Any, *names: str) -> torch.Tensor | None:
+    """A norm's weight or bias: bridges name them ``weight``/``bias``, our LayerNorm ``w``/``b``."""
+    for n in names:
+        v = getattr(module, n, None)
+        if isinstance(v, torch.Tensor):
+            return v
+    return None
+
+
+class Norm:
+    """One norm of a model as a function: ``norm(x)``, :meth:`vjp`, ``weight``, ``bias``."""
+
+    def __init__(self, module: Any, *, kind: Any, eps: float):
+        self.module = module
+        self.centred = is_centred(kind, module)
+        self.kind = str(kind or ("LN" if self.centred else "RMS"))  # as the config names it
+        self.eps = float(eps)
+        self._closed_ok: dict[tuple[int, ...], bool] = {}  # by input width
+        self._vjp_ok: bool | None = None
+
+    @property
+    def weight(self) -> torch.Tensor | None:
+        """``[d_model]`` (detached), or None for a norm without one."""
+        w = _param(self.module, "weight", "w")
+        return None if w is None else w.detach()
+
+    @property
+    def bias(self) -> torch.Tensor | None:
+        """``[d_model]`` (detached), or None (RMSNorm, or a bias-free LayerNorm)."""
+        if not self.centred:
+            return None
+        b = _param(self.module, "bias", "b")
+        return None if b is None else b.detach()
+
+    # ------------------------------------------------------------------ forward
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The norm of ``x`` (``[..., d_model]``, any leading dims), exactly the module's."""
+        key = tuple(x.shape[-1:])
+        if key not in self._closed_ok:
+            probe = x.reshape(-1, x.shape[-1])[:4]
+            mine = self._closed(probe)
+            self._closed_ok[key] = mine is not None and torch.allclose(
+                mine, self.module(probe).float(), atol=ATOL, rtol=RTOL
+            )
+        if self._closed_ok[key]:
+            return self._closed(x).to(x.dtype)
+        return self.module(x)
+
+    def _closed(self, x: torch.Tensor) -> torch.Tensor | None:
+        weight = _param(self.module, "weight", "w")
+        if weight is None:
+            return None
+        xf = x.float()
+        if self.centred:
+            xf = xf - xf.mean(-1, keepdim=True)
+        scale = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        out = xf * scale * weight.detach().float()
+        bias = self.bias
+        return out if bias is None else out + bias.float()
+
+    # --------------------------------------------------------------- backward
+    def vjp(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """``[receiver, batch, pos, d_model]``: ``g`` (the gradient at the norm's output, one
+        per receiver) carried back through the norm at input ``x`` (``[batch, pos, d_model]``).
+
+        The closed form costs a few elementwise passes (the mean and scale of ``x`` are
+        shared by every receiver); it is checked once against autograd through the module,
+        and a norm that does not match uses autograd throughout."""
+        if self._vjp_ok is None:
+            slice_x, slice_g = x[:1, :2], g[:2, :1, :2]
+            want = self._autograd_vjp(slice_x, slice_g)
+            got = self._closed_vjp(slice_x, slice_g)
+            self._vjp_ok = got is not None and torch.allclose(got, want, atol=1e-6, rtol=1e-4)
+        if self._vjp_ok:
+            return self._closed_vjp(x, g)
+        return self._autograd_vjp(x, g)
+
+    def _autograd_vjp(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        with torch.enable_grad():
+            leaf = x.detach()[None].expand(g.shape[0], *x.shape).clone().requires_grad_(True)
+            (grad,) = torch.autograd.grad(self.module(leaf), leaf, grad_outputs=g.to(leaf.dtype))
+        return grad.float()
+
+    def _closed_vjp(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor | None:
+        weight = self.weight
+        if weight is None:
+            return None
+        xf = x.float()
+        if self.centred:
+            xf = xf - xf.mean(-1, keepdim=True)
+        scale = (xf.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()  # [batch, pos, 1]
+        xhat = xf / scale
+        wg = g.float() * weight.float()  # [receiver, batch, pos, d]
+        out = wg - xhat * (wg * xhat).mean(-1, keepdim=True)
+        if self.centred:
+            out = out - wg.mean(-1, keepdim=True)
+        return out / scale
