@@ -67,7 +67,7 @@ def test_ablate_tokens_file_heads_method_and_formats(tmp_path, capsys):
                     str(f),
                     "--heads",
                     "L1H1,L0H1",
-                    "--method",
+                    "--ablation",
                     "mean",
                     "--top",
                     "0",
@@ -92,7 +92,8 @@ def test_attribute_and_scores(tmp_path, capsys):
     )
     df = interp.read_table(out)
     assert df["exact"].notna().sum() == 2 and df["estimate"].notna().all()
-    assert df.attrs["method"] == "zero" and df.attrs["metric"] == "loss"
+    assert df.attrs["ablation"] == "zero" and df.attrs["method"] == "attribution"
+    assert df.attrs["metric"] == "loss"
     assert df.attrs["inputs"] == "--repeated 20" and df.attrs["model"] == "induction-2l"
     assert main(["ablate", "--estimate", "--out", str(out), "--repeated", "20", "--top", "0"]) == 0
     assert interp.read_table(out)["exact"].isna().all()
@@ -136,7 +137,7 @@ ERRORS = [
     ),
     (
         ["ablate", "--out", "{d}/t.csv", "--metric", "logit-diff", "--logit-diff", "5"],
-        "CORRECT,INCORRECT",
+        "ANSWER,WRONG",
     ),
     (
         ["ablate", "--out", "{d}/t.csv", "--metric", "logit-diff", "--logit-diff", "5,999"],
@@ -179,19 +180,19 @@ ERRORS = [
         "empty clean prompt",
     ),
     (
-        ["attribute", "--out", "{d}/a.csv", "--method", "patch", "--prompt", "0 1 2"],
+        ["attribute", "--out", "{d}/a.csv", "--ablation", "patch", "--prompt", "0 1 2"],
         "needs --prompt (clean) and --corrupted",
     ),
     (
         ["attribute", "--out", "{d}/a.csv", "--corrupted", "0 1 2"],
-        "--corrupted is for --method patch",
+        "--corrupted is for --ablation patch",
     ),
     (
         [
             "attribute",
             "--out",
             "{d}/a.csv",
-            "--method",
+            "--ablation",
             "patch",
             "--prompt",
             "0 1",
@@ -205,7 +206,7 @@ ERRORS = [
             "attribute",
             "--out",
             "{d}/a.csv",
-            "--method",
+            "--ablation",
             "patch",
             "--prompt",
             "0 1 2",
@@ -242,7 +243,7 @@ USAGE = [
     (["lab", "induction", "--seed", "-1"], "seed must be in"),
     (["ablate", "--out", "t.csv", "--top", "-1"], "must be >= 0"),
     (["ablate", "--out", "t.csv", "--batch", "0"], "must be >= 1"),
-    (["ablate", "--out", "t.csv", "--method", "median"], "invalid choice"),
+    (["ablate", "--out", "t.csv", "--ablation", "median"], "invalid choice"),
     (["ablate"], "--out"),
 ]
 
@@ -261,12 +262,12 @@ def test_console_script_errors_are_one_line(tmp_path):
 
 def test_interrupted_sweep_leaves_no_file(tmp_path, monkeypatch, capsys):
     """Ctrl-C during the sweep: exit 130, nothing written (tables are exported at the end)."""
-    import interp.analysis.components.ablation as ablation
+    import interp.analysis.components._pipeline as pipeline
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ablation, "sweep", interrupted)
+    monkeypatch.setattr(pipeline, "sweep", interrupted)
     out = tmp_path / "t.csv"
     assert main(["ablate", "--out", str(out)]) == 130
     assert not out.exists() and not list(tmp_path.iterdir())

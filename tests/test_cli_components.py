@@ -23,7 +23,7 @@ def test_dla_lens_and_grids_on_the_shipped_model(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "rows sum to it" in out and "L1H1" in out
     lens = tmp_path / "lens.json"
-    assert main(["lens", "--prompt", prompt, "--positions", "7", "--k", "2", "--out", str(lens),
+    assert main(["lens", "--prompt", prompt, "--at", "7", "--k", "2", "--out", str(lens),
                  "--figure", str(tmp_path / "lens.svg")]) == 0  # fmt: skip
     table = interp.read_table(lens)
     assert table["stage"].tolist() == [0, 1, 2] and table["top1"].iloc[-1] == "8"
@@ -32,7 +32,8 @@ def test_dla_lens_and_grids_on_the_shipped_model(tmp_path, capsys):
     assert main(["patch", "--clean", prompt, "--corrupted", "0 5 6 7 9 5 6 7", "--logit-diff",
                  "8,9", "--component", "k", "--out", str(grid), "--top", "0"]) == 0  # fmt: skip
     g = interp.read_table(grid)
-    assert g.attrs["method"] == "patch k by head" and len(g) == 4
+    assert (g.attrs["component"], g.attrs["by"], g.attrs["direction"]) == ("k", "head", "noising")
+    assert g.attrs["method"] == "exact" and len(g) == 4
 
 
 def test_attention_page(tmp_path, capsys):
@@ -52,8 +53,8 @@ def test_attention_page(tmp_path, capsys):
          "name the same token"),
         (["dla", "--prompt", "0 5 6", "--answer", "Mary", "--out", "{d}/t.csv"],
          "'Mary' is not a token id, and this model has no tokenizer"),
-        (["dla", "--prompt", "0 5 6", "--answer", "5", "--positions", "3", "--out", "{d}/t.csv"],
-         "--positions [3] out of range: the prompt has 3 tokens"),
+        (["dla", "--prompt", "0 5 6", "--answer", "5", "--at", "3", "--out", "{d}/t.csv"],
+         "--at [3] out of range: the prompt has 3 tokens"),
         (["dla", "--prompt", "0 5 6", "--answer", "5", "--out", "{d}/t.csv", "--figure",
           "{d}/f.png"], "must end in .svg"),
         (["dla", "--prompt", " ", "--answer", "5", "--out", "{d}/t.csv"], "empty prompt"),
@@ -61,7 +62,7 @@ def test_attention_page(tmp_path, capsys):
          "unknown output extension"),
         (["lens", "--prompt", "0 5 6", "--target", "x y", "--out", "{d}/t.csv"],
          "not a token id"),
-        (["lens", "--prompt", "0 5 6", "--positions", "-4", "--out", "{d}/t.csv"],
+        (["lens", "--prompt", "0 5 6", "--at", "-4", "--out", "{d}/t.csv"],
          "out of range"),
         (["attention", "--prompt", "0 5 6", "--out", "{d}/a.svg"], "must end in .html"),
         (["attention", "--prompt", "0 5 6", "--wrong", "5", "--out", "{d}/a.html"],

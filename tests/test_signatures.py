@@ -8,14 +8,22 @@
   are checked by running them on a model whose forward passes fail.
 """
 
+import functools
 import inspect
+import typing
 
 import pytest
 import torch
 
 import interp.analysis as A
+from interp.glossary import GLOSSARY, RETIRED, words
 
-FUNCTIONS = {name: getattr(A, name) for name in A.__all__ if inspect.isfunction(getattr(A, name))}
+
+def _is_function(f):
+    return inspect.isfunction(f) or isinstance(f, functools.partial)
+
+
+FUNCTIONS = {name: getattr(A, name) for name in A.__all__ if _is_function(getattr(A, name))}
 DATA = {"tokens", "items", "text"}
 # Functions of data, not of a model: their positional parameters.
 DATA_POSITIONALS = {
@@ -30,7 +38,7 @@ DATA_POSITIONALS = {
     "pattern_scores": ["patterns", "tokens"],
     "load_circuit": ["path", "model"],
     "loss_metric": ["loss_mask"],
-    "logit_diff_metric": ["correct", "incorrect"],
+    "logit_diff_metric": ["answer", "wrong"],
     "estimate_agreement": ["exact", "estimate"],
     "edge_agreement": ["exact", "estimate"],
 }
@@ -152,3 +160,67 @@ def test_the_lab_table_matches_each_labs_analyse():
             assert (params["model"].default,) == defaults, name
         else:
             assert tuple(params["models"].default) == defaults, name
+
+
+# ------------------------------------------------------------------ one word, one meaning
+# The values each enumerated word takes, in every function that has a parameter of that name.
+VALUES = {
+    "ablation": {"zero", "mean", "resample", "patch"},
+    "method": {"exact", "eap", "eap-ig", "attribution"},
+    "direction": {"noising", "denoising"},
+    "by": {"layer", "layer_position", "head", "head_position", "component"},
+}
+# The functions whose `positions` says where they *edit* (an intervention). A function that
+# reads logits at some positions takes `at`; a new function taking `positions` belongs here.
+EDITS = {
+    "ablate_heads",
+    "ablate_head_groups",
+    "ablate_mlps",
+    "ablate_layers",
+    "patch_heads",
+    "patch_components",
+    "attribute_heads",
+    "path_patch",
+    "attribute_edges",
+    "evaluate_circuit",
+    "null_space_probe",
+}
+PATCHES = {"patch_heads", "patch_components", "path_patch", "attribute_edges", "attribute_heads"}
+
+
+def _hints(fn):
+    base = fn.func if isinstance(fn, functools.partial) else fn
+    return typing.get_type_hints(base)
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_one_word_one_meaning(name):
+    """A parameter named after a glossary word takes that word's values; retired words are
+    never parameters; `positions` is where an edit applies; every patching function takes
+    the same `direction`; `model` is a HookedModel."""
+    fn = FUNCTIONS[name]
+    params = inspect.signature(fn).parameters
+    hints = _hints(fn)
+    retired = sorted(set(params) & set(RETIRED))
+    assert not retired, (
+        f"{name} takes {retired}; the vocabulary says {[RETIRED[r] for r in retired]}"
+    )
+    for word, allowed in VALUES.items():
+        if word in params:
+            values = set(typing.get_args(hints[word]))
+            assert values and values <= allowed, f"{name}.{word} takes {values}, not {allowed}"
+    if "positions" in params:
+        assert name in EDITS, f"{name} takes positions but edits nothing: read positions are `at`"
+    if name in PATCHES:
+        assert set(typing.get_args(hints["direction"])) == VALUES["direction"], name
+        assert params["direction"].default == "noising", name
+    if "model" in params:
+        assert hints["model"].__name__ == "HookedModel", f"{name}: model is {hints['model']}"
+
+
+def test_the_glossary_names_the_shared_words():
+    for word in ("ablation", "method", "direction", "positions", "at", "answer", "wrong", "by"):
+        assert word in words()
+    used = {p for fn in FUNCTIONS.values() for p in inspect.signature(fn).parameters}
+    assert set(VALUES) <= used and set(RETIRED).isdisjoint(used)
+    assert "noising" in GLOSSARY["direction"] and "default" in GLOSSARY["direction"]

@@ -1,7 +1,7 @@
 """Numbers you can trust from any input (issue 15): each case here failed silently before.
 
 * every ``cache=`` is checked against its tokens (one rule, in
-  ``interp.analysis.frames.check_cache``), for every public function that takes one;
+  ``interp.engine.cache.check_cache``), for every public function that takes one;
 * a mean over one sequence is refused, not a table of zeros;
 * a bridge whose logits disagree with its Hugging Face model is refused at load;
 * the next-token loss is refused on encoders;
@@ -11,9 +11,11 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import run_cli
@@ -46,7 +48,9 @@ CASES = {
     "ablate_heads": ("ind", lambda m, t, c: A.ablate_heads(m, t, ablation="mean", cache=c)),
     "ablate_head_groups": (
         "ind",
-        lambda m, t, c: A.ablate_head_groups(m, t, groups={"g": ["L1H1"]}, ablation="mean", cache=c),
+        lambda m, t, c: A.ablate_head_groups(
+            m, t, groups={"g": ["L1H1"]}, ablation="mean", cache=c
+        ),
     ),
     "attention_patterns": ("ind", lambda m, t, c: A.attention_patterns(m, t, cache=c)),
     "attribute_heads": ("ind", lambda m, t, c: A.attribute_heads(m, t, ablation="mean", cache=c)),
@@ -151,12 +155,17 @@ CASES = {
 }
 
 
+def _public_functions():
+    return {
+        n: getattr(A, n)
+        for n in A.__all__
+        if inspect.isfunction(getattr(A, n)) or isinstance(getattr(A, n), functools.partial)
+    }
+
+
 def test_every_function_that_takes_a_cache_is_covered():
     takes = {
-        n
-        for n in A.__all__
-        if inspect.isfunction(getattr(A, n))
-        and "cache" in inspect.signature(getattr(A, n)).parameters
+        n for n, f in _public_functions().items() if "cache" in inspect.signature(f).parameters
     }
     assert takes == set(CASES), "add a CASES entry for each function that takes cache="
 
@@ -204,6 +213,86 @@ def test_a_cache_is_checked_against_its_tokens(name, induction_model, gpt2):
     _equal(call(model, data, partial), call(model, data, None))
 
 
+# Tables made without a model run, or from other tables: their calls for the schema test.
+TABLES_WITHOUT_CACHE = {
+    "copying_scores": ("ind", lambda m, t: A.copying_scores(m, heads=["L1H1"])),
+    "composition_scores": ("ind", lambda m, t: A.composition_scores(m, component="K")),
+    "pattern_scores": (
+        "ind",
+        lambda m, t: A.pattern_scores([torch.full((4, 2, 21, 21), 1 / 21)] * 2, t),
+    ),
+    "sense_similarity": (
+        "ind",
+        lambda m, t: A.sense_similarity(
+            torch.randn(4, 3, 8), words=["w"] * 4, senses=["a", "a", "b", "b"]
+        ),
+    ),
+    "nearest_neighbour_probe": (
+        "ind",
+        lambda m, t: A.nearest_neighbour_probe(
+            torch.randn(8, 3, 8), words=["w"] * 8, senses=["a", "b"] * 4, n_splits=2
+        ),
+    ),
+    "edge_agreement": (
+        "ind",
+        lambda m, t: A.edge_agreement(
+            pd.Series([5.0, 0.1, -3.0, 0.0], index=list("abcd")),
+            pd.Series([2.0, 0.5, -0.2, 0.3], index=list("abcd")),
+            threshold=1.0,
+        ),
+    ),
+    "estimate_agreement": (
+        "ind",
+        lambda m, t: A.estimate_agreement(
+            pd.Series([3.0, -2.0, 0.5, 0.1], index=list("abcd")),
+            pd.Series([2.0, -0.1, 0.4, 0.0], index=list("abcd")),
+            top=2,
+            within=(2,),
+        ),
+    ),
+}
+
+
+def test_every_table_function_is_in_the_schema_test():
+    tables = {
+        n
+        for n, f in _public_functions().items()
+        if "DataFrame" in str(inspect.signature(f).return_annotation)
+    }
+    assert tables <= set(CASES) | set(TABLES_WITHOUT_CACHE), tables - set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(set(CASES) | set(TABLES_WITHOUT_CACHE)))
+def test_every_table_follows_the_schema(name, induction_model, gpt2):
+    """One attrs schema (interp.analysis.frames.SCHEMA) for every table of every function."""
+    import interp
+    from interp.analysis.frames import METHODS, SCHEMA
+
+    if name in TABLES_WITHOUT_CACHE:
+        kind, call = TABLES_WITHOUT_CACHE[name]
+        model, data, _, _ = _setup(kind, induction_model, gpt2)
+        df = call(model, data)
+    else:
+        kind, call = CASES[name]
+        model, data, _, _ = _setup(kind, induction_model, gpt2)
+        df = call(model, data, None)
+    if not isinstance(df, pd.DataFrame):
+        return  # tensors (patterns, per-token losses, word states) carry no attrs
+    a = df.attrs
+    assert set(SCHEMA) <= set(a), f"{name} lacks {set(SCHEMA) - set(a)}"
+    made_by = {"find_circuit": "evaluate_circuit"}  # its case evaluates the circuit it found
+    one_stripe = ("induction_scores", "previous_token_scores", "duplicate_token_scores")
+    made_by |= dict.fromkeys(one_stripe, "head_scores")  # head_scores with one stripe
+    assert a["analysis"] == made_by.get(name, name)
+    assert a["method"] in METHODS and a["version"] == interp.__version__
+    assert a["ablation"] in (None, "zero", "mean", "resample", "patch")
+    assert a["direction"] in (None, "noising", "denoising")
+    assert isinstance(a["forward_equivalents"], float) and a["forward_equivalents"] >= 0
+    assert isinstance(a["description"], str) and a["description"]
+    if a["ablation"] == "patch":
+        assert a["direction"] is not None, f"{name}: a patch says which way it went"
+
+
 def test_the_check_uses_a_token_dependent_activation(induction_model):
     """hook_pos_embed is the same for any tokens of a length, so it cannot vouch for them."""
     t = repeated_random_tokens(2, 6, d_vocab=64, seed=1).tokens
@@ -246,7 +335,9 @@ def test_mean_ablation_of_one_sequence_is_refused(induction_model):
     t = repeated_random_tokens(3, 8, d_vocab=64, seed=0).tokens
     for call in (
         lambda: A.ablate_heads(induction_model, t[:1], ablation="mean"),
-        lambda: A.ablate_head_groups(induction_model, t[:1], groups={"g": ["L1H1"]}, ablation="mean"),
+        lambda: A.ablate_head_groups(
+            induction_model, t[:1], groups={"g": ["L1H1"]}, ablation="mean"
+        ),
         lambda: A.attribute_heads(induction_model, t[:1], ablation="mean"),
     ):
         with pytest.raises(InterpError, match="mean of one sequence is the sequence"):
@@ -262,7 +353,7 @@ def test_mean_ablation_of_a_prompt_on_the_command_line(tmp_path, capsys):
     code = main(
         [
             "ablate",
-            "--method",
+            "--ablation",
             "mean",
             "--prompt",
             "0 5 6 7 5 6 7",

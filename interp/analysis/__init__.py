@@ -7,34 +7,18 @@ tidy DataFrames: one row per head with ``layer, head, label`` (``L{l}H{h}``)
 first, then the values. Inputs are checked before the first forward pass;
 bad ones raise :class:`interp.InterpError` saying how to fix the call.
 
-Glossary (one word, one meaning, everywhere):
+The analyses are grouped by what they share: :mod:`~interp.analysis.heads`
+(scores from attention patterns, and weight-based circuits), :mod:`~interp.analysis.components`
+(ablation, patching, attribution, direct logit attribution and the lens: what
+each component does, on the exact engine), :mod:`~interp.analysis.circuits` (the
+graph of edges, path patching, edge attribution and circuit evaluation) and
+:mod:`~interp.analysis.senses` (the word-sense analyses). They run on
+:mod:`interp.engine`, which runs every kind of model through
+:mod:`interp.runtime`.
 
-==================  ===========================================================
-``model``           a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``,
-                    weights ``W_E, W_Q, ..., W_U`` (:class:`interp.protocol.HookedModel`)
-``tokens``          ``[batch, pos]`` integer ids (``[pos]`` is one sequence)
-``heads``           an iterable of ``(layer, head)`` pairs or ``"L1H4"`` labels;
-                    ``None`` means every head
-``layer``/``head``  a block index and a head index (``layer`` is always a block)
-``stage``           a word-state index: 0 = token embedding, ``l + 1`` = after block ``l``
-``loss_mask``       ``[batch, pos]`` bool: which positions count (the predictions a
-                    loss averages, or the query rows a score averages)
-``positions``       where an intervention applies: ints (negative from the end) or a
-                    ``[pos]`` bool mask; ``None`` means every position; ``"each"``
-                    (edge attribution and circuit evaluation): one edge per position
-``component``       which of a head's maps: ``"Q"``, ``"K"``, ``"V"`` (and ``"O"``,
-                    ``"QK"``, ``"OV"`` for subspaces)
-``embedding``       ``"token"`` (``W_E``) or ``"positional"`` (``W_pos``), for circuits
-``stripes``         ``"induction"``, ``"previous_token"``, ``"duplicate_token"``
-``convention``      how a stripe becomes a score: ``"interp"``, ``"transformer_lens"``,
-                    ``"arena"`` (:mod:`interp.analysis.heads.scores`)
-``method``          ``"zero"``, ``"mean"``, ``"resample"`` ablation (``"patch"`` too,
-                    for attribution)
-``metric``          a :class:`~interp.metrics.Metric` (``loss_metric``,
-                    ``logit_diff_metric``) or any ``metric(logits, tokens) -> scalar``
-``cache``           an ActivationCache (or dict of hook name to tensor) of ``tokens``
-``seed``            the seed of every random draw; same seed, same numbers
-==================  ===========================================================
+Glossary (one word, one meaning, everywhere; :mod:`interp.glossary`):
+
+GLOSSARY
 
 Example:
     >>> from interp.analysis import head_scores
@@ -47,6 +31,10 @@ from __future__ import annotations
 
 import importlib
 from typing import Any
+
+from interp.glossary import rst as _glossary
+
+__doc__ = (__doc__ or "").replace("\nGLOSSARY\n", "\n" + _glossary() + "\n")
 
 _EXPORTS = {
     "head_scores": "interp.analysis.heads.scores",

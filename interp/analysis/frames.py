@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 
 from interp.hooks import head_label
+from interp.protocol import HookedModel
 
 
 def head_frame(values: dict[str, Any], n_layers: int, n_heads: int) -> pd.DataFrame:
@@ -72,7 +73,7 @@ def table_attrs(
     *,
     description: str,
     method: str,
-    model: Any,
+    model: HookedModel,
     metric: Any = None,
     unit: str | None = None,
     ablation: str | None = None,
@@ -107,7 +108,7 @@ def table_attrs(
         "direction": direction,
         "metric": name,
         "unit": unit,
-        "model": model_name(model) if not isinstance(model, str) else model,
+        "model": None if model is None else model if isinstance(model, str) else model_name(model),
         "positions": positions,
         "seed": seed,
         "version": __version__,
@@ -116,3 +117,9 @@ def table_attrs(
     }
     out.update(extra)
     return out
+
+
+def described(df: pd.DataFrame, analysis: str, **attrs: Any) -> pd.DataFrame:
+    """``df`` with ``attrs`` in the schema (:func:`table_attrs`; same arguments)."""
+    df.attrs.update(table_attrs(analysis, **attrs))
+    return df

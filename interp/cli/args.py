@@ -111,8 +111,8 @@ def heads_arg(text: str | None) -> list[str] | None:
     return unique
 
 
-def positions_arg(text: str | None) -> list[int] | None:
-    """``--positions 3,-1`` as ints.
+def positions_arg(text: str | None, option: str = "--positions") -> list[int] | None:
+    """``--positions 3,-1`` (or ``--at``) as ints.
 
     Raises:
         InterpError: for anything but comma-separated integers.
@@ -123,19 +123,19 @@ def positions_arg(text: str | None) -> list[int] | None:
         return [int(t) for t in text.split(",")]
     except ValueError:
         raise InterpError(
-            f"--positions must be comma-separated integers (negative from the end), got {text!r}"
+            f"{option} must be comma-separated integers (negative from the end), got {text!r}"
         ) from None
 
 
 def pair_arg(text: str, option: str = "--logit-diff") -> tuple[str, str]:
-    """``CORRECT,INCORRECT``: ids, or tokens kept as typed (" Mary" is not "Mary").
+    """``ANSWER,WRONG``: ids, or tokens kept as typed (" Mary" is not "Mary").
 
     Raises:
         InterpError: for anything but two non-empty parts, or the same token twice.
     """
     parts = text.split(",")
     if len(parts) != 2 or not all(p.strip() for p in parts):
-        raise InterpError(f"{option} must be CORRECT,INCORRECT, got {text!r}")
+        raise InterpError(f"{option} must be ANSWER,WRONG, got {text!r}")
     same = [int(p) for p in parts] if all(p.strip().isdigit() for p in parts) else parts
     if same[0] == same[1]:
         raise InterpError(
@@ -234,8 +234,10 @@ def encode(model_or_tokenizer: Any, text: str) -> Any:
         ) from None
 
 
-def check_positions_fit(positions: list[int] | None, length: int, what: str = "prompt") -> None:
-    """Positions inside a prompt of ``length`` tokens.
+def check_positions_fit(
+    positions: list[int] | None, length: int, what: str = "prompt", option: str = "--positions"
+) -> None:
+    """Positions (of ``option``) inside a prompt of ``length`` tokens.
 
     Raises:
         InterpError: for a position out of range.
@@ -245,7 +247,7 @@ def check_positions_fit(positions: list[int] | None, length: int, what: str = "p
     bad = [p for p in positions if not -length <= p < length]
     if bad:
         raise InterpError(
-            f"--positions {bad} out of range: the {what} has {length} tokens (0..{length - 1}, "
+            f"{option} {bad} out of range: the {what} has {length} tokens (0..{length - 1}, "
             f"or -{length}..-1 from the end)"
         )
 

@@ -2,7 +2,7 @@
 
 Both take a task: ``--clean`` and ``--corrupted`` prompts (each may be given
 several times, in pairs of equal token length) with a metric, or by default
-the circuits lab's task for the model (:func:`interp.labs.circuits.circuit_task`:
+the model's default circuit task (:func:`interp.analysis.circuits.task.circuit_task`:
 repeated tokens without a tokenizer, indirect-object prompts with one).
 
 ``interp circuit`` scores every edge with EAP or EAP-IG, finds the smallest
@@ -48,7 +48,7 @@ def _add_task(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--logit-diff",
         action="append",
-        help="CORRECT,INCORRECT for --metric logit-diff: once for every pair, or once per pair",
+        help="ANSWER,WRONG for --metric logit-diff: once for every pair, or once per pair",
     )
     p.add_argument("--n", type=count_arg(2), default=16, help="prompt pairs of the default task")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the default task")
@@ -76,6 +76,13 @@ def add_parsers(sub: Any) -> None:
         help="comma-separated receiving inputs, e.g. L1H1.k or L1H1 (its q, k, v) or L2.mlp",
     )
     pa.add_argument("--senders", help="comma-separated senders, e.g. L0H1,embed (default: all)")
+    pa.add_argument(
+        "--direction",
+        default="noising",
+        choices=("noising", "denoising"),
+        help="noising (default): each sender's corrupted output into the clean run; "
+        "denoising: its clean output into the corrupted run",
+    )
     pa.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
     pa.add_argument("--top", type=count_arg(0), default=10, help="senders to print")
     pa.set_defaults(func=run_paths)
@@ -113,7 +120,7 @@ def _check_task(args: argparse.Namespace) -> None:
         raise InterpError("--logit-diff is used only with --metric logit-diff; drop it")
     if metric == "logit-diff":
         if not pairs:
-            raise InterpError("--metric logit-diff needs --logit-diff CORRECT,INCORRECT")
+            raise InterpError("--metric logit-diff needs --logit-diff ANSWER,WRONG")
         if len(pairs) not in (1, len(clean)):
             raise InterpError(
                 f"{len(pairs)} --logit-diff pairs for {len(clean)} prompts: give one for all, "
@@ -175,7 +182,7 @@ def _task(args: argparse.Namespace, model: Any) -> tuple[Any, Any, Any, str]:
     if args.clean:
         clean, corrupted, metric = _prompt_task(args, model)
         return clean, corrupted, metric, f"{len(args.clean)} prompt pair(s) from --clean"
-    from interp.labs.circuits import circuit_task
+    from interp.analysis.circuits.task import circuit_task
 
     task = circuit_task(model, n=args.n, seed=args.seed)
     return task.clean, task.corrupted, task.metric, f"{task.name}: {task.description}"
@@ -256,9 +263,9 @@ def run_paths(args: argparse.Namespace) -> int:
     print(f"task: {what}; {clean.shape[0]} x {clean.shape[1]} tokens")
     df = path_patch(
         model, clean, corrupted_tokens=corrupted, metric=metric, senders=senders,
-        receivers=receivers, progress=True,
+        receivers=receivers, direction=args.direction, progress=True,
     )  # fmt: skip
-    print(f"path patching into {', '.join(receivers)} ({len(df)} senders)")
+    print(f"path patching ({args.direction}) into {', '.join(receivers)} ({len(df)} senders)")
     print_top(df, "normalized", args.top)
     df.attrs.update(model=args.model, inputs=what)
     export(df, out)

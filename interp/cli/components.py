@@ -38,8 +38,10 @@ def add_parsers(sub: Any) -> None:
     dla.add_argument("--prompt", required=True, help="text (ids for models without a tokenizer)")
     dla.add_argument("--answer", required=True, help="the answer token, e.g. ' Mary' (or its id)")
     dla.add_argument("--wrong", help="the wrong token: attribute logit[answer] - logit[wrong]")
-    dla.add_argument("--unit", default="head", choices=("head", "layer", "component"))
-    dla.add_argument("--positions", help="where the logits are read (default: the last)")
+    dla.add_argument(
+        "--by", default="head", choices=("head", "layer", "component"), help="what a row is"
+    )
+    dla.add_argument("--at", help="comma-separated positions whose logits are read (default: last)")
     dla.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
     dla.add_argument("--figure", help="also write the layer x head heatmap (.svg)")
     dla.add_argument("--top", type=count_arg(0), default=10, help="rows to print, by |value|")
@@ -48,7 +50,7 @@ def add_parsers(sub: Any) -> None:
     lens = sub.add_parser("lens", help="the logit lens: top predictions after every block")
     add_model(lens)
     lens.add_argument("--prompt", required=True, help="text (ids for models without a tokenizer)")
-    lens.add_argument("--positions", help="comma-separated positions (default: all)")
+    lens.add_argument("--at", help="comma-separated positions read (default: all)")
     lens.add_argument("--k", type=count_arg(1), default=5, help="top tokens per cell")
     lens.add_argument("--target", help="the token to follow (default: each position's next token)")
     lens.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
@@ -81,14 +83,14 @@ def _prechecked(args: argparse.Namespace, positions: Any) -> tuple[Any, Any]:
     check_model_args(args)
     tok = tokenizer_of(args.model)
     answers = _answers(args, tok) if hasattr(args, "answer") else (None, None)
-    check_positions_fit(positions, encode(tok, args.prompt).shape[1])
+    check_positions_fit(positions, encode(tok, args.prompt).shape[1], option="--at")
     return answers
 
 
 def run_dla(args: argparse.Namespace) -> int:
     out = check_out(args.out)
     figure = check_svg(args.figure)
-    positions = positions_arg(args.positions)
+    positions = positions_arg(args.at, "--at")
     answer, wrong = _prechecked(args, positions)
     from interp import export
     from interp.analysis.components.dla import direct_logit_attribution, head_grid
@@ -100,8 +102,8 @@ def run_dla(args: argparse.Namespace) -> int:
         tokens,
         answer=answer,
         wrong=wrong,
-        positions=-1 if positions is None else positions,
-        unit=args.unit,
+        at=-1 if positions is None else positions,
+        by=args.by,
     )
     df.attrs.update(inputs=f"--prompt {args.prompt!r}", answer=args.answer, wrong=args.wrong)
     quantity = df.attrs["metric"]
@@ -112,8 +114,8 @@ def run_dla(args: argparse.Namespace) -> int:
         from interp.figures import dla_heatmap
         from interp.files import write_text
 
-        if args.unit != "head":
-            raise InterpError("--figure draws the layer x head heatmap: use --unit head")
+        if args.by != "head":
+            raise InterpError("--figure draws the layer x head heatmap: use --by head")
         grid, mlp = head_grid(df)
         plot = dla_heatmap(grid, mlp, caption=_dla_caption(df, args))
         write_text(figure, plot.svg())
@@ -136,18 +138,18 @@ def _dla_caption(df: Any, args: argparse.Namespace) -> str:
 def run_lens(args: argparse.Namespace) -> int:
     out = check_out(args.out)
     figure = check_svg(args.figure)
-    positions = positions_arg(args.positions)
+    positions = positions_arg(args.at, "--at")
     check_prompt(args.prompt, "prompt")
     check_model_args(args)
     tok = tokenizer_of(args.model)
     target = token_id(tok, args.target) if args.target is not None else None
-    check_positions_fit(positions, encode(tok, args.prompt).shape[1])
+    check_positions_fit(positions, encode(tok, args.prompt).shape[1], option="--at")
     from interp import export
     from interp.analysis.components.lens import logit_lens
 
     model = load(args)
     tokens = encode(model, args.prompt)
-    df = logit_lens(model, tokens, positions=positions, k=args.k, target=target)
+    df = logit_lens(model, tokens, at=positions, k=args.k, target=target)
     df.attrs.update(inputs=f"--prompt {args.prompt!r}")
     last = df[df["stage"] == df["stage"].max()]
     for r in last.itertuples():

@@ -43,20 +43,30 @@ def _add_metric(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--metric", default=default, choices=("loss", "logit-diff"))
     p.add_argument(
         "--logit-diff",
-        help="CORRECT,INCORRECT token ids (or single-token words) for --metric logit-diff",
+        help="ANSWER,WRONG token ids (or single-token words) for --metric logit-diff",
     )
     p.add_argument("--positions", help="comma-separated positions where the edit applies")
+
+
+def _add_direction(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--direction",
+        default="noising",
+        choices=("noising", "denoising"),
+        help="noising (default): the corrupted run's activations into the clean run; "
+        "denoising: the clean run's into the corrupted run",
+    )
 
 
 def add_parsers(sub: Any) -> None:
     """Add ``ablate``, ``attribute``, ``patch`` and ``scores`` to ``sub``."""
     ab = sub.add_parser("ablate", help="ablate every head (or some) and export the table")
     add_inputs(ab)
-    ab.add_argument("--method", default="zero", choices=("zero", "mean", "resample"))
+    ab.add_argument("--ablation", default="zero", choices=("zero", "mean", "resample"))
     ab.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
     ab.add_argument("--heads", help="comma-separated labels, e.g. L1H4,L0H7 (default: all)")
     _add_metric(ab, "loss")
-    ab.add_argument("--top", type=count_arg(0), default=10, help="heads to print, by |delta|")
+    ab.add_argument("--top", type=count_arg(0), default=10, help="heads to print, by |effect|")
     ab.add_argument(
         "--estimate",
         action="store_true",
@@ -70,8 +80,9 @@ def add_parsers(sub: Any) -> None:
         help="attribution patching: estimate every head's effect from one backward pass",
     )
     add_inputs(at)
-    at.add_argument("--method", default="zero", choices=("zero", "mean", "patch"))
-    at.add_argument("--corrupted", help="corrupted prompt for --method patch (--prompt is clean)")
+    at.add_argument("--ablation", default="zero", choices=("zero", "mean", "resample", "patch"))
+    at.add_argument("--corrupted", help="corrupted prompt for --ablation patch (--prompt is clean)")
+    _add_direction(at)
     at.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
     at.add_argument("--heads", help="comma-separated labels (default: all)")
     _add_metric(at, "loss")
@@ -86,9 +97,10 @@ def add_parsers(sub: Any) -> None:
     at.set_defaults(func=run_attribute)
 
     pa = sub.add_parser(
-        "patch", help="activation patching, clean into corrupted: per head, or any component grid"
+        "patch", help="activation patching between two prompts: per head, or any component grid"
     )
     add_model(pa)
+    _add_direction(pa)
     pa.add_argument("--clean", required=True, help="clean prompt")
     pa.add_argument("--corrupted", required=True, help="corrupted prompt (same length)")
     _add_metric(pa, "logit-diff")
@@ -124,7 +136,7 @@ def add_parsers(sub: Any) -> None:
 def _check_metric_args(args: argparse.Namespace) -> None:
     if args.metric == "logit-diff":
         if not args.logit_diff:
-            raise InterpError("--metric logit-diff needs --logit-diff CORRECT,INCORRECT")
+            raise InterpError("--metric logit-diff needs --logit-diff ANSWER,WRONG")
         pair_arg(args.logit_diff)
     elif args.logit_diff:
         raise InterpError(
@@ -190,8 +202,6 @@ def run_ablate(args: argparse.Namespace) -> int:
     _check_metric_args(args)
     if args.verify and not args.estimate:
         raise InterpError("--verify goes with --estimate (the exact sweep is exact already)")
-    if args.estimate and args.method == "resample":
-        raise InterpError("--estimate supports --method zero or mean")
     given = check_inputs(args)
     check_model_args(args)
     _tokenizer_checks(args, [args.prompt] if args.prompt is not None else [], positions)
@@ -205,18 +215,18 @@ def run_ablate(args: argparse.Namespace) -> int:
     model = load(args)
     tokens, mask = inputs(model, args, given)
     metric = _metric(model, args, mask)
-    _announce(model, tokens, heads, f"{args.method} ablation")
+    _announce(model, tokens, heads, f"{args.ablation} ablation")
     df = ablate_heads(
         model,
         tokens,
-        method=args.method,
+        ablation=args.ablation,
         metric=metric,
         heads=heads,
         positions=positions,
         seed=args.seed,
         progress=True,
     )
-    print_top(df, "delta", args.top)
+    print_top(df, "effect", args.top)
     export(_describe(df, args), out)
     print(f"wrote {out}")
     return 0
@@ -229,7 +239,7 @@ def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any, 
 
     model = load(args)
     corrupted = None
-    if args.method == "patch":  # run_attribute checked the options
+    if args.ablation == "patch":  # run_attribute checked the options
         tokens, mask = encode(model, args.prompt), None
         corrupted = encode(model, args.corrupted)
         check_token_pair(model, tokens, corrupted)
@@ -239,14 +249,16 @@ def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any, 
     then = f", then the exact value of the top {args.verify}" if args.verify else ""
     passes = 3 if corrupted is not None else 2
     print(
-        f"attribution ({args.method}): every head from {passes} passes (forward + backward){then}"
+        f"attribution ({args.ablation}): every head from {passes} passes (forward + backward)"
+        f"{then}"
     )
     df = attribute_heads(
         model,
         tokens,
         metric=metric,
-        method=args.method,
+        ablation=args.ablation,
         corrupted_tokens=corrupted,
+        direction=getattr(args, "direction", "noising"),  # interp ablate --estimate has none
         heads=heads,
         positions=positions,
         verify=args.verify,
@@ -265,13 +277,15 @@ def run_attribute(args: argparse.Namespace) -> int:
     heads, positions = heads_arg(args.heads), positions_arg(args.positions)
     _check_metric_args(args)
     check_prompt(args.corrupted, "corrupted prompt")
-    if args.method != "patch" and args.corrupted:
-        raise InterpError("--corrupted is for --method patch")
-    if args.method == "patch":
+    if args.ablation != "patch" and args.corrupted:
+        raise InterpError("--corrupted is for --ablation patch")
+    if args.ablation != "patch" and args.direction != "noising":
+        raise InterpError("--direction denoising is for --ablation patch (two prompts)")
+    if args.ablation == "patch":
         if args.prompt is None or not args.corrupted:
-            raise InterpError("--method patch needs --prompt (clean) and --corrupted")
+            raise InterpError("--ablation patch needs --prompt (clean) and --corrupted")
         if args.metric != "logit-diff":
-            raise InterpError("--method patch needs --metric logit-diff --logit-diff A,B")
+            raise InterpError("--ablation patch needs --metric logit-diff --logit-diff A,B")
     given = check_inputs(args)
     check_model_args(args)
     prompts = [p for p in (args.prompt, args.corrupted) if p is not None]
@@ -301,11 +315,13 @@ def run_patch(args: argparse.Namespace) -> int:
     check_token_pair(model, clean, corrupted)  # before the plan's probe pass
     if args.component is not None:
         return _patch_grid(args, model, clean, corrupted, positions, out)
-    _announce(model, corrupted, heads, "patching")
+    base = clean if args.direction == "noising" else corrupted
+    _announce(model, base, heads, f"patching ({args.direction})")
     df = patch_heads(
         model,
         clean,
         corrupted_tokens=corrupted,
+        direction=args.direction,
         metric=_metric(model, args, None),
         heads=heads,
         positions=positions,
@@ -350,11 +366,12 @@ def _patch_grid(args: argparse.Namespace, model: Any, clean: Any, corrupted: Any
     from interp.analysis.components.component_patching import LAYER_COMPONENTS, patch_components
 
     by = args.by or ("layer_position" if args.component in LAYER_COMPONENTS else "head")
-    print(f"patching {args.component} by {by} on {clean.shape[1]} tokens")
+    print(f"patching {args.component} by {by} on {clean.shape[1]} tokens ({args.direction})")
     df = patch_components(
         model,
         clean,
         corrupted_tokens=corrupted,
+        direction=args.direction,
         component=args.component,
         by=by,
         metric=_metric(model, args, None),

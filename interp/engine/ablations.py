@@ -27,6 +27,7 @@ import torch
 from interp.engine.cache import CheckedCache, cache_of
 from interp.errors import InterpError
 from interp.metrics import Metric, scalar
+from interp.protocol import HookedModel
 
 Ablation = Literal["zero", "mean", "resample", "patch"]
 ABLATIONS: tuple[str, ...] = ("zero", "mean", "resample", "patch")
@@ -65,7 +66,7 @@ def resample_index(n: int, n_ref: int | None, seed: int, device: Any = None) -> 
 
 
 def check_reference(
-    model: Any, tokens: torch.Tensor, ablation: str, reference_tokens: Any
+    model: HookedModel, tokens: torch.Tensor, ablation: str, reference_tokens: Any
 ) -> torch.Tensor | None:
     """``reference_tokens`` checked for ``ablation`` (``None`` stays ``None``).
 
@@ -110,7 +111,7 @@ def check_reference(
 
 
 def values_for(
-    model: Any,
+    model: HookedModel,
     tokens: torch.Tensor,
     ablation: str,
     names: Sequence[str],
@@ -148,7 +149,7 @@ def values_for(
 
 
 def source_run(
-    model: Any,
+    model: HookedModel,
     tokens: torch.Tensor,
     metric: Metric,
     names: Sequence[str],

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from interp.errors import InterpError
-from interp.protocol import hook_names
+from interp.protocol import HookedModel, hook_names
 
 # Hooks whose values do not depend on the token ids (only on positions): a cache that
 # holds only these cannot show which tokens it was built on.
@@ -42,7 +42,7 @@ class StopForward(Exception):  # noqa: N818 - a signal, not an error
         self.value = value
 
 
-def activation_of(model: Any, tokens: torch.Tensor, name: str) -> torch.Tensor:
+def activation_of(model: HookedModel, tokens: torch.Tensor, name: str) -> torch.Tensor:
     """The activation ``name`` on ``tokens``, from a forward pass stopped as soon as it fires.
 
     Costs the part of a forward pass before the hook (nothing for ``hook_embed``).
@@ -56,7 +56,9 @@ def activation_of(model: Any, tokens: torch.Tensor, name: str) -> torch.Tensor:
     return got[name]
 
 
-def run_until(model: Any, tokens: torch.Tensor, fwd_hooks: Sequence[tuple], last: str) -> None:
+def run_until(
+    model: HookedModel, tokens: torch.Tensor, fwd_hooks: Sequence[tuple], last: str
+) -> None:
     """``model.run_with_hooks(tokens, fwd_hooks=fwd_hooks)`` for the hooks' side effects,
     stopped right after the hooks on ``last`` have run (no later block, no unembedding).
 
@@ -74,7 +76,9 @@ def run_until(model: Any, tokens: torch.Tensor, fwd_hooks: Sequence[tuple], last
     raise InterpError(f"the model's hook {last} never fired on these tokens")
 
 
-def cache_of(model: Any, tokens: torch.Tensor, names: Sequence[str]) -> dict[str, torch.Tensor]:
+def cache_of(
+    model: HookedModel, tokens: torch.Tensor, names: Sequence[str]
+) -> dict[str, torch.Tensor]:
     """``{name: activation}`` for the hooks ``names`` on ``tokens``: one forward pass,
     stopped as soon as the last of them has fired (no later block, no unembedding).
 
@@ -130,7 +134,7 @@ class CheckedCache:
     for all of them (:meth:`complete`), never taken from another run.
     """
 
-    def __init__(self, model: Any, tokens: torch.Tensor, source: Any, evidence: str):
+    def __init__(self, model: HookedModel, tokens: torch.Tensor, source: Any, evidence: str):
         self.model = model
         self.tokens = tokens
         self.source = source
@@ -167,7 +171,7 @@ class CheckedCache:
 
 
 def check_cache(
-    model: Any, tokens: torch.Tensor, cache: Any, *, needs: Sequence[str] = ()
+    model: HookedModel, tokens: torch.Tensor, cache: Any, *, needs: Sequence[str] = ()
 ) -> CheckedCache | None:
     """``cache`` checked against ``tokens``, with the hooks in ``needs`` completed.
 

@@ -31,17 +31,18 @@ from interp.engine.edge_run import EdgeRun, sender_hooks
 from interp.engine.graph import Graph, Index
 from interp.errors import InterpError
 from interp.hooks import hook_name
+from interp.protocol import HookedModel
 from interp.runtime import Layer, runtime_of
 
 
-def layer_parts(model: Any) -> list[Layer]:
+def layer_parts(model: HookedModel) -> list[Layer]:
     """Every layer's norms and head weights, as the engine recomputes receivers with them."""
     rt = runtime_of(model)
     return [rt.layer(l) for l in range(rt.n_layers)]
 
 
 def sender_outputs(
-    model: Any,
+    model: HookedModel,
     graph: Graph,
     tokens: torch.Tensor,
     *,
@@ -103,7 +104,7 @@ def input_hooks(graph: Graph, store: dict[str, torch.Tensor]) -> list[tuple[str,
 
 
 def run(
-    model: Any,
+    model: HookedModel,
     tokens: torch.Tensor,
     edge_run: EdgeRun,
     *,
@@ -140,7 +141,7 @@ def run(
     )
 
 
-def check_exact(model: Any, graph: Graph, parts: list[Layer], tokens: torch.Tensor) -> None:
+def check_exact(model: HookedModel, graph: Graph, parts: list[Layer], tokens: torch.Tensor) -> None:
     """Once per model: the per-receiver recomputation reproduces the model's own pass (every
     receiver edited by zero), and a pass editing every edge reproduces the other run.
 
@@ -155,7 +156,7 @@ def check_exact(model: Any, graph: Graph, parts: list[Layer], tokens: torch.Tens
         )
 
 
-def _probe(model: Any, graph: Graph, parts: list[Layer], tokens: torch.Tensor) -> tuple:
+def _probe(model: HookedModel, graph: Graph, parts: list[Layer], tokens: torch.Tensor) -> tuple:
     probe = tokens[:1, : min(tokens.shape[1], 6)]
     other = torch.flip(probe, dims=[1])
     try:
@@ -200,7 +201,7 @@ def as_tensor(mask: np.ndarray, device: Any = None) -> torch.Tensor:
 
 
 def evaluate_masks(
-    model: Any,
+    model: HookedModel,
     prep: Any,
     masks: Sequence[np.ndarray],
     *,
@@ -236,7 +237,7 @@ def evaluate_masks(
 
 
 def patch_edges(
-    model: Any,
+    model: HookedModel,
     prep: Any,
     masks: Sequence[np.ndarray],
     *,
@@ -258,6 +259,8 @@ def patch_edges(
     for m in masks:
         cols = np.nonzero(m.any(0).reshape(m.shape[1], -1).any(1))[0]
         starts.append(min((graph.receiver_layer[j] for j in cols), default=L))
+    if not runtime_of(model).can_resume:  # passes run whole (the logits' input still alone)
+        starts = [0 if st < L else L for st in starts]
     k = edits_per_pass(graph, prep.tokens, int(model.cfg.d_model), running=False)
     chunks = pack(starts, k)
     values: dict[int, float] = {}

@@ -42,13 +42,14 @@ from interp.engine.edges import check_filled
 from interp.engine.graph import Index
 from interp.errors import InterpError
 from interp.hooks import hook_name
+from interp.protocol import HookedModel
 from interp.runtime import Layer, Norm, runtime_of
 
 
 class FrozenParams:
     """Parameters stop requiring grad for the duration (only activation gradients are taken)."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: HookedModel):
         self.params = (
             [p for p in model.parameters() if p.requires_grad]
             if hasattr(model, "parameters")
@@ -110,7 +111,7 @@ class ReceiverGrads:
 
 
 def receiver_gradients(
-    model: Any,
+    model: HookedModel,
     graph: Any,
     parts: list[Layer],
     tokens: torch.Tensor,
@@ -128,7 +129,6 @@ def receiver_gradients(
         InterpError: for a metric that is not one differentiable number.
     """
     from interp.metrics import scalar
-
     from interp.protocol import eval_mode
 
     index = Index.of(graph)
@@ -265,7 +265,7 @@ def score_edges(
 
 
 def head_gradients(
-    model: Any,
+    model: HookedModel,
     tokens: torch.Tensor,
     metric: Any,
     layers: Sequence[int],
@@ -281,7 +281,6 @@ def head_gradients(
         InterpError: for a metric that is not one differentiable number.
     """
     from interp.metrics import scalar
-
     from interp.protocol import eval_mode
 
     zs: dict[int, torch.Tensor] = {}
@@ -321,7 +320,7 @@ def head_gradients(
     return scalar(value.detach(), metric.name), {l: zs[l].detach() for l in layers}, g_z, g_p
 
 
-def pattern_at(model: Any, tokens: torch.Tensor, layer: int, resid: Any) -> torch.Tensor:
+def pattern_at(model: HookedModel, tokens: torch.Tensor, layer: int, resid: Any) -> torch.Tensor:
     """Layer ``layer``'s attention pattern ``[batch, head, q, k]`` for the residual ``resid``
     entering it, computed by the model itself (its normalisation, rotary embeddings,
     grouped keys) with every earlier block skipped and the pass stopped at the pattern.

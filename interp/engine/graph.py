@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from interp.errors import InterpError
+from interp.protocol import HookedModel
 
 INPUTS = ("q", "k", "v", "mlp", "logits")
 
@@ -155,7 +156,7 @@ class Graph:
         )
 
 
-def build_graph(model: Any) -> Graph:
+def build_graph(model: HookedModel) -> Graph:
     """The graph of ``model`` (module docstring): print it for its counts.
 
     Raises:

@@ -48,6 +48,7 @@ from interp.engine.sites import Edit, edit_hooks, edit_start, site
 from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.metrics import Metric, scalar
+from interp.protocol import HookedModel
 from interp.runtime import Runtime, runtime_of
 
 ATOL, RTOL = 1e-5, 1e-5  # a path must match the plain loop this closely to be used
@@ -65,7 +66,7 @@ class SweepResult:
     cost: float = 0.0  # forward-equivalents (interp.engine.batching.Cost)
 
 
-def bytes_per_copy(model: Any, tokens: torch.Tensor) -> int:
+def bytes_per_copy(model: HookedModel, tokens: torch.Tensor) -> int:
     """Rough peak activation bytes of one forward copy of ``tokens`` (no grad)."""
     from interp.memory import forward_bytes
 
@@ -73,7 +74,7 @@ def bytes_per_copy(model: Any, tokens: torch.Tensor) -> int:
 
 
 def edits_per_pass(
-    model: Any, tokens: torch.Tensor, n_edits: int, requested: Any, memory_budget: Any
+    model: HookedModel, tokens: torch.Tensor, n_edits: int, requested: Any, memory_budget: Any
 ) -> int:
     """How many edits share one forward pass (:func:`interp.engine.batching.copies_per_pass`).
 
@@ -203,7 +204,7 @@ def _probe(rt: Runtime, tokens: torch.Tensor, path_cls: Any, edit: Edit) -> tupl
         return False, f"{path_cls.name} failed its check ({type(exc).__name__}: {exc})"
 
 
-def choose_path(model: Any, tokens: torch.Tensor, edits: Sequence[Edit]) -> tuple[str, str]:
+def choose_path(model: HookedModel, tokens: torch.Tensor, edits: Sequence[Edit]) -> tuple[str, str]:
     """Which path :func:`sweep` will take for these edits, and why (if not the fastest)."""
     rt = runtime_of(model)
     last = rt.n_layers - 1
@@ -225,7 +226,9 @@ def choose_path(model: Any, tokens: torch.Tensor, edits: Sequence[Edit]) -> tupl
     return "loop", why or "no faster exact path for this model"
 
 
-def plan(model: Any, tokens: torch.Tensor, edits: Sequence[Edit], batch_size: Any = None) -> dict:
+def plan(
+    model: HookedModel, tokens: torch.Tensor, edits: Sequence[Edit], batch_size: Any = None
+) -> dict:
     """What a sweep will do: ``path``, ``note``, ``edits``, ``edits_per_pass``, ``passes``."""
     path, note = choose_path(model, tokens, edits)
     k = edits_per_pass(model, tokens, len(edits), batch_size, None)
@@ -240,7 +243,7 @@ def plan(model: Any, tokens: torch.Tensor, edits: Sequence[Edit], batch_size: An
 
 
 def sweep(
-    model: Any,
+    model: HookedModel,
     tokens: torch.Tensor,
     edits: Sequence[Edit],
     metric: Metric,

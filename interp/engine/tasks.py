@@ -35,9 +35,10 @@ from interp.engine.edge_run import EdgeRun
 from interp.engine.edges import check_exact, input_hooks, layer_parts, sender_outputs
 from interp.engine.graph import Graph, build_graph
 from interp.errors import InterpError
+from interp.protocol import HookedModel
 from interp.runtime import Layer, runtime_of
 
-EDGE_ABLATIONS = ("patch", "zero", "mean")
+EDGE_ABLATIONS = ("patch", "zero", "mean", "resample")
 
 
 @dataclasses.dataclass
@@ -59,6 +60,7 @@ class EdgeTask:
     base_inputs: dict[str, torch.Tensor]  # every receiver layer's base input (input_hooks)
     source_value: float | None = None  # the metric of the source run (ablation="patch")
     each: bool = False  # positions="each": one edge per position (masks [sender, receiver, pos])
+    seed: int = 0  # of the resample ablation's draw
     cum: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # shared prefix sums
     cost: Cost = dataclasses.field(default_factory=lambda: Cost(1))
 
@@ -89,15 +91,22 @@ class EdgeTask:
         )
 
 
-def replacement(ablation: str, outputs: torch.Tensor) -> torch.Tensor:
-    """The senders' replacement outputs for zero or mean ablation (of the base outputs)."""
+def replacement(ablation: str, outputs: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """The senders' replacement outputs ``[sender, batch, pos, d_model]`` for zero, mean or
+    resample ablation, made from the base run's ``outputs`` (resample: each sequence's
+    outputs are another sequence's, drawn with ``seed``)."""
+    from interp.engine.ablations import resample_index
+
     if ablation == "zero":
         return torch.zeros_like(outputs)
+    if ablation == "resample":
+        idx = resample_index(outputs.shape[1], None, seed, device=outputs.device)
+        return outputs[:, idx].contiguous()
     return outputs.mean(1, keepdim=True).expand_as(outputs).contiguous()
 
 
 def prepare(
-    model: Any,
+    model: HookedModel,
     tokens: Any,
     *,
     corrupted_tokens: Any,
@@ -106,6 +115,7 @@ def prepare(
     positions: Any = None,
     direction: str = "noising",
     cache: Any = None,
+    seed: Any = 0,
     base_pass: bool | Literal["metric"] = True,
     each_for: str | None = None,
 ) -> EdgeTask:
@@ -116,7 +126,7 @@ def prepare(
 
     ``base_pass=False`` leaves the base senders' outputs to the caller (edge attribution
     takes them from its own forward pass): ``base_out`` is None, and so is ``alt`` for
-    zero and mean ablation (:func:`replacement` makes it). ``base_pass="metric"`` (circuit
+    zero, mean and resample ablation (:func:`replacement` makes it). ``base_pass="metric"`` (circuit
     evaluation with a corrupted prompt, which reads only the running pass's outputs) runs a
     plain forward for the base metric. With ``ablation="patch"`` the source pass also gives
     ``source_value``: every edge replaced is the source run.
@@ -127,11 +137,10 @@ def prepare(
             needs an LM head the model lacks, positions out of range, a cache of other
             tokens, or a model whose receivers cannot be given their own inputs exactly.
     """
-    from interp.metrics import prepare_metric, scalar
-
-    from interp.checks import check_token_pair, check_tokens, position_mask
+    from interp.checks import check_seed, check_token_pair, check_tokens, position_mask
     from interp.engine.cache import check_cache
     from interp.engine.direction import check_direction, runs
+    from interp.metrics import prepare_metric, scalar
     from interp.protocol import check_model, eval_no_grad
 
     check_model(model)
@@ -155,10 +164,12 @@ def prepare(
                 f"ablation={ablation!r} has no corrupted run (use ablation='patch')"
             )
         tokens = check_tokens(model, tokens)
-        if ablation == "mean" and tokens.shape[0] < 2:
+        if ablation in ("mean", "resample") and tokens.shape[0] < 2:
             raise InterpError(
-                "mean ablation of one sequence replaces each output by itself; pass at least two"
+                f"{ablation} ablation of one sequence replaces each output by itself (there is "
+                "no other sequence); pass at least two"
             )
+    seed = check_seed(seed)
     if metric is None:
         raise InterpError("circuits need a metric, e.g. logit_diff_metric(answer, wrong)")
     m = prepare_metric(model, tokens, metric, None)
@@ -195,7 +206,7 @@ def prepare(
             source_value = scalar(m(logits, tokens), m.name)
             cost.forward()
         elif base_out is not None:
-            alt = replacement(ablation, base_out)
+            alt = replacement(ablation, base_out, seed)
     return EdgeTask(
         graph=graph,
         parts=parts,
@@ -212,5 +223,6 @@ def prepare(
         base_inputs=base_inputs,
         source_value=source_value,
         each=each,
+        seed=seed,
         cost=cost,
     )

@@ -31,6 +31,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from interp.protocol import HookedModel
 from interp.runtime.base import Layer, Runtime, kept_rows, repeat_copies, scatter_rows
 from interp.runtime.bridge import BridgeRuntime
 from interp.runtime.native import NativeRuntime
@@ -71,7 +72,7 @@ def register(kind: type[Runtime]) -> type[Runtime]:
     return kind
 
 
-def runtime_of(model: Any) -> Runtime:
+def runtime_of(model: HookedModel) -> Runtime:
     """The runtime of ``model``, chosen once and kept as long as the model lives."""
     try:
         return _RUNTIMES[model]
@@ -83,14 +84,14 @@ def runtime_of(model: Any) -> Runtime:
     return rt
 
 
-def _choose(model: Any) -> Runtime:
+def _choose(model: HookedModel) -> Runtime:
     for kind in KINDS:
         if kind.matches(model):
             return kind(model)
     return Runtime(model)
 
 
-def head_weight(model: Any, name: str) -> Any:
+def head_weight(model: HookedModel, name: str) -> Any:
     """``model.<name>`` with one entry per *query* head: ``[n_layers, n_heads, ...]``.
 
     Grouped-query attention models (e.g. SmolLM2: 9 query heads, 3 key/value

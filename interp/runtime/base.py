@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from interp.errors import InterpError
+from interp.protocol import HookedModel
 from interp.runtime.norms import Norm
 
 Hooks = Sequence[tuple[str, Callable]]
@@ -81,13 +82,13 @@ class Runtime:
     kind = "plain"
     can_resume = False
 
-    def __init__(self, model: Any):
+    def __init__(self, model: HookedModel):
         self.model = model
         self._norms: dict[tuple[str, int | None], Norm | None] = {}
         self._verdicts: dict[str, Any] = {}
 
     @classmethod
-    def matches(cls, model: Any) -> bool:
+    def matches(cls, model: HookedModel) -> bool:
         """Whether ``model`` is of this kind (the plain kind takes any model)."""
         return True
 

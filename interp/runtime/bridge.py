@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from interp.protocol import HookedModel
 from interp.runtime.base import Hooks, Runtime, kept_rows, repeat_copies, scatter_rows
 
 
@@ -60,11 +61,11 @@ class BridgeRuntime(Runtime):
     can_resume = True
 
     @classmethod
-    def matches(cls, model: Any) -> bool:
+    def matches(cls, model: HookedModel) -> bool:
         is_bridge = any(c.__name__ == "TransformerBridge" for c in type(model).__mro__)
         return is_bridge and isinstance(getattr(model, "blocks", None), torch.nn.ModuleList)
 
-    def __init__(self, model: Any):
+    def __init__(self, model: HookedModel):
         super().__init__(model)
         hf = getattr(model, "interp_hf_model", None)
         params = inspect.signature(hf.forward).parameters if hf is not None else {}

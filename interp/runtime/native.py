@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from interp.hooks import hook_name
+from interp.protocol import HookedModel
 from interp.runtime.base import Hooks, Runtime, repeat_copies
 
 
@@ -35,7 +36,7 @@ class NativeRuntime(Runtime):
     can_resume = True
 
     @classmethod
-    def matches(cls, model: Any) -> bool:
+    def matches(cls, model: HookedModel) -> bool:
         return callable(getattr(model, "forward_from", None))
 
     def run(

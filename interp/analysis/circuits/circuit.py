@@ -243,7 +243,7 @@ def position_edge_mask(graph: Graph, edges: Any, n_positions: int) -> np.ndarray
     return mask
 
 
-def load_circuit(path: str | os.PathLike[str], model: Any) -> Circuit:
+def load_circuit(path: str | os.PathLike[str], model: HookedModel) -> Circuit:
     """A circuit saved by :meth:`Circuit.save`, on ``model``'s graph (to evaluate elsewhere).
 
     Raises:

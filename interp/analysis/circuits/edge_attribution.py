@@ -47,7 +47,7 @@ import pandas as pd
 import torch
 
 from interp.analysis.circuits.circuit import edge_mask, position_edge_mask
-from interp.analysis.frames import table_attrs
+from interp.analysis.frames import described, table_attrs
 from interp.checks import check_int
 from interp.engine.cache import activation_of
 from interp.engine.direction import Direction
@@ -72,10 +72,11 @@ def attribute_edges(
     method: Method = "eap",
     steps: int = 5,
     edges: Any = None,
-    ablation: Literal["patch", "zero", "mean"] = "patch",
+    ablation: Literal["patch", "zero", "mean", "resample"] = "patch",
     direction: Direction = "noising",
     positions: Any = None,
     cache: Any = None,
+    seed: int = 0,
     progress: bool = False,
 ) -> pd.DataFrame:
     """One row per edge: ``sender, receiver, receiver_input, label`` and ``estimate`` (EAP,
@@ -83,7 +84,7 @@ def attribute_edges(
 
     ``tokens`` are the clean tokens; ``ablation="patch"`` replaces senders'
     outputs by the source run's (``direction``), ``"zero"`` by zero, ``"mean"``
-    by their mean over the batch. ``edges`` limits the table (any form
+    by their mean over the batch, ``"resample"`` by another sequence's (``seed``). ``edges`` limits the table (any form
     :func:`interp.analysis.circuits.circuit.edge_mask` reads; for ``"exact"``
     the default is every edge, one resumed pass each). ``positions`` restricts
     the edits to those positions; ``positions="each"`` (prompts of one length)
@@ -110,7 +111,7 @@ def attribute_edges(
         )
     prep = prepare(
         model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation=ablation,
-        positions=positions, direction=direction, cache=cache,
+        positions=positions, direction=direction, cache=cache, seed=seed,
         base_pass=method == "exact",  # estimates take the base outputs from their own pass
         each_for="attribute_edges",
     )  # fmt: skip
@@ -152,6 +153,7 @@ def attribute_edges(
             metric=prep.metric,
             model=model,
             positions="each" if prep.each else positions_label(prep.positions),
+            seed=prep.seed if ablation == "resample" else None,
             forward_equivalents=prep.cost.forward_equivalents,
             engine="edges",
             steps=steps if method == "eap-ig" else None,
@@ -163,7 +165,7 @@ def attribute_edges(
     return df
 
 
-def _estimate(model: Any, prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
+def _estimate(model: HookedModel, prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
     """EAP or EAP-IG scores ``[sender, receiver]``. The base pass (EAP's only one; EAP-IG's
     last point, all the way to the base embeddings) also gives the base senders' outputs."""
     if method == "eap":
@@ -185,7 +187,7 @@ def _estimate(model: Any, prep: EdgeTask, method: str, steps: int) -> torch.Tens
         if diff is None:  # alpha = 1: the base run
             prep.base_out, prep.base_value = grads.senders, grads.value
             if prep.alt is None:
-                prep.alt = replacement(prep.ablation, prep.base_out)
+                prep.alt = replacement(prep.ablation, prep.base_out, prep.seed)
             diff = prep.alt - prep.base_out  # [sender, batch, pos, d_model]
             if prep.positions is not None:
                 diff = diff * prep.positions.float()[None, None, :, None]
@@ -200,7 +202,7 @@ def _source(prep: EdgeTask) -> torch.Tensor:
     return prep.corrupted if prep.direction == "noising" else prep.tokens
 
 
-def _embedding(model: Any, tokens: torch.Tensor) -> torch.Tensor:
+def _embedding(model: HookedModel, tokens: torch.Tensor) -> torch.Tensor:
     return activation_of(model, tokens, hook_name("embed")).float()
 
 
@@ -289,10 +291,18 @@ def edge_agreement(exact: pd.Series, estimate: pd.Series, *, threshold: float) -
     rho = float(exact.rank().corr(est.rank()))
     m = int(matters.sum())
     hits = len(set(exact.index[matters]) & set(est.abs().nlargest(m).index))
-    return pd.DataFrame(
-        [
-            {"measure": "ROC AUC (|estimate| finds the edges that matter)", "value": auc},
-            {"measure": "Spearman (estimate vs exact)", "value": rho},
-            {"measure": f"edges that matter ({m}) in the estimate's top {m}", "value": float(hits)},
-        ]
+    rows = [
+        {"measure": "ROC AUC (|estimate| finds the edges that matter)", "value": auc},
+        {"measure": "Spearman (estimate vs exact)", "value": rho},
+        {"measure": f"edges that matter ({m}) in the estimate's top {m}", "value": float(hits)},
+    ]
+    return described(
+        pd.DataFrame(rows),
+        "edge_agreement",
+        description="how well an estimate finds the edges whose exact effect matters",
+        method="exact",
+        unit="",
+        model=None,
+        forward_equivalents=0.0,
+        threshold=threshold,
     )

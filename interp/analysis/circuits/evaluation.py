@@ -47,22 +47,22 @@ from interp.errors import InterpError
 from interp.metrics import Metric
 from interp.protocol import HookedModel, model_name, positions_label
 
-Ablation = Literal["patch", "zero", "mean"]
+Ablation = Literal["patch", "zero", "mean", "resample"]
 
 
 def _task(
-    model: Any, tokens: Any, corrupted_tokens: Any, metric: Any, ablation: str, cache: Any,
-    positions: Any = None, each_for: str | None = None,
+    model: HookedModel, tokens: Any, corrupted_tokens: Any, metric: Any, ablation: str,
+    cache: Any, seed: Any, positions: Any = None, each_for: str | None = None,
 ) -> EdgeTask:  # fmt: skip
     """The checked task of a circuit evaluation: the clean run is the base (edges outside a
     circuit carry the replacement), its metric from a plain pass."""
     return prepare(
         model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation=ablation,
-        positions=positions, cache=cache, base_pass="metric", each_for=each_for,
+        positions=positions, cache=cache, seed=seed, base_pass="metric", each_for=each_for,
     )  # fmt: skip
 
 
-def _baselines(model: Any, prep: EdgeTask) -> tuple[float, float]:
+def _baselines(model: HookedModel, prep: EdgeTask) -> tuple[float, float]:
     """The clean metric and the metric with every edge replaced (with a corrupted prompt:
     the corrupted run's, from the pass that gave its outputs; else one circuit pass)."""
     if prep.source_value is not None:
@@ -85,6 +85,7 @@ def evaluate_circuit(
     ablation: Ablation = "patch",
     positions: Any = None,
     cache: Any = None,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """The metric with only ``edges`` kept (module docstring): one row with ``n_edges,
     fraction_of_edges, metric, clean, corrupted, faithfulness``.
@@ -107,7 +108,7 @@ def evaluate_circuit(
             that do not pair up, a metric that needs an LM head the model lacks,
             or a cache of other tokens.
     """
-    prep = _task(model, tokens, corrupted_tokens, metric, ablation, cache, positions,
+    prep = _task(model, tokens, corrupted_tokens, metric, ablation, cache, seed, positions,
                  "evaluate_circuit")  # fmt: skip
     graph = prep.graph
     if prep.each:
@@ -135,7 +136,7 @@ def evaluate_circuit(
     return df
 
 
-def _attrs(model: Any, prep: EdgeTask, analysis: str) -> dict[str, Any]:
+def _attrs(model: HookedModel, prep: EdgeTask, analysis: str) -> dict[str, Any]:
     return table_attrs(
         analysis,
         description="the metric with only a circuit's edges kept: every other edge carries the "
@@ -146,6 +147,7 @@ def _attrs(model: Any, prep: EdgeTask, analysis: str) -> dict[str, Any]:
         metric=prep.metric,
         model=model,
         positions="each" if prep.each else positions_label(prep.positions),
+        seed=prep.seed if prep.ablation == "resample" else None,
         forward_equivalents=prep.cost.forward_equivalents,
         engine="edges",
         graph=prep.graph.describe(),
@@ -242,7 +244,7 @@ def circuit_curve(
         InterpError: as :func:`evaluate_circuit`, for sizes out of range, or
             scores of another graph.
     """
-    prep = _task(model, tokens, corrupted_tokens, metric, ablation, cache)
+    prep = _task(model, tokens, corrupted_tokens, metric, ablation, cache, seed)
     graph = prep.graph
     sc = score_matrix(graph, scores)
     points = check_int(points, "points", minimum=2)
@@ -270,6 +272,7 @@ def circuit_curve(
     df["metric"] = values
     df["faithfulness"] = [_faith(v, prep.base_value, corrupted) for v in values]
     df.attrs.update(_attrs(model, prep, "circuit_curve"))
+    df.attrs["seed"] = prep.seed  # the random circuits' draws
     df.attrs.update(clean=prep.base_value, corrupted=corrupted, circuits=len(masks))
     return df
 
@@ -285,6 +288,7 @@ def find_circuit(
     bracket: tuple[int, int] | None = None,
     ablation: Ablation = "patch",
     cache: Any = None,
+    seed: int = 0,
     progress: bool = False,
 ) -> Circuit:
     """The smallest top-``n`` circuit (by ``|score|``, then pruned to edges connected to both
@@ -306,7 +310,7 @@ def find_circuit(
             when even the whole graph does not reach it, or a ``bracket`` whose
             ``hi`` does not.
     """
-    prep = _task(model, tokens, corrupted_tokens, metric, ablation, cache)
+    prep = _task(model, tokens, corrupted_tokens, metric, ablation, cache, seed)
     target = check_finite(target, "target")
     if not 0 < target <= 1:
         raise InterpError(f"target must be in (0, 1], got {target}")

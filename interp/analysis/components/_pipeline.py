@@ -28,7 +28,7 @@ from interp.engine.sites import Site, mask_positions
 from interp.engine.sweep import sweep
 from interp.errors import InterpError
 from interp.metrics import Metric, prepare_metric
-from interp.protocol import check_model, eval_no_grad, positions_label
+from interp.protocol import HookedModel, check_model, eval_no_grad, positions_label
 
 ABLATING = ("zero", "mean", "resample")
 
@@ -47,7 +47,7 @@ class Ablating:
 
 
 def check_ablating(
-    model: Any,
+    model: HookedModel,
     tokens: Any,
     *,
     ablation: str,
@@ -79,7 +79,7 @@ def check_ablating(
 
 
 def ablate(
-    model: Any,
+    model: HookedModel,
     a: Ablating,
     edits: Sequence[Sequence[Site]],
     rows: pd.DataFrame,
@@ -156,7 +156,7 @@ class Patching:
 
 
 def check_patching(
-    model: Any,
+    model: HookedModel,
     tokens: Any,
     *,
     corrupted_tokens: Any,
@@ -187,7 +187,7 @@ def check_patching(
 
 
 def patch(
-    model: Any,
+    model: HookedModel,
     p: Patching,
     names: Sequence[str],
     cells: Callable[[dict[str, torch.Tensor]], tuple[pd.DataFrame, list[list[Site]]]],

@@ -17,13 +17,13 @@ import torch
 from interp.checks import check_int
 from interp.errors import InterpError
 from interp.hooks import hook_name
-from interp.protocol import logits_meaningful
+from interp.protocol import HookedModel, logits_meaningful
 
 # Rows of logits unembedded at once: at most this many bytes of logits per chunk.
 CHUNK_BYTES = 64 << 20
 
 
-def check_lm_head(model: Any, what: str) -> None:
+def check_lm_head(model: HookedModel, what: str) -> None:
     """Refuse a model whose logits mean nothing (an encoder saved without its LM head).
 
     Raises:
@@ -38,7 +38,7 @@ def check_lm_head(model: Any, what: str) -> None:
         raise InterpError(f"{what} needs an unembedding (W_U); this model has none")
 
 
-def token_ids(model: Any, value: Any, batch: int, name: str) -> torch.Tensor:
+def token_ids(model: HookedModel, value: Any, batch: int, name: str) -> torch.Tensor:
     """``value`` as ``[batch]`` token ids: an int or a string (one token) for every sequence,
     or one per sequence (a list, or a ``[batch]`` tensor).
 
@@ -69,7 +69,7 @@ def token_ids(model: Any, value: Any, batch: int, name: str) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def _one_id(model: Any, v: Any, name: str) -> int:
+def _one_id(model: HookedModel, v: Any, name: str) -> int:
     if isinstance(v, str):
         tok = getattr(model, "tokenizer", None)
         if tok is None:
@@ -109,6 +109,6 @@ def chunks(n_rows: int, d_vocab: int, budget: int = CHUNK_BYTES) -> Iterator[sli
         yield slice(start, min(n_rows, start + step))
 
 
-def final_resid_name(model: Any) -> str:
+def final_resid_name(model: HookedModel) -> str:
     """The hook holding the residual stream the final norm reads."""
     return hook_name("resid_post", model.cfg.n_layers - 1)

@@ -62,7 +62,7 @@ import torch
 
 from interp.analysis.components.ablation import MetricArg, ablate_heads
 from interp.analysis.components.patching import patch_heads
-from interp.analysis.frames import rows_frame, table_attrs
+from interp.analysis.frames import described, rows_frame, table_attrs
 from interp.checks import (
     check_int,
     check_seed,
@@ -87,7 +87,7 @@ CORRECTIONS: tuple[str, ...] = ("none", "qk")
 
 
 def _qk_correction(
-    model: Any,
+    model: HookedModel,
     tokens: torch.Tensor,
     chosen: list[tuple[int, int]],
     diff: dict[int, torch.Tensor],
@@ -325,4 +325,12 @@ def estimate_agreement(
     for k in ks:
         hits = len(best & set(est.abs().nlargest(k).index))
         rows.append({"measure": f"exact top {top} in estimate's top {k}", "value": float(hits)})
-    return pd.DataFrame(rows)
+    return described(
+        pd.DataFrame(rows),
+        "estimate_agreement",
+        description="how far an estimate ranks heads as the exact values do",
+        method="exact",
+        unit="",
+        model=None,
+        forward_equivalents=0.0,
+    )

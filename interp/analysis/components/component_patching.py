@@ -66,7 +66,7 @@ Component = Literal["resid_pre", "resid_mid", "attn_out", "mlp_out", "z", "q", "
 By = Literal["layer", "layer_position", "head", "head_position"]
 
 
-def _check(model: Any, component: str, by: str) -> None:
+def _check(model: HookedModel, component: str, by: str) -> None:
     if component not in COMPONENTS:
         raise InterpError(f"unknown component {component!r}; choose one of {', '.join(COMPONENTS)}")
     if by not in BYS:

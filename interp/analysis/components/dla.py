@@ -64,7 +64,7 @@ BYS: tuple[str, ...] = ("head", "layer", "component")
 REMAINDER_TOL = 1e-5  # of the largest share: below this the pieces add up and no row is shown
 
 
-def _names(model: Any) -> dict[str, Any]:
+def _names(model: HookedModel) -> dict[str, Any]:
     """The hooks a decomposition reads, for the hooks this model has."""
     have = hook_names(model)
     L = model.cfg.n_layers
@@ -83,7 +83,7 @@ def _names(model: Any) -> dict[str, Any]:
     return names
 
 
-def _output_bias(model: Any) -> torch.Tensor | None:
+def _output_bias(model: HookedModel) -> torch.Tensor | None:
     """``b_O`` ``[n_layers, d_model]``, or ``None`` for bias-free projections."""
     try:
         b = model.b_O
@@ -165,7 +165,7 @@ def direct_logit_attribution(
 
 
 def _at_positions(
-    model: Any, tokens: torch.Tensor, names: list[str], pos: list[int]
+    model: HookedModel, tokens: torch.Tensor, names: list[str], pos: list[int]
 ) -> dict[str, torch.Tensor]:
     """One forward pass keeping each hook's activation at ``pos`` only (``[batch, P, ...]``):
     cheaper than a cache of every position, and all DLA reads."""

@@ -39,7 +39,7 @@ from interp.protocol import HookedModel, hook_names
 PARTS = ("attn", "mlp")
 
 
-def _layers(model: Any, layers: Iterable[Any] | None) -> list[int]:
+def _layers(model: HookedModel, layers: Iterable[Any] | None) -> list[int]:
     if layers is None:
         return list(range(model.cfg.n_layers))
     if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
@@ -50,7 +50,7 @@ def _layers(model: Any, layers: Iterable[Any] | None) -> list[int]:
     return out
 
 
-def _check_mlps(model: Any) -> int:
+def _check_mlps(model: HookedModel) -> int:
     """``d_mlp``, refusing models without MLPs."""
     if hook_name("mlp_out", 0) not in hook_names(model):
         raise InterpError(

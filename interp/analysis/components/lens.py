@@ -54,7 +54,7 @@ def stage_names(n_layers: int) -> list[str]:
     return ["embed", *(f"L{l}" for l in range(n_layers))]
 
 
-def _labels(model: Any, ids: list[int]) -> list[str]:
+def _labels(model: HookedModel, ids: list[int]) -> list[str]:
     tok = getattr(model, "tokenizer", None)
     if tok is None:
         return [str(i) for i in ids]

@@ -33,15 +33,16 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
+from interp.analysis.frames import described
 from interp.errors import InterpError
 from interp.hooks import head_label
-from interp.protocol import check_model
+from interp.protocol import HookedModel, check_model
 from interp.runtime import head_weight
 
 Component = Literal["Q", "K", "V"]
 
 
-def _factors(model: Any, component: Component) -> tuple[Any, Any]:
+def _factors(model: HookedModel, component: Component) -> tuple[Any, Any]:
     from transformer_lens import FactoredMatrix
 
     W_V, W_O = head_weight(model, "W_V").float(), head_weight(model, "W_O").float()
@@ -117,7 +118,7 @@ def _pairwise_scores(left: Any, right: Any) -> torch.Tensor:
     return scores.reshape(n_layers, n_heads, n_layers, n_heads)
 
 
-def composition_tensor(model: Any, *, component: Component = "K") -> torch.Tensor:
+def composition_tensor(model: HookedModel, *, component: Component = "K") -> torch.Tensor:
     """Scores ``[n_layers, n_heads, n_layers, n_heads]`` (earlier, later).
 
     Entries are zero unless the first head's layer is earlier.
@@ -136,7 +137,7 @@ def composition_tensor(model: Any, *, component: Component = "K") -> torch.Tenso
     return torch.where(mask, scores, torch.zeros_like(scores))
 
 
-def composition_scores(model: Any, *, component: Component = "K") -> pd.DataFrame:
+def composition_scores(model: HookedModel, *, component: Component = "K") -> pd.DataFrame:
     """One row per (earlier head, later head) pair with the composition score and its baseline.
 
     ``component`` is the later head's input the earlier head's output feeds:
@@ -171,4 +172,13 @@ def composition_scores(model: Any, *, component: Component = "K") -> pd.DataFram
                             "ratio": s / base,
                         }
                     )
-    return pd.DataFrame(rows)
+    return described(
+        pd.DataFrame(rows),
+        "composition_scores",
+        description=f"{component}-composition scores of every head pair (from weights alone)",
+        method="exact",
+        unit="score",
+        model=model,
+        forward_equivalents=0.0,
+        component=component,
+    )

@@ -26,16 +26,17 @@ from typing import Any
 import pandas as pd
 import torch
 
+from interp.analysis.frames import described
 from interp.checks import check_int, check_tokens
 from interp.engine.cache import check_cache
 from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.metrics import next_token_nll
-from interp.protocol import check_model, eval_no_grad, is_causal, logits_meaningful
+from interp.protocol import HookedModel, check_model, eval_no_grad, is_causal, logits_meaningful
 from interp.runtime import runtime_of
 
 
-def per_token_loss(model: Any, tokens: torch.Tensor, *, cache: Any = None) -> torch.Tensor:
+def per_token_loss(model: HookedModel, tokens: torch.Tensor, *, cache: Any = None) -> torch.Tensor:
     """``[batch, pos - 1]`` next-token cross-entropy (nats), from the model's logits.
 
     With ``cache`` (of ``tokens``; checked against them, and completed if it
@@ -71,7 +72,7 @@ def per_token_loss(model: Any, tokens: torch.Tensor, *, cache: Any = None) -> to
 
 
 def in_context_learning_score(
-    model: Any,
+    model: HookedModel,
     tokens: torch.Tensor,
     *,
     early: int | None = None,
@@ -98,6 +99,23 @@ def in_context_learning_score(
         raise InterpError(f"early ({early}) must come before late ({late})")
     nll = per_token_loss(model, tokens, cache=cache)
     e, l = float(nll[:, early].mean()), float(nll[:, late].mean())
-    return pd.DataFrame(
-        [{"early_pos": early, "late_pos": late, "early_loss": e, "late_loss": l, "score": l - e}]
+    return described(
+        pd.DataFrame(
+            [
+                {
+                    "early_pos": early,
+                    "late_pos": late,
+                    "early_loss": e,
+                    "late_loss": l,
+                    "score": l - e,
+                }
+            ]
+        ),
+        "in_context_learning_score",
+        description="the next-token loss late in the context minus early (Olsson et al. 2022)",
+        method="exact",
+        metric="loss",
+        unit="nats",
+        model=model,
+        forward_equivalents=0.0 if cache is not None else 1.0,
     )

@@ -37,7 +37,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from interp.analysis.frames import head_frame
+from interp.analysis.frames import described, head_frame
 from interp.analysis.heads.subspace import head_subspaces
 from interp.checks import (
     check_finite,
@@ -50,11 +50,11 @@ from interp.checks import (
 from interp.engine.cache import cache_of, check_cache
 from interp.errors import InterpError
 from interp.hooks import head_label, hook_name
-from interp.protocol import check_model, eval_no_grad, hook_names
+from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
 from interp.runtime import per_query_heads
 
 
-def head_input_hook(model: Any, layer: int) -> str:
+def head_input_hook(model: HookedModel, layer: int) -> str:
     """The hook whose value the layer's Q/K/V projections read (see module docstring)."""
     names = hook_names(model)
     for cand in (f"blocks.{layer}.ln1.hook_out", f"blocks.{layer}.ln1.hook_normalized"):
@@ -66,7 +66,9 @@ def head_input_hook(model: Any, layer: int) -> str:
 AUTO_PROGRESS_PASSES = 100
 
 
-def _input_vectors(model: Any, tokens: torch.Tensor, layer: int, cache: Any) -> torch.Tensor:
+def _input_vectors(
+    model: HookedModel, tokens: torch.Tensor, layer: int, cache: Any
+) -> torch.Tensor:
     name = head_input_hook(model, layer)
     with torch.no_grad():
         checked = check_cache(model, tokens, cache, needs=[name])
@@ -90,7 +92,7 @@ def _check_component(component: str) -> None:
 
 
 def null_space_probe(
-    model: Any,
+    model: HookedModel,
     tokens: torch.Tensor,
     *,
     layer: int,
@@ -187,10 +189,22 @@ def null_space_probe(
     df.insert(0, "label", head_label(layer, head))
     df.insert(0, "head", head)
     df.insert(0, "layer", layer)
-    df.attrs.update(
-        hook=in_name, nullity=sub.nullity, rank=sub.rank, scale=scale, positions=positions
+    return described(
+        df,
+        "null_space_probe",
+        description="how much moving the input along null-space and row-space directions of a "
+        "head's map changes what it computes",
+        method="exact",
+        unit="norm of the change",
+        model=model,
+        positions=positions,
+        seed=seed,
+        forward_equivalents=float(len(rows) + 1),
+        hook=in_name,
+        nullity=sub.nullity,
+        rank=sub.rank,
+        scale=scale,
     )
-    return df
 
 
 def _measure(model, tokens, clean_out, clean, in_name, names, d, pos_t, head, n_heads):
@@ -251,7 +265,7 @@ def _run_hooked_cache(model, tokens, names, hooks):
 
 
 def read_fraction(
-    model: Any,
+    model: HookedModel,
     tokens: torch.Tensor,
     *,
     heads: Any = None,
@@ -301,4 +315,13 @@ def read_fraction(
     df["rank"] = df["rank"].astype(int)
     df["baseline"] = df["rank"] / cfg.d_model
     df.insert(3, "component", component)
-    return df
+    return described(
+        df,
+        "read_fraction",
+        description="the share of the inputs' energy in each head's row space",
+        method="exact",
+        unit="fraction",
+        model=model,
+        forward_equivalents=0.0 if cache is not None else 1.0,
+        component=component,
+    )

@@ -29,7 +29,11 @@ from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
 
 
 def patterns(
-    model: Any, tokens: torch.Tensor, *, cache: Any = None, layers: Sequence[int] | None = None
+    model: HookedModel,
+    tokens: torch.Tensor,
+    *,
+    cache: Any = None,
+    layers: Sequence[int] | None = None,
 ) -> list[torch.Tensor]:
     """Attention patterns ``[batch, head, query_pos, key_pos]`` per layer (float32).
 

@@ -52,20 +52,21 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import pandas as pd
 import torch
 
-from interp.analysis.frames import head_frame
+from interp.analysis.frames import head_frame, table_attrs
 from interp.analysis.heads.patterns import patterns
 from interp.checks import check_int, check_mask, check_seed, check_tokens
 from interp.engine.cache import run_until
 from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.memory import check_memory
-from interp.protocol import bos_token_id, check_model, eval_no_grad, is_causal
+from interp.protocol import HookedModel, bos_token_id, check_model, eval_no_grad, is_causal
 
 Stripe = Literal["induction", "previous_token", "duplicate_token"]
 STRIPES: tuple[Stripe, ...] = ("induction", "previous_token", "duplicate_token")
@@ -104,7 +105,7 @@ def stripe_mask(
 
 
 def probe_tokens(
-    model: Any, *, n: int = 16, half_len: int | None = None, seed: int = 0
+    model: HookedModel, *, n: int = 16, half_len: int | None = None, seed: int = 0
 ) -> torch.Tensor:
     """The standard probe for ``model``: BOS then ``half_len`` random tokens repeated twice.
 
@@ -307,12 +308,12 @@ def pattern_scores(
         for s, r in reducers.items():
             out[s][layer] = r(p.float()).cpu()
     df = head_frame(out, len(pats), n_heads)
-    df.attrs.update(convention=convention, method=f"stripe scores ({convention} convention)")
+    df.attrs.update(_attrs("pattern_scores", convention, None, 0.0))
     return df
 
 
 def head_scores(
-    model: Any,
+    model: HookedModel,
     tokens: torch.Tensor | None = None,
     *,
     stripes: Sequence[Stripe] = STRIPES,
@@ -367,12 +368,27 @@ def head_scores(
     else:
         _scores_by_hooks(model, tokens, reducers, out)
     df = head_frame(out, cfg.n_layers, cfg.n_heads)
-    df.attrs.update(convention=convention, method=f"stripe scores ({convention} convention)")
+    df.attrs.update(_attrs("head_scores", convention, model, 0.0 if cache is not None else 1.0))
     return df
 
 
+def _attrs(analysis: str, convention: str, model: Any, cost: float) -> dict[str, Any]:
+    return table_attrs(
+        analysis,
+        description=f"the attention each head puts on each stripe ({convention} convention)",
+        method="exact",
+        unit="share of a query row's attention",
+        model=model,
+        forward_equivalents=cost,
+        convention=convention,
+    )
+
+
 def _scores_by_hooks(
-    model: Any, tokens: torch.Tensor, reducers: dict[str, Reducer], out: dict[str, torch.Tensor]
+    model: HookedModel,
+    tokens: torch.Tensor,
+    reducers: dict[str, Reducer],
+    out: dict[str, torch.Tensor],
 ) -> None:
     seen: set[int] = set()
 
@@ -399,94 +415,20 @@ def _scores_by_hooks(
         )
 
 
-def induction_scores(
-    model: Any,
-    tokens: torch.Tensor | None = None,
-    *,
-    convention: Convention = "interp",
-    exclude_bos: bool | None = None,
-    exclude_current_token: bool = False,
-    error_measure: Literal["mul", "abs"] = "mul",
-    loss_mask: torch.Tensor | None = None,
-    causal: bool | None = None,
-    cache: Any = None,
-) -> pd.DataFrame:
-    """Induction score per head (module docstring): ``layer, head, label, induction``.
-
-    Raises:
-        InterpError: as :func:`head_scores`.
-    """
-    return head_scores(
-        model,
-        tokens,
-        stripes=("induction",),
-        convention=convention,
-        exclude_bos=exclude_bos,
-        exclude_current_token=exclude_current_token,
-        error_measure=error_measure,
-        loss_mask=loss_mask,
-        causal=causal,
-        cache=cache,
+def _one_stripe(stripe: Stripe, label: str) -> Any:
+    """``head_scores`` for one stripe: one column ``stripe`` (TransformerLens's patching
+    module builds its grids the same way, from one function)."""
+    fn = functools.partial(head_scores, stripes=(stripe,))
+    fn.__doc__ = (
+        f"{label} score per head: columns ``layer, head, label, {stripe}``. Options as "
+        ":func:`head_scores` (``stripes`` fixed).\n\nRaises:\n    InterpError: as "
+        ":func:`head_scores`."
     )
+    fn.__name__ = fn.__qualname__ = f"{stripe}_scores"
+    fn.__module__ = __name__
+    return fn
 
 
-def previous_token_scores(
-    model: Any,
-    tokens: torch.Tensor | None = None,
-    *,
-    convention: Convention = "interp",
-    exclude_bos: bool | None = None,
-    exclude_current_token: bool = False,
-    error_measure: Literal["mul", "abs"] = "mul",
-    loss_mask: torch.Tensor | None = None,
-    causal: bool | None = None,
-    cache: Any = None,
-) -> pd.DataFrame:
-    """Previous-token score per head: columns ``layer, head, label, previous_token``.
-
-    Raises:
-        InterpError: as :func:`head_scores`.
-    """
-    return head_scores(
-        model,
-        tokens,
-        stripes=("previous_token",),
-        convention=convention,
-        exclude_bos=exclude_bos,
-        exclude_current_token=exclude_current_token,
-        error_measure=error_measure,
-        loss_mask=loss_mask,
-        causal=causal,
-        cache=cache,
-    )
-
-
-def duplicate_token_scores(
-    model: Any,
-    tokens: torch.Tensor | None = None,
-    *,
-    convention: Convention = "interp",
-    exclude_bos: bool | None = None,
-    exclude_current_token: bool = False,
-    error_measure: Literal["mul", "abs"] = "mul",
-    loss_mask: torch.Tensor | None = None,
-    causal: bool | None = None,
-    cache: Any = None,
-) -> pd.DataFrame:
-    """Duplicate-token score per head: columns ``layer, head, label, duplicate_token``.
-
-    Raises:
-        InterpError: as :func:`head_scores`.
-    """
-    return head_scores(
-        model,
-        tokens,
-        stripes=("duplicate_token",),
-        convention=convention,
-        exclude_bos=exclude_bos,
-        exclude_current_token=exclude_current_token,
-        error_measure=error_measure,
-        loss_mask=loss_mask,
-        causal=causal,
-        cache=cache,
-    )
+induction_scores = _one_stripe("induction", "Induction")
+previous_token_scores = _one_stripe("previous_token", "Previous-token")
+duplicate_token_scores = _one_stripe("duplicate_token", "Duplicate-token")

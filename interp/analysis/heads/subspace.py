@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from interp.errors import InterpError
+from interp.protocol import HookedModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +196,7 @@ def factored_subspaces(A: Any, B: Any, *, tol: float | None = None) -> Subspaces
 COMPONENTS = ("Q", "K", "V", "O", "QK", "OV")
 
 
-def head_subspaces(model: Any, *, layer: int, head: int, component: str = "Q") -> Subspaces:
+def head_subspaces(model: HookedModel, *, layer: int, head: int, component: str = "Q") -> Subspaces:
     """Subspaces of one head's map, in residual-stream coordinates (column convention).
 
     ``component`` selects the map ``M`` (input on the right, ``y = M x``):

@@ -45,10 +45,10 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis.frames import head_frame
+from interp.analysis.frames import described, head_frame
 from interp.checks import check_layer_head, parse_heads
 from interp.errors import InterpError
-from interp.protocol import check_model
+from interp.protocol import HookedModel, check_model
 from interp.runtime import head_weight
 
 
@@ -58,7 +58,7 @@ def _factored():
     return FactoredMatrix
 
 
-def _ln_params(model: Any, layer: int | None) -> tuple[str | None, torch.Tensor | None]:
+def _ln_params(model: HookedModel, layer: int | None) -> tuple[str | None, torch.Tensor | None]:
     """(normalization kind, weight) of the LayerNorm before ``layer``'s attention (None: final)."""
     cfg = model.cfg
     norm = getattr(cfg, "normalization_type", None)
@@ -95,7 +95,7 @@ Embedding = Literal["token", "positional"]
 
 
 def effective_embedding(
-    model: Any, *, layer: int, embedding: Embedding = "token", fold_ln: bool = True
+    model: HookedModel, *, layer: int, embedding: Embedding = "token", fold_ln: bool = True
 ) -> torch.Tensor:
     """The embedding rows as ``layer``'s heads read them: ``[d_vocab or n_ctx, d_model]``.
 
@@ -122,7 +122,7 @@ def effective_embedding(
     return _normalise_rows(X.detach().float(), norm, None if w is None else w.detach().float())
 
 
-def _unembed(model: Any, fold_ln: bool) -> torch.Tensor:
+def _unembed(model: HookedModel, fold_ln: bool) -> torch.Tensor:
     try:
         W_U = model.W_U.detach().float()  # [d_model, d_vocab]
     except (AttributeError, InterpError) as exc:
@@ -131,12 +131,17 @@ def _unembed(model: Any, fold_ln: bool) -> torch.Tensor:
     return W_U * w.detach().float()[:, None] if (w is not None and fold_ln) else W_U
 
 
-def _head_w(model: Any, name: str, layer: int, head: int) -> torch.Tensor:
+def _head_w(model: HookedModel, name: str, layer: int, head: int) -> torch.Tensor:
     return head_weight(model, name)[layer, head].float()
 
 
 def qk_circuit(
-    model: Any, *, layer: int, head: int, embedding: Embedding = "token", fold_ln: bool = True
+    model: HookedModel,
+    *,
+    layer: int,
+    head: int,
+    embedding: Embedding = "token",
+    fold_ln: bool = True,
 ) -> Any:
     """The head's full QK circuit as a ``FactoredMatrix`` (query rows, key columns).
 
@@ -152,7 +157,7 @@ def qk_circuit(
     return _factored()(Q, K.T)
 
 
-def ov_circuit(model: Any, *, layer: int, head: int, fold_ln: bool = True) -> Any:
+def ov_circuit(model: HookedModel, *, layer: int, head: int, fold_ln: bool = True) -> Any:
     """The head's full OV circuit ``E W_V W_O W_U`` as a ``FactoredMatrix [d_vocab, d_vocab]``.
 
     Raises:
@@ -165,7 +170,9 @@ def ov_circuit(model: Any, *, layer: int, head: int, fold_ln: bool = True) -> An
     return _factored()(A, B)
 
 
-def k_composition_circuit(model: Any, *, prev: Any, induction: Any, fold_ln: bool = True) -> Any:
+def k_composition_circuit(
+    model: HookedModel, *, prev: Any, induction: Any, fold_ln: bool = True
+) -> Any:
     """``E W_Q^ind (E W_V^prev W_O^prev W_K^ind)^T``: query token vs. each key's previous token.
 
     ``prev`` and ``induction`` are heads (``(layer, head)`` or ``"L0H1"``).
@@ -265,7 +272,11 @@ def copying_score(fm: Any) -> float:
 
 
 def copying_scores(
-    model: Any, *, heads: Iterable[Any] | None = None, top1: bool = True, fold_ln: bool = True
+    model: HookedModel,
+    *,
+    heads: Iterable[Any] | None = None,
+    top1: bool = True,
+    fold_ln: bool = True,
 ) -> pd.DataFrame:
     """Copying score of each head's OV circuit (and how often a token's top output is itself).
 
@@ -291,4 +302,12 @@ def copying_scores(
         values["top1_self_fraction"] = t1
     df = head_frame(values, cfg.n_layers, cfg.n_heads)
     keep = [(int(l), int(h)) in wanted for l, h in zip(df["layer"], df["head"])]
-    return df[keep].reset_index(drop=True)
+    return described(
+        df[keep].reset_index(drop=True),
+        "copying_scores",
+        description="how much each head's OV circuit copies tokens (from weights alone)",
+        method="exact",
+        unit="score",
+        model=model,
+        forward_equivalents=0.0,
+    )

@@ -31,16 +31,16 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis.frames import head_frame
+from interp.analysis.frames import described, head_frame
 from interp.analysis.senses.states import batches_by_length
 from interp.analysis.senses.words import WordTokens
 from interp.engine.cache import check_cache, run_until
 from interp.errors import InterpError
 from interp.hooks import hook_name
-from interp.protocol import check_model, eval_no_grad, is_causal, model_device
+from interp.protocol import HookedModel, check_model, eval_no_grad, is_causal, model_device
 
 
-def _key_masks(model: Any, item: WordTokens, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _key_masks(model: HookedModel, item: WordTokens, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``[n]`` bool masks of the clue keys and the other ordinary keys for the word's query.
 
     ``n`` is the batch's length (the item's own: batches hold equal lengths).
@@ -58,12 +58,14 @@ def _key_masks(model: Any, item: WordTokens, n: int) -> tuple[torch.Tensor, torc
     return clue, other
 
 
-def clue_attention(model: Any, items: Sequence[WordTokens], *, cache: Any = None) -> pd.DataFrame:
+def clue_attention(
+    model: HookedModel, items: Sequence[WordTokens], *, cache: Any = None
+) -> pd.DataFrame:
     """One row per head: ``clue_attention``, ``other_per_token`` and ``lift`` (module docstring).
 
     ``cache`` is the cache of all items' tokens stacked (so they must share one
     length), read instead of running the model; it is checked against those
-    tokens first (:func:`interp.analysis.frames.check_cache`).
+    tokens first (:func:`interp.engine.cache.check_cache`).
 
     Raises:
         InterpError: for no items, an item encoded without a clue, or a cache
@@ -123,6 +125,14 @@ def clue_attention(model: Any, items: Sequence[WordTokens], *, cache: Any = None
     clue_mean = clue_sum / len(items)
     other_mean = other_sum / len(items)
     lift = (per_clue_token / len(items)) / other_mean.clamp(min=1e-12)
-    return head_frame(
-        {"clue_attention": clue_mean, "other_per_token": other_mean, "lift": lift}, L, H
+    return described(
+        head_frame(
+            {"clue_attention": clue_mean, "other_per_token": other_mean, "lift": lift}, L, H
+        ),
+        "clue_attention",
+        description="the attention each head puts from an ambiguous word to its clue words",
+        method="exact",
+        unit="share of a query row's attention",
+        model=model,
+        forward_equivalents=0.0 if cache is not None else 1.0,
     )

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
+from interp.analysis.frames import described
 from interp.analysis.senses.states import by_word_sense, check_labels, stage_names
 from interp.checks import check_int, check_seed
 from interp.errors import InterpError
@@ -96,7 +97,7 @@ def nearest_neighbour_probe(
             acc[split, stage] = credit.float().mean()
     chance = sum(1 / len(b) for b in table.values()) / len(table)
     names = stage_names(n_stages - 1)
-    return pd.DataFrame(
+    df = pd.DataFrame(
         {
             "stage": range(n_stages),
             "stage_name": names,
@@ -105,4 +106,14 @@ def nearest_neighbour_probe(
             "chance": chance,
             "n_test": n_test,
         }
+    )
+    return described(
+        df,
+        "nearest_neighbour_probe",
+        description="held-out accuracy of a nearest-neighbour sense probe on the states, by stage",
+        method="exact",
+        unit="accuracy",
+        model=None,
+        seed=seed,
+        forward_equivalents=0.0,
     )

@@ -35,11 +35,12 @@ from typing import Any
 import pandas as pd
 import torch
 
+from interp.analysis.frames import described
 from interp.analysis.senses.words import WordTokens
 from interp.engine.cache import check_cache, run_until
 from interp.errors import InterpError
 from interp.hooks import hook_name
-from interp.protocol import check_model, eval_no_grad, model_device
+from interp.protocol import HookedModel, check_model, eval_no_grad, model_device
 
 
 def stage_names(n_layers: int) -> list[str]:
@@ -56,7 +57,7 @@ def batches_by_length(items: Sequence[WordTokens]) -> dict[int, list[int]]:
 
 
 def word_states(
-    model: Any,
+    model: HookedModel,
     items: Sequence[WordTokens],
     *,
     fwd_hooks: Sequence[tuple[str, Callable]] = (),
@@ -69,7 +70,7 @@ def word_states(
     :func:`interp.analysis.components.ablation.zero_head_hooks`) are applied to every run.
     ``cache`` is the cache of all items' tokens stacked (so they must share
     one length), read instead of running the model; it is checked against
-    those tokens first (:func:`interp.analysis.frames.check_cache`).
+    those tokens first (:func:`interp.engine.cache.check_cache`).
 
     Raises:
         InterpError: for no items, a model without ``W_E``, a cache for items
@@ -207,4 +208,12 @@ def sense_similarity(
             )
             row["gap_centred"] = row["same_sense_centred"] - row["cross_sense_centred"]
             rows.append(row)
-    return pd.DataFrame(rows)
+    return described(
+        pd.DataFrame(rows),
+        "sense_similarity",
+        description="cosine similarity of a word's states within and across its senses, by stage",
+        method="exact",
+        unit="cosine",
+        model=None,
+        forward_equivalents=0.0,
+    )

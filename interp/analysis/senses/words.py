@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
 
 import torch
 
 from interp.checks import check_int
 from interp.errors import InterpError
-from interp.protocol import check_model, is_causal, model_n_ctx
+from interp.protocol import HookedModel, check_model, is_causal, model_n_ctx
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +63,7 @@ def _token_positions(offsets: list[tuple[int, int]], span: tuple[int, int]) -> l
 
 
 def encode_word(
-    model: Any,
+    model: HookedModel,
     text: str,
     *,
     word: str,
@@ -159,7 +158,7 @@ def encode_word(
     )
 
 
-def ordinary_word_ids(model: Any, *, min_chars: int = 3) -> torch.Tensor:
+def ordinary_word_ids(model: HookedModel, *, min_chars: int = 3) -> torch.Tensor:
     """``[n]`` ids of the tokenizer's ordinary word tokens: ASCII letters only, no specials.
 
     A leading space marker (``Ġ``, ``▁`` or a space) is allowed; word pieces

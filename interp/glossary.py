@@ -1,0 +1,114 @@
+"""One word, one meaning: the vocabulary every function of `interp` uses.
+
+This is the single source of the glossary: ``help(interp.analysis)`` shows it
+(:func:`rst`) and the README's "Vocabulary" table is it (:func:`markdown`;
+``tests/test_readme.py`` checks that the two are the same text).
+``tests/test_signatures.py`` holds every public function to it: a parameter
+named after a word here means that word, takes the values listed, and the
+words under :data:`RETIRED` are never a parameter again.
+
+Example:
+    >>> "answer" in words() and "correct" in RETIRED
+    True
+"""
+
+from __future__ import annotations
+
+GLOSSARY: dict[str, str] = {
+    "model": "a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights "
+    "(``interp.protocol.HookedModel``)",
+    "tokens": "``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the "
+    "clean prompt's",
+    "corrupted_tokens": "the other prompt of a patching pair, the same shape as ``tokens``",
+    "reference_tokens": "the sequences a mean or resample ablation draws from (default: the "
+    "tokens)",
+    "heads": "an iterable of ``(layer, head)`` pairs or ``'L1H4'`` labels; ``None`` is every "
+    "head; duplicates collapse with a warning",
+    "layer, head": "a block index and a head index (numpy integers accepted)",
+    "stage": "a word-state or lens index: 0 = token embedding, ``l + 1`` = after block ``l``",
+    "loss_mask": "``[batch, pos]`` bool: which positions count (the predictions a loss "
+    "averages, the query rows a score averages)",
+    "positions": "where an intervention *edits*: ints (negative from the end) or a ``[pos]`` "
+    "bool mask; ``None`` is every position; in ``attribute_edges`` and ``evaluate_circuit``, "
+    "``'each'`` makes every edge one edge per position (``a -> b @3``)",
+    "at": "where logits are *read* (DLA, the lens, ``logit_diff_metric``): an int or ints, "
+    "negative from the end",
+    "answer, wrong": "token ids (one for all sequences or one per sequence) or single-token "
+    "strings: the logit (difference) a metric, DLA or lens follows; a multi-token string is "
+    "an error naming its pieces",
+    "ablation": "what replaces an activation: ``'zero'``, ``'mean'`` (over the batch or "
+    "``reference_tokens``), ``'resample'`` (another sequence's, seeded) or ``'patch'`` (the "
+    "other run's, in ``direction``)",
+    "method": "how a number is computed: ``'exact'`` (a forward pass per edit, equal to "
+    "hooks), ``'attribution'`` (first order, one backward pass), ``'eap'``, ``'eap-ig'`` "
+    "(edge attribution, integrated gradients)",
+    "direction": "which run a patch edits: ``'noising'`` (the default: the corrupted run's "
+    "activations into the clean run; does the metric *need* this?) or ``'denoising'`` (the "
+    "clean run's into the corrupted run; is this *enough*?), Heimersheim and Nanda 2024. "
+    "Noising is the default because ablations and circuit evaluation edit the clean run too, "
+    "so every table's base run is the run ``tokens`` names",
+    "effect": "``m(edited) - m(base run)``: the metric's change; the base run is the clean one "
+    "except when denoising",
+    "normalized": "``effect / (m(source run) - m(base run))``: 1 when a patch moves the "
+    "metric all the way to the run it patches from, 0 when it does nothing",
+    "faithfulness": "``(m_circuit - m_corrupted) / (m_clean - m_corrupted)``: 1 keeps the "
+    "clean behaviour, 0 none of it",
+    "component": "a named part of the model: a head's map for weight analyses (``'Q'``, "
+    "``'K'``, ``'V'``; ``'O'``, ``'QK'``, ``'OV'`` for subspaces), an activation for patching "
+    "(``'resid_pre'``, ``'attn_out'``, ``'mlp_out'``, ``'z'``, ``'q'``, ``'k'``, ``'v'``, "
+    "``'pattern'``), a row's kind in a DLA table",
+    "by": "what a table's row is: a patching grid's cells (``'layer'``, ``'layer_position'``, "
+    "``'head'``, ``'head_position'``; k/v cells are key/value heads on grouped-query models), "
+    "or a DLA row (``'head'``, ``'component'``, ``'layer'``)",
+    "embedding": "``'token'`` or ``'positional'``, for weight-based circuit matrices",
+    "senders, receivers": "edge ends: ``embed``, ``pos_embed``, ``L0H1``, ``L3.mlp`` send; "
+    "``L1H1.q``/``.k``/``.v`` (``L1KV0.k`` on grouped-query models; ``L1H1`` = its three "
+    "inputs), ``L3.mlp``, ``logits`` receive",
+    "edges": "a ``Circuit``, a ``[sender, receiver]`` bool mask, a table with ``sender`` and "
+    "``receiver`` columns, ``'a -> b'`` labels or pairs; ``None`` is the whole graph",
+    "stripes": "``'induction'``, ``'previous_token'``, ``'duplicate_token'``",
+    "convention": "how a stripe becomes a score: ``'interp'``, ``'transformer_lens'``, "
+    "``'arena'`` (README: Definitions)",
+    "metric": "a ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they "
+    "read and check their ids) or any ``metric(logits, tokens) -> scalar``, always scored "
+    "against the clean ``tokens``",
+    "cache": "an ActivationCache of ``tokens``; it is read only after its earliest "
+    "token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks are "
+    "computed by one forward pass",
+    "seed": "every random draw; the same seed gives the same numbers",
+    "batch_size, memory_budget": "how many edits share a forward pass, and the bytes a pass "
+    "may use (default: a quarter of the free memory)",
+}
+
+# Words that had a second meaning once; no public parameter may use them again.
+RETIRED: dict[str, str] = {
+    "correct": "answer",
+    "incorrect": "wrong",
+    "position": "at (read) or positions (edited)",
+    "unit": "by (a row's kind); attrs['unit'] is the measurement unit",
+    "granularity": "by",
+    "group": "groups (named head sets) or neuron_groups (MLP neuron ranges)",
+}
+
+
+def words() -> list[str]:
+    """Every single word the glossary defines (``"answer, wrong"`` gives both)."""
+    return [w.strip() for key in GLOSSARY for w in key.split(",")]
+
+
+def markdown() -> str:
+    """The glossary as the README's Markdown table."""
+    lines = ["| word | meaning |", "| --- | --- |"]
+    for key, meaning in GLOSSARY.items():
+        names = ", ".join(f"`{w.strip()}`" for w in key.split(","))
+        lines.append(f"| {names} | {meaning.replace('``', '`')} |")
+    return "\n".join(lines)
+
+
+def rst() -> str:
+    """The glossary as a reStructuredText definition list (``help(interp.analysis)``)."""
+    lines = []
+    for key, meaning in GLOSSARY.items():
+        lines.append(", ".join(f"``{w.strip()}``" for w in key.split(",")))
+        lines.append(f"    {meaning}")
+    return "\n".join(lines)
