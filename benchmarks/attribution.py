@@ -99,9 +99,9 @@ def main() -> None:
     ld = logit_diff_metric(p.io_ids, p.s_ids)
     fwd = forward_time(model, corrupted)
     t = time.perf_counter()
-    exact = patch_heads(model, clean, corrupted_tokens=corrupted, metric=ld).set_index("label")[
-        "effect"
-    ]
+    exact = patch_heads(
+        model, clean, corrupted_tokens=corrupted, metric=ld, direction="denoising"
+    ).set_index("label")["effect"]
     exact_t = time.perf_counter() - t
     estimators = {}
     for correction in ("none", "qk"):
@@ -110,6 +110,7 @@ def main() -> None:
             model,
             clean,
             ablation="patch",
+            direction="denoising",
             corrupted_tokens=corrupted,
             metric=ld,
             correction=correction,
@@ -120,8 +121,9 @@ def main() -> None:
         )
     t = time.perf_counter()
     df = attribute_heads(
-        model, clean, ablation="patch", corrupted_tokens=corrupted, metric=ld, verify=VERIFY
-    )
+        model, clean, ablation="patch", direction="denoising", corrupted_tokens=corrupted,
+        metric=ld, verify=VERIFY,
+    )  # fmt: skip
     ranked = df.set_index("label")
     estimators[f"patch, verify={VERIFY}"] = (
         time.perf_counter() - t,

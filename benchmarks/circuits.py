@@ -100,14 +100,9 @@ def main() -> None:
         f"[{n_s} x {width:,}] @ [{width:,} x {n_r}] {product:.2f} s = {product / fwd:.2f} fwd-eq"
     )
 
-    from interp.analysis import _edges as E
+    from interp.engine.tasks import prepare
 
-    base = timed(
-        lambda: E.prepare(
-            model, clean, ablation="patch", positions=None, clean_pass="metric", **kw
-        ),
-        2,
-    )[0]
+    base = timed(lambda: prepare(model, clean, ablation="patch", base_pass="metric", **kw), 2)[0]
     print(
         f"circuit baselines (a plain clean forward; the corrupted run with every sender's "
         f"output): {base:.2f} s = {base / fwd:.2f} fwd-eq, once per task"

@@ -87,7 +87,7 @@ def main() -> None:
     t = time.perf_counter()
     ours = patch_components(
         model, clean, corrupted_tokens=corrupted, component="resid_pre", by="layer_position",
-        metric=metric,
+        metric=metric, direction="denoising",
     )  # fmt: skip
     ours_t = time.perf_counter() - t
     mine = torch.tensor(ours["patched"].to_numpy())

@@ -49,3 +49,15 @@ def hook_name(kind: str, layer: int | None = None) -> str:
 def head_label(layer: int, head: int) -> str:
     """The conventional head label ``L{layer}H{head}``."""
     return f"L{layer}H{head}"
+
+
+def stage_names(n_layers: int, *, first: str = "embed") -> list[str]:
+    """The residual stream's stages: ``first`` (stage 0, what block 0 reads: the embeddings
+    for the lens, a word's token embedding for word states), then ``L0`` ... ``L{n-1}``
+    (stage ``l + 1``, the stream after block ``l``).
+
+    Example:
+        >>> stage_names(2), stage_names(1, first="token embedding")
+        (['embed', 'L0', 'L1'], ['token embedding', 'L0'])
+    """
+    return [first, *(f"L{l}" for l in range(n_layers))]

@@ -52,7 +52,17 @@ FORMATS = (".csv", ".parquet", ".json", ".md", ".html")
 READABLE = (".csv", ".parquet", ".json")
 PARQUET_KEY = b"interp"
 # The order the caption names the metadata in; other keys follow alphabetically.
-CAPTION_ORDER = ("method", "metric", "unit", "model", "inputs", "positions", "seed")
+CAPTION_ORDER = (
+    "method",
+    "ablation",
+    "direction",
+    "metric",
+    "unit",
+    "model",
+    "inputs",
+    "positions",
+    "seed",
+)
 
 
 def check_export_path(path: str | os.PathLike[str]) -> Path:

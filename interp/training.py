@@ -185,8 +185,8 @@ def deterministic_algorithms() -> Iterator[None]:
     order; one intra-op thread fixes how every matmul splits its sums, which
     otherwise depends on how many threads the machine (or a test worker)
     gives torch: on 2 threads the shipped run ends at induction 0.970, on 1 at
-    0.949 (the shipped 0.949). A model this small trains as fast on one thread
-    (77 s against 72 s for the shipped run, measured side by side).
+    0.949 (the shipped 0.949). A model this small trains about as fast on one
+    thread as on two.
     """
     previous = torch.are_deterministic_algorithms_enabled()
     threads = torch.get_num_threads()

@@ -38,13 +38,16 @@ def test_the_last_stage_is_the_models_own_prediction(model):
     last = df[df["stage"] == L]
     seq, pos = last["sequence"].to_numpy().copy(), last["position"].to_numpy().copy()
     top = logp[seq, pos].topk(4, -1)
+    # The same norm and unembedding on the same vectors, in other row blocks: equal to
+    # float32 rounding (other BLAS kernels, e.g. AVX2-only CPUs, round a row subset otherwise).
     for j in range(4):
         got = torch.tensor(last[f"p{j + 1}"].to_numpy())
-        assert torch.equal(got, top.values[:, j].exp().float()), j  # bit for bit
+        torch.testing.assert_close(got, top.values[:, j].exp().float(), rtol=1e-5, atol=1e-7)
     has = last["target_id"].notna().to_numpy()
     tgt = torch.tensor(last["target_id"].fillna(0).to_numpy(int))
     want = logp[seq, pos, tgt]
-    assert torch.equal(torch.tensor(last["target_logp"].to_numpy())[has], want[has].float())
+    got_logp = torch.tensor(last["target_logp"].to_numpy())[has]
+    torch.testing.assert_close(got_logp, want[has].float(), rtol=1e-5, atol=1e-6)
     assert last[~has]["position"].tolist() == [7, 7]  # the last position has no next token
     ranks = (logp[seq, pos] > want[:, None]).sum(-1) + 1
     assert last["target_rank"].to_numpy()[has].tolist() == ranks[has].tolist()

@@ -27,5 +27,16 @@ def test_the_python_example_prints_the_numbers_the_readme_quotes(tmp_path):
     score_column = {"L1H1": 4, "L0H1": 5}  # index, layer, head, label, induction, previous_token
     for head, score, cost in quoted:
         assert f"{float(_row(tables[0], head)[score_column[head]]):.3f}" == score, head
-        assert f"{float(_row(tables[2], head)[-1]):.3f}" == cost, head  # the delta column
+        assert f"{float(_row(tables[2], head)[-1]):.3f}" == cost, head  # the effect column
     assert (tmp_path / "ablation.csv").is_file() and (tmp_path / "ablation.meta.json").is_file()
+
+
+def test_one_glossary_for_the_readme_and_help():
+    """The README's vocabulary table is interp.glossary, as help(interp.analysis) shows it."""
+    import interp.analysis
+    from interp.glossary import GLOSSARY, markdown, rst
+
+    assert markdown() in README.read_text()
+    assert rst() in interp.analysis.__doc__
+    for word in GLOSSARY:
+        assert f"``{word.split(',')[0].strip()}``" in interp.analysis.__doc__

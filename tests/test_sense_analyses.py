@@ -28,7 +28,7 @@ def _states() -> torch.Tensor:
 
 def test_similarity_is_exact_on_known_vectors():
     sim = sense_similarity(_states(), words=WORDS, senses=SENSES)
-    assert list(sim["stage_name"]) == ["token embedding", "after block 0"]
+    assert list(sim["stage_name"]) == ["token embedding", "L0"]
     assert list(sim["stage"]) == [0, 1] and "layer" not in sim.columns  # stages are not blocks
     assert sim["cross_sense"].tolist() == pytest.approx([1.0, 0.0])
     assert sim["same_sense"].tolist() == pytest.approx([1.0, 1.0])

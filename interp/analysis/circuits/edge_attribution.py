@@ -84,7 +84,8 @@ def attribute_edges(
 
     ``tokens`` are the clean tokens; ``ablation="patch"`` replaces senders'
     outputs by the source run's (``direction``), ``"zero"`` by zero, ``"mean"``
-    by their mean over the batch, ``"resample"`` by another sequence's (``seed``). ``edges`` limits the table (any form
+    by their mean over the batch, ``"resample"`` by another sequence's (``seed``).
+    ``edges`` limits the table (any form
     :func:`interp.analysis.circuits.circuit.edge_mask` reads; for ``"exact"``
     the default is every edge, one resumed pass each). ``positions`` restricts
     the edits to those positions; ``positions="each"`` (prompts of one length)

@@ -7,7 +7,7 @@ pass, with every non-circuit sender's contribution replaced by that sender's
 corrupted output (or zero, or its mean). This is EAP-IG's ``evaluate_graph``
 definition, computed exactly per receiver in one forward pass (queries,
 keys and values recomputed from each receiver's own input). All edges give
-the clean metric (bit for bit: nothing is edited) and no edges the corrupted
+the clean metric (to float32 rounding: nothing is edited) and no edges the corrupted
 one (to float precision); the faithfulness
 
     (m_circuit - m_corrupted) / (m_clean - m_corrupted)

@@ -9,11 +9,10 @@ stage's scale (the bug TransformerLens fixed with ``recompute_ln``, TL #1076),
 and the last stage therefore reproduces the model's logits exactly.
 
 Only the positions asked for are unembedded, in chunks of rows whose logits
-take at most ``interp.analysis.components._readout.CHUNK_BYTES`` (64 MiB) each: a
-30-layer lens over 256 positions of SmolLM2 (49,152 tokens) would need 1.6 GB
-of logits at once; this one's peak is a few chunks (a chunk's logits, its
-log-probabilities and the rank comparison): 234 MiB above the cached residual
-stream, measured by ``tests/test_pretrained.py`` (which requires < 400 MiB).
+take at most ``CHUNK_BYTES`` (64 MiB) each: a 30-layer lens over 256 positions
+of SmolLM2 (49,152 tokens) would need 1.6 GB of logits at once; this one holds
+a few chunks (a chunk's logits, its log-probabilities and the rank comparison),
+which ``tests/test_pretrained.py`` keeps under 400 MiB above the cached stream.
 
 Example:
     >>> from interp.models import load_model
@@ -44,14 +43,9 @@ from interp.analysis.frames import table_attrs
 from interp.checks import check_int, check_tokens
 from interp.engine.cache import cache_of, check_cache
 from interp.errors import InterpError
-from interp.hooks import hook_name
+from interp.hooks import hook_name, stage_names
 from interp.protocol import HookedModel, check_model, eval_no_grad
 from interp.runtime import runtime_of
-
-
-def stage_names(n_layers: int) -> list[str]:
-    """``embed``, then ``L0`` ... ``L{n-1}`` (the stream after each block)."""
-    return ["embed", *(f"L{l}" for l in range(n_layers))]
 
 
 def _labels(model: HookedModel, ids: list[int]) -> list[str]:

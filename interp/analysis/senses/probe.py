@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 
 from interp.analysis.frames import described
-from interp.analysis.senses.states import by_word_sense, check_labels, stage_names
+from interp.analysis.senses.states import by_word_sense, check_labels, state_names
 from interp.checks import check_int, check_seed
 from interp.errors import InterpError
 
@@ -96,7 +96,7 @@ def nearest_neighbour_probe(
             credit = (winners & right).sum(-1) / winners.sum(-1)
             acc[split, stage] = credit.float().mean()
     chance = sum(1 / len(b) for b in table.values()) / len(table)
-    names = stage_names(n_stages - 1)
+    names = state_names(n_stages - 1)
     df = pd.DataFrame(
         {
             "stage": range(n_stages),

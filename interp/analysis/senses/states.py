@@ -22,7 +22,7 @@ Example:
     ...                        [[1.0, 0.0], [1.0, 0.1]], [[1.0, 0.0], [0.1, 1.0]]])
     >>> table = sense_similarity(states, words=["bank"] * 4, senses=["river", "money"] * 2)
     >>> table[["stage", "stage_name", "cross_sense", "same_sense"]].round(2).values.tolist()
-    [[0, 'token embedding', 1.0, 1.0], [1, 'after block 0', 0.1, 1.0]]
+    [[0, 'token embedding', 1.0, 1.0], [1, 'L0', 0.1, 1.0]]
 """
 
 from __future__ import annotations
@@ -39,13 +39,14 @@ from interp.analysis.frames import described
 from interp.analysis.senses.words import WordTokens
 from interp.engine.cache import check_cache, run_until
 from interp.errors import InterpError
-from interp.hooks import hook_name
+from interp.hooks import hook_name, stage_names
 from interp.protocol import HookedModel, check_model, eval_no_grad, model_device
 
 
-def stage_names(n_layers: int) -> list[str]:
-    """``["token embedding", "after block 0", ...]``: the rows of :func:`word_states`."""
-    return ["token embedding"] + [f"after block {l}" for l in range(n_layers)]
+def state_names(n_layers: int) -> list[str]:
+    """``["token embedding", "L0", ...]``: the rows of :func:`word_states` (stage ``l + 1`` is
+    the word's vector after block ``l``; :func:`interp.hooks.stage_names`)."""
+    return stage_names(n_layers, first="token embedding")
 
 
 def batches_by_length(items: Sequence[WordTokens]) -> dict[int, list[int]]:
@@ -185,7 +186,7 @@ def sense_similarity(
     """
     check_labels(states, words, senses)
     n_stages = states.shape[1]
-    names = stage_names(n_stages - 1)
+    names = state_names(n_stages - 1)
     groups = {"all": list(range(len(words)))}
     if by_word:
         groups = defaultdict(list)
