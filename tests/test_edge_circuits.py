@@ -208,6 +208,29 @@ def test_direct_paths_to_the_logits_default(model):
     assert row["patched"] == pytest.approx(want, abs=1e-5, rel=1e-5)
 
 
+def test_denoising_edits_the_corrupted_run_with_the_clean_outputs(model):
+    """direction="denoising": a sender's clean output reaches the receivers in the corrupted
+    run (hooks-only reference with the two runs' roles swapped); edge effects are measured
+    from the corrupted run, and EAP differentiates it."""
+    clean, corrupted = _pair(2)
+    senders, receivers = ["embed", "L0H1"], ["L1H1.k", "L1H0.q"]
+    df = path_patch(
+        model, clean, corrupted_tokens=corrupted, metric=METRIC, senders=senders,
+        receivers=receivers, direction="denoising",
+    )  # fmt: skip
+    for row in df.itertuples():
+        want = _reference_path_patch(model, corrupted, clean, row.sender, receivers, METRIC)
+        assert row.patched == pytest.approx(want, abs=1e-5, rel=1e-5), row.sender
+        assert row.effect == pytest.approx(row.patched - row.corrupted, abs=1e-6)
+    for method in ("exact", "eap"):
+        kw = dict(metric=METRIC, method=method, edges=["L0H1 -> L1H1.k", "embed -> logits"])
+        den = attribute_edges(model, clean, corrupted_tokens=corrupted, direction="denoising", **kw)
+        swapped = attribute_edges(model, corrupted, corrupted_tokens=clean, **kw)
+        col = "exact" if method == "exact" else "estimate"
+        np.testing.assert_allclose(den[col], swapped[col], rtol=1e-5, atol=1e-6)
+        assert den.attrs["direction"] == "denoising" and swapped.attrs["direction"] == "noising"
+
+
 # --------------------------------------------------------------- circuits, exactly
 def test_whole_graph_is_clean_and_empty_graph_is_corrupted(model):
     clean, corrupted = _pair(2)

@@ -12,8 +12,10 @@ Example:
     >>> import torch
     >>> from interp.models import load_model
     >>> from interp.engine.graph import build_graph
+    >>> from interp.runtime import runtime_of
     >>> model = load_model("induction-2l")
-    >>> out, logits = sender_outputs(model, build_graph(model), torch.tensor([[0, 5, 6]]))
+    >>> rt = runtime_of(model)
+    >>> out, logits = sender_outputs(rt, build_graph(model), torch.tensor([[0, 5, 6]]))
     >>> tuple(out.shape)  # [sender, batch, pos, d_model]
     (6, 1, 3, 128)
 """
@@ -31,18 +33,16 @@ from interp.engine.edge_run import EdgeRun, sender_hooks
 from interp.engine.graph import Graph, Index
 from interp.errors import InterpError
 from interp.hooks import hook_name
-from interp.protocol import HookedModel
-from interp.runtime import Layer, runtime_of
+from interp.runtime import Layer, Runtime
 
 
-def layer_parts(model: HookedModel) -> list[Layer]:
+def layer_parts(rt: Runtime) -> list[Layer]:
     """Every layer's norms and head weights, as the engine recomputes receivers with them."""
-    rt = runtime_of(model)
     return [rt.layer(l) for l in range(rt.n_layers)]
 
 
 def sender_outputs(
-    model: HookedModel,
+    rt: Runtime,
     graph: Graph,
     tokens: torch.Tensor,
     *,
@@ -53,9 +53,9 @@ def sender_outputs(
     """One forward pass: every sender's output ``[sender, batch, pos, d_model]`` and the
     logits (where the runtime can, only at ``rows``: the pass is for its senders)."""
     index = Index.of(graph)
-    parts = parts or layer_parts(model)
+    parts = parts or layer_parts(rt)
     b, n = tokens.shape
-    d = int(model.cfg.d_model)
+    d = rt.d_model
     out = torch.empty(len(graph.senders), b, n, d, device=tokens.device)  # each filled once
     seen: set[int] = set()
 
@@ -65,7 +65,7 @@ def sender_outputs(
 
     with torch.no_grad():
         hooks = [*sender_hooks(graph, index, parts, store), *extra_hooks]
-        logits = runtime_of(model).run(tokens, hooks=hooks, rows=rows)
+        logits = rt.run(tokens, hooks=hooks, rows=rows)
     check_filled(seen, graph)
     return out, logits
 
@@ -104,7 +104,7 @@ def input_hooks(graph: Graph, store: dict[str, torch.Tensor]) -> list[tuple[str,
 
 
 def run(
-    model: HookedModel,
+    rt: Runtime,
     tokens: torch.Tensor,
     edge_run: EdgeRun,
     *,
@@ -122,7 +122,6 @@ def run(
     """
     from interp.runtime import kept_rows, scatter_rows
 
-    rt = runtime_of(model)
     k = edge_run.k
     n = tokens.shape[1]
     if start >= rt.n_layers:
@@ -141,14 +140,14 @@ def run(
     )
 
 
-def check_exact(model: HookedModel, graph: Graph, parts: list[Layer], tokens: torch.Tensor) -> None:
+def check_exact(rt: Runtime, graph: Graph, parts: list[Layer], tokens: torch.Tensor) -> None:
     """Once per model: the per-receiver recomputation reproduces the model's own pass (every
     receiver edited by zero), and a pass editing every edge reproduces the other run.
 
     Raises:
         InterpError: if this model's receivers cannot be given their own inputs exactly.
     """
-    ok, why = runtime_of(model).verdict("edges: exact", lambda: _probe(model, graph, parts, tokens))
+    ok, why = rt.verdict("edges: exact", lambda: _probe(rt, graph, parts, tokens))
     if not ok:
         raise InterpError(
             f"circuits need each head's query, key and value recomputed from its own input, and "
@@ -156,17 +155,17 @@ def check_exact(model: HookedModel, graph: Graph, parts: list[Layer], tokens: to
         )
 
 
-def _probe(model: HookedModel, graph: Graph, parts: list[Layer], tokens: torch.Tensor) -> tuple:
+def _probe(rt: Runtime, graph: Graph, parts: list[Layer], tokens: torch.Tensor) -> tuple:
     probe = tokens[:1, : min(tokens.shape[1], 6)]
     other = torch.flip(probe, dims=[1])
     try:
         with torch.no_grad():
-            clean_out, ref_logits = sender_outputs(model, graph, probe, parts=parts)
-            corr_out, corr_logits = sender_outputs(model, graph, other, parts=parts)
+            clean_out, ref_logits = sender_outputs(rt, graph, probe, parts=parts)
+            corr_out, corr_logits = sender_outputs(rt, graph, other, parts=parts)
             valid = torch.as_tensor(graph.valid, dtype=torch.float32)
             force = torch.ones_like(valid)[None] * valid  # every edge, so every receiver recomputed
             zero = EdgeRun(graph, parts, force, clean_out, clean_out, 1)  # alt - ref = 0
-            got = run(model, probe, zero)
+            got = run(rt, probe, zero)
             # float32 rounding of a per-head einsum against the model's fused projection,
             # carried through every layer: about 1e-6 of the logits' size (2.7e-5 on SmolLM2)
             tol = 1e-5 * max(1.0, float(ref_logits.abs().max()))
@@ -174,7 +173,7 @@ def _probe(model: HookedModel, graph: Graph, parts: list[Layer], tokens: torch.T
             if gap > tol:
                 return False, f"recomputed inputs change the logits by {gap:.2e}"
             every = EdgeRun(graph, parts, force, corr_out, None, 1)
-            got = run(model, probe, every)
+            got = run(rt, probe, every)
             tol = 1e-3 * max(1.0, float(corr_logits.abs().max()))
             gap = float((got.float() - corr_logits.float()).abs().max())
             if gap > tol:
@@ -201,7 +200,6 @@ def as_tensor(mask: np.ndarray, device: Any = None) -> torch.Tensor:
 
 
 def evaluate_masks(
-    model: HookedModel,
     prep: Any,
     masks: Sequence[np.ndarray],
     *,
@@ -215,17 +213,18 @@ def evaluate_masks(
     from interp.metrics import scalar
     from interp.protocol import eval_no_grad
 
-    k = edits_per_pass(prep.graph, prep.tokens, int(model.cfg.d_model), running=True)
+    rt = prep.rt
+    k = edits_per_pass(prep.graph, prep.tokens, rt.d_model, running=True)
     out: list[float] = []
     b = prep.tokens.shape[0]
     bar = tqdm(total=len(masks), disable=not progress, desc=desc, unit="circuit")
     try:
-        with eval_no_grad(model):
+        with eval_no_grad(rt.model):
             for chunk in pack([0] * len(masks), k):
                 group = [masks[i] for i in chunk]
                 stacked = torch.stack([as_tensor(m, prep.tokens.device) for m in group])
                 er = prep.edge_run(stacked, ref=None)
-                logits = run(model, prep.base, er, rows=prep.metric.rows)
+                logits = run(rt, prep.base, er, rows=prep.metric.rows)
                 prep.cost.forward(len(group))
                 for c in range(len(group)):
                     part = logits[c * b : (c + 1) * b]
@@ -237,7 +236,6 @@ def evaluate_masks(
 
 
 def patch_edges(
-    model: HookedModel,
     prep: Any,
     masks: Sequence[np.ndarray],
     *,
@@ -253,24 +251,24 @@ def patch_edges(
     from interp.metrics import scalar
     from interp.protocol import eval_no_grad
 
-    graph, b = prep.graph, prep.tokens.shape[0]
+    rt, graph, b = prep.rt, prep.graph, prep.tokens.shape[0]
     L = graph.n_layers
     starts = []
     for m in masks:
         cols = np.nonzero(m.any(0).reshape(m.shape[1], -1).any(1))[0]
         starts.append(min((graph.receiver_layer[j] for j in cols), default=L))
-    if not runtime_of(model).can_resume:  # passes run whole (the logits' input still alone)
+    if not rt.can_resume:  # passes run whole (the logits' input still alone)
         starts = [0 if st < L else L for st in starts]
-    k = edits_per_pass(graph, prep.tokens, int(model.cfg.d_model), running=False)
+    k = edits_per_pass(graph, prep.tokens, rt.d_model, running=False)
     chunks = pack(starts, k)
     values: dict[int, float] = {}
     bar = tqdm(total=len(masks), disable=not progress, desc=desc, unit="edit")
     try:
-        with eval_no_grad(model):
+        with eval_no_grad(rt.model):
             kept: dict[int, Any] = {}
             need = {starts[c[0]] for c in chunks} - {0, L}
             if need:
-                _, kept = runtime_of(model).block_inputs(prep.base, need)
+                _, kept = rt.block_inputs(prep.base, need)
                 prep.cost.forward()
             final = prep.base_inputs["final"]
             for chunk in chunks:
@@ -278,7 +276,7 @@ def patch_edges(
                 stacked = torch.stack([as_tensor(masks[i], prep.tokens.device) for i in chunk])
                 er = prep.edge_run(stacked, ref=prep.base_out)
                 logits = run(
-                    model, prep.base, er, start=start, kept=kept, final=final,
+                    rt, prep.base, er, start=start, kept=kept, final=final,
                     rows=prep.metric.rows,
                 )  # fmt: skip
                 prep.cost.forward(len(chunk), start=start)

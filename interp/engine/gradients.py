@@ -20,11 +20,12 @@ Example:
     >>> from interp.models import load_model
     >>> from interp.engine.edges import layer_parts
     >>> from interp.engine.graph import build_graph
+    >>> from interp.runtime import runtime_of
     >>> model = load_model("induction-2l")
-    >>> graph = build_graph(model)
-    >>> g = receiver_gradients(model, graph, layer_parts(model), torch.tensor([[0, 5, 6, 5]]),
+    >>> rt, graph = runtime_of(model), build_graph(model)
+    >>> g = receiver_gradients(rt, graph, layer_parts(rt), torch.tensor([[0, 5, 6, 5]]),
     ...                        logit_diff_metric(6, 0))
-    >>> tuple(receiver_gradient_matrix(graph, layer_parts(model), g).shape)  # [receiver, b*p*d]
+    >>> tuple(receiver_gradient_matrix(graph, layer_parts(rt), g).shape)  # [receiver, b*p*d]
     (13, 512)
 """
 
@@ -43,7 +44,7 @@ from interp.engine.graph import Index
 from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.protocol import HookedModel
-from interp.runtime import Layer, Norm, runtime_of
+from interp.runtime import Layer, Norm, Runtime
 
 
 class FrozenParams:
@@ -111,7 +112,7 @@ class ReceiverGrads:
 
 
 def receiver_gradients(
-    model: HookedModel,
+    rt: Runtime,
     graph: Any,
     parts: list[Layer],
     tokens: torch.Tensor,
@@ -139,9 +140,7 @@ def receiver_gradients(
     senders = None
     seen: set[int] = set()
     if keep_senders:  # each filled once by the pass (checked)
-        senders = torch.empty(
-            len(graph.senders), b, n, int(model.cfg.d_model), device=tokens.device
-        )
+        senders = torch.empty(len(graph.senders), b, n, rt.d_model, device=tokens.device)
 
     def store(s: int, x: torch.Tensor) -> None:
         if senders is not None:
@@ -176,8 +175,8 @@ def receiver_gradients(
             hooks.append((hook_name("resid_mid", l), keep(mid, l)))
             hooks.append((f"blocks.{l}.mlp.hook_in", leaf(("mlp", l))))
     hooks.append((hook_name("resid_post", graph.n_layers - 1), leaf(("logits", 0))))
-    with eval_mode(model), FrozenParams(model), torch.enable_grad():
-        logits = runtime_of(model).run(tokens, hooks=hooks, rows=metric.rows)
+    with eval_mode(rt.model), FrozenParams(rt.model), torch.enable_grad():
+        logits = rt.run(tokens, hooks=hooks, rows=metric.rows)
         value = metric(logits, tokens if score_tokens is None else score_tokens)
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             scalar(value, metric.name)  # raises the explanation
@@ -265,7 +264,7 @@ def score_edges(
 
 
 def head_gradients(
-    model: HookedModel,
+    rt: Runtime,
     tokens: torch.Tensor,
     metric: Any,
     layers: Sequence[int],
@@ -302,8 +301,8 @@ def head_gradients(
     layers, pattern_layers = list(layers), list(pattern_layers)
     hooks = [(hook_name("z", l), keep_z) for l in layers]
     hooks += [(hook_name("pattern", j), keep_pattern) for j in pattern_layers]
-    with eval_mode(model), FrozenParams(model), torch.enable_grad():
-        logits = runtime_of(model).run(tokens, hooks=hooks)
+    with eval_mode(rt.model), FrozenParams(rt.model), torch.enable_grad():
+        logits = rt.run(tokens, hooks=hooks)
         value = metric(logits, tokens if score_tokens is None else score_tokens)
         if isinstance(value, torch.Tensor) and value.numel() != 1:
             scalar(value, metric.name)  # raises: attribution differentiates one number
@@ -320,7 +319,7 @@ def head_gradients(
     return scalar(value.detach(), metric.name), {l: zs[l].detach() for l in layers}, g_z, g_p
 
 
-def pattern_at(model: HookedModel, tokens: torch.Tensor, layer: int, resid: Any) -> torch.Tensor:
+def pattern_at(rt: Runtime, tokens: torch.Tensor, layer: int, resid: Any) -> torch.Tensor:
     """Layer ``layer``'s attention pattern ``[batch, head, q, k]`` for the residual ``resid``
     entering it, computed by the model itself (its normalisation, rotary embeddings,
     grouped keys) with every earlier block skipped and the pass stopped at the pattern.
@@ -333,9 +332,7 @@ def pattern_at(model: HookedModel, tokens: torch.Tensor, layer: int, resid: Any)
         raise StopForward(p)
 
     try:
-        runtime_of(model).run(
-            tokens, hooks=[(hook_name("pattern", layer), stop)], start=layer, state=resid
-        )
+        rt.run(tokens, hooks=[(hook_name("pattern", layer), stop)], start=layer, state=resid)
     except StopForward as done:
         return done.value
     raise InterpError(f"layer {layer}'s hook_pattern never fired")

@@ -36,7 +36,7 @@ from interp.engine.edges import check_exact, input_hooks, layer_parts, sender_ou
 from interp.engine.graph import Graph, build_graph
 from interp.errors import InterpError
 from interp.protocol import HookedModel
-from interp.runtime import Layer, runtime_of
+from interp.runtime import Layer, Runtime, runtime_of
 
 EDGE_ABLATIONS = ("patch", "zero", "mean", "resample")
 
@@ -63,6 +63,7 @@ class EdgeTask:
     seed: int = 0  # of the resample ablation's draw
     cum: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # shared prefix sums
     cost: Cost = dataclasses.field(default_factory=lambda: Cost(1))
+    rt: Runtime | None = None  # the model's runtime: every pass of the task runs through it
 
     @property
     def clean_value(self) -> float:
@@ -181,13 +182,13 @@ def prepare(
         )
     pos = None if each else position_mask(tokens.shape[1], positions)
     graph = build_graph(model)
-    parts = layer_parts(model)
     rt = runtime_of(model)
+    parts = layer_parts(rt)
     cost = Cost(rt.n_layers)
     base, source = runs(direction, tokens, corrupted_tokens)
     with eval_no_grad(model):
         check_cache(model, tokens, cache)  # a cache of other tokens is refused, as everywhere
-        check_exact(model, graph, parts, tokens)
+        check_exact(rt, graph, parts, tokens)
         base_inputs: dict[str, torch.Tensor] = {}
         base_out, base_value = None, float("nan")
         if base_pass == "metric" and ablation == "patch":
@@ -195,14 +196,14 @@ def prepare(
             cost.forward()
         elif base_pass:
             base_out, logits = sender_outputs(
-                model, graph, base, parts=parts, extra_hooks=input_hooks(graph, base_inputs),
+                rt, graph, base, parts=parts, extra_hooks=input_hooks(graph, base_inputs),
                 rows=m.rows,
             )  # fmt: skip
             base_value = scalar(m(logits, tokens), m.name)
             cost.forward()
         alt, source_value = None, None
         if ablation == "patch":
-            alt, logits = sender_outputs(model, graph, source, parts=parts, rows=m.rows)
+            alt, logits = sender_outputs(rt, graph, source, parts=parts, rows=m.rows)
             source_value = scalar(m(logits, tokens), m.name)
             cost.forward()
         elif base_out is not None:
@@ -225,4 +226,5 @@ def prepare(
         each=each,
         seed=seed,
         cost=cost,
+        rt=rt,
     )

@@ -130,12 +130,12 @@ def attribute_edges(
             m = np.zeros_like(wanted)
             m[idx] = True
             masks.append(m)
-        values = patch_edges(model, prep, masks, progress=progress, desc="exact edges")
+        values = patch_edges(prep, masks, progress=progress, desc="exact edges")
         scores = np.zeros(wanted.shape)
         scores[where] = np.asarray(values) - prep.base_value
         column, passes = "exact", f"{len(masks)} resumed passes, packed by layer"
     else:
-        scores = _estimate(model, prep, method, steps).numpy()
+        scores = _estimate(prep, method, steps).numpy()
         column = "estimate"
         passes = (
             "1 forward (source) + 1 forward and backward (base)"
@@ -166,12 +166,13 @@ def attribute_edges(
     return df
 
 
-def _estimate(model: HookedModel, prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
+def _estimate(prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
     """EAP or EAP-IG scores ``[sender, receiver]``. The base pass (EAP's only one; EAP-IG's
     last point, all the way to the base embeddings) also gives the base senders' outputs."""
     if method == "eap":
         alphas = [1.0]
     else:
+        model = prep.rt.model
         with eval_no_grad(model):
             base_embed = _embedding(model, prep.base)
             source_embed = _embedding(model, _source(prep))
@@ -180,7 +181,7 @@ def _estimate(model: HookedModel, prep: EdgeTask, method: str, steps: int) -> to
     for alpha in alphas:
         embed = None if alpha == 1.0 else source_embed + alpha * (base_embed - source_embed)
         grads = receiver_gradients(
-            model, prep.graph, prep.parts, prep.base, prep.metric, embed=embed,
+            prep.rt, prep.graph, prep.parts, prep.base, prep.metric, embed=embed,
             keep_senders=diff is None, score_tokens=prep.tokens,
         )  # fmt: skip
         prep.cost.forward()

@@ -67,7 +67,7 @@ def _baselines(model: HookedModel, prep: EdgeTask) -> tuple[float, float]:
     the corrupted run's, from the pass that gave its outputs; else one circuit pass)."""
     if prep.source_value is not None:
         return prep.base_value, prep.source_value
-    return prep.base_value, evaluate_masks(model, prep, [prep.graph.valid])[0]
+    return prep.base_value, evaluate_masks(prep, [prep.graph.valid])[0]
 
 
 def _faith(value: float, clean: float, corrupted: float) -> float:
@@ -118,7 +118,7 @@ def evaluate_circuit(
     else:
         valid = graph.valid
         keep = valid.copy() if edges is None else edge_mask(graph, edges)
-    value = evaluate_masks(model, prep, [valid & ~keep])[0]
+    value = evaluate_masks(prep, [valid & ~keep])[0]
     corrupted = _baselines(model, prep)[1]
     df = pd.DataFrame(
         [
@@ -265,7 +265,7 @@ def circuit_curve(
             pick[rng.choice(valid_idx, size=n, replace=False)] = True
             rows.append({"kind": "random", "draw": d, "n_edges": n})
             masks.append(graph.valid & ~pick.reshape(graph.valid.shape))
-    values = evaluate_masks(model, prep, masks, progress=progress, desc="faithfulness curve")
+    values = evaluate_masks(prep, masks, progress=progress, desc="faithfulness curve")
     corrupted = _baselines(model, prep)[1]
     df = pd.DataFrame(rows)
     df["fraction_of_edges"] = df["n_edges"] / graph.n_edges
@@ -322,7 +322,7 @@ def find_circuit(
     def faith(n: int) -> float:
         if n not in tried:
             keep = prune(graph, top_edges(sc, n))
-            value = evaluate_masks(model, prep, [graph.valid & ~keep])[0]
+            value = evaluate_masks(prep, [graph.valid & ~keep])[0]
             tried[n] = (_faith(value, prep.base_value, corrupted), keep)
         return tried[n][0]
 

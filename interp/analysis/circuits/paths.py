@@ -107,7 +107,7 @@ def path_patch(
         m = np.zeros_like(graph.valid)
         m[s, r_idx] = True
         masks.append(m)
-    patched = patch_edges(model, prep, masks, progress=progress, desc="path patching")
+    patched = patch_edges(prep, masks, progress=progress, desc="path patching")
     base, source = prep.base_value, float(prep.source_value)  # read as the patched runs are
     clean, corrupted = runs(prep.direction, base, source)  # (base, source) -> in order
     df = pd.DataFrame(

@@ -80,14 +80,14 @@ from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.metrics import prepare_metric
 from interp.protocol import HookedModel, check_model, eval_mode, eval_no_grad, positions_label
-from interp.runtime import head_weight, runtime_of
+from interp.runtime import Runtime, head_weight, runtime_of
 
 Ablation = Literal["zero", "mean", "resample", "patch"]
 CORRECTIONS: tuple[str, ...] = ("none", "qk")
 
 
 def _qk_correction(
-    model: HookedModel,
+    rt: Runtime,
     tokens: torch.Tensor,
     chosen: list[tuple[int, int]],
     diff: dict[int, torch.Tensor],
@@ -102,19 +102,19 @@ def _qk_correction(
     residual entering block ``j``. Both terms use the same function ``A_j(x)``, so
     the fix replaces exactly the linear term it corrects.
     """
-    W_O = head_weight(model, "W_O")  # [layer, head, d_head, d_model]
+    W_O = head_weight(rt.model, "W_O")  # [layer, head, d_head, d_model]
     later = sorted(g_pattern)
     with torch.no_grad():
-        inputs = runtime_of(model).block_inputs(tokens, later)[1]
+        inputs = rt.block_inputs(tokens, later)[1]
     out = {k: 0.0 for k in chosen}
     b = tokens.shape[0]
-    with eval_mode(model), FrozenParams(model):
+    with eval_mode(rt.model), FrozenParams(rt.model):
         for j in later:
             x = inputs[j]
             g = g_pattern[j]
             with torch.enable_grad():
                 x_req = x.detach().clone().requires_grad_(True)
-                clean = pattern_at(model, tokens, j, x_req)
+                clean = pattern_at(rt, tokens, j, x_req)
                 (r,) = torch.autograd.grad((clean * g).sum(), x_req)
             clean = clean.detach()
             upstream = [(l, h) for l, h in chosen if l < j]
@@ -125,7 +125,7 @@ def _qk_correction(
                         [diff[l][:, :, h].to(W_O.dtype) @ W_O[l, h] for l, h in part]
                     ).to(x.dtype)  # [k, batch, pos, d_model]
                     k = len(part)
-                    A = pattern_at(model, tokens.repeat(k, 1), j, (x[None] + deltas).flatten(0, 1))
+                    A = pattern_at(rt, tokens.repeat(k, 1), j, (x[None] + deltas).flatten(0, 1))
                     dA = A.view(k, b, *A.shape[1:]).float() - clean[None].float()
                     exact = (dA * g[None].float()).flatten(1).sum(1)
                     linear = (deltas.float() * r[None].float()).flatten(1).sum(1)
@@ -220,7 +220,8 @@ def attribute_heads(
                 cost.forward()
         target = None if by_hook is None else {l: by_hook[hook_name("z", l)] for l in layers}
     pattern_layers = list(range(min(layers) + 1, model.cfg.n_layers)) if correction == "qk" else []
-    value, z, g_z, g_p = head_gradients(model, base, m, layers, pattern_layers, score_tokens=tokens)
+    rt = runtime_of(model)
+    value, z, g_z, g_p = head_gradients(rt, base, m, layers, pattern_layers, score_tokens=tokens)
     cost.forward()
     cost.backward()
     diff = {}
@@ -231,7 +232,7 @@ def attribute_heads(
     estimate = _first_order(chosen, diff, g_z)
     if correction == "qk" and pattern_layers:
         per_pass = max(1, CPU_TOKENS_PER_PASS // base.numel())
-        fix = _qk_correction(model, base, chosen, diff, g_p, per_pass)
+        fix = _qk_correction(rt, base, chosen, diff, g_p, per_pass)
         estimate = {k: estimate[k] + fix[k] for k in chosen}
     est = [estimate[k] for k in chosen]
     exact: dict[tuple[int, int], float] = {}
