@@ -48,6 +48,7 @@ import torch
 
 from interp.analysis.circuits.circuit import edge_mask, position_edge_mask
 from interp.analysis.frames import described, table_attrs
+from interp.analysis.shapes import Tokens
 from interp.checks import check_int
 from interp.engine.cache import activation_of
 from interp.engine.direction import Direction
@@ -65,10 +66,10 @@ METHODS = ("eap", "eap-ig", "exact")
 
 def attribute_edges(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     metric: Metric | Callable[[torch.Tensor, torch.Tensor], Any],
-    corrupted_tokens: torch.Tensor | None = None,
+    corrupted_tokens: Tokens | None = None,
     method: Method = "eap",
     steps: int = 5,
     edges: Any = None,
@@ -204,7 +205,7 @@ def _source(prep: EdgeTask) -> torch.Tensor:
     return prep.corrupted if prep.direction == "noising" else prep.tokens
 
 
-def _embedding(model: HookedModel, tokens: torch.Tensor) -> torch.Tensor:
+def _embedding(model: HookedModel, tokens: Tokens) -> torch.Tensor:
     return activation_of(model, tokens, hook_name("embed")).float()
 
 

@@ -40,6 +40,7 @@ import torch
 from interp.analysis.circuits.circuit import Circuit, edge_mask, position_edge_mask
 from interp.analysis.circuits.edge_attribution import score_matrix
 from interp.analysis.frames import table_attrs
+from interp.analysis.shapes import Tokens
 from interp.checks import check_finite, check_int, check_seed
 from interp.engine.edges import evaluate_masks
 from interp.engine.tasks import EdgeTask, prepare
@@ -77,11 +78,11 @@ def _faith(value: float, clean: float, corrupted: float) -> float:
 
 def evaluate_circuit(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     edges: Any,
     metric: Metric | Callable[[torch.Tensor, torch.Tensor], Any],
-    corrupted_tokens: torch.Tensor | None = None,
+    corrupted_tokens: Tokens | None = None,
     ablation: Ablation = "patch",
     positions: Any = None,
     cache: Any = None,
@@ -217,11 +218,11 @@ def _sizes(n_edges: int, points: int) -> list[int]:
 
 def circuit_curve(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     scores: Any,
     metric: Metric | Callable[[torch.Tensor, torch.Tensor], Any],
-    corrupted_tokens: torch.Tensor | None = None,
+    corrupted_tokens: Tokens | None = None,
     sizes: Sequence[int] | None = None,
     points: int = 20,
     random_draws: int = 0,
@@ -279,11 +280,11 @@ def circuit_curve(
 
 def find_circuit(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     scores: Any,
     metric: Metric | Callable[[torch.Tensor, torch.Tensor], Any],
-    corrupted_tokens: torch.Tensor | None = None,
+    corrupted_tokens: Tokens | None = None,
     target: float = 0.8,
     bracket: tuple[int, int] | None = None,
     ablation: Ablation = "patch",

@@ -20,6 +20,7 @@ unembedding, for the logits), with senders packed into shared passes, and
 the same numbers (tested against a hooks-only computation of the definition).
 
 Example:
+    >>> import torch
     >>> from interp.models import load_model
     >>> from interp.metrics import logit_diff_metric
     >>> model = load_model("induction-2l")
@@ -38,9 +39,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from interp.analysis.frames import table_attrs
+from interp.analysis.shapes import Tokens
 from interp.engine.direction import Direction, effects, normalized, runs
 from interp.engine.edges import patch_edges
 from interp.engine.tasks import prepare
@@ -51,9 +52,9 @@ from interp.protocol import HookedModel, positions_label
 
 def path_patch(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
-    corrupted_tokens: torch.Tensor,
+    corrupted_tokens: Tokens,
     metric: Metric | Any,
     direction: Direction = "noising",
     senders: Sequence[Any] | None = None,

@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 
 from interp.analysis.frames import table_attrs
+from interp.analysis.shapes import Tokens
 from interp.checks import check_seed, check_token_pair, check_tokens, position_mask
 from interp.engine.ablations import check_ablation, check_reference, source_run, values_for
 from interp.engine.cache import CheckedCache, check_cache
@@ -40,7 +41,7 @@ class Ablating:
     tokens: torch.Tensor
     metric: Metric
     ablation: str
-    reference_tokens: torch.Tensor | None
+    reference_tokens: Tokens | None
     positions: torch.Tensor | None  # [pos] bool, None: every position
     seed: int
     cache: CheckedCache | None

@@ -40,6 +40,7 @@ import torch
 
 from interp.analysis.components._pipeline import ablate, check_ablating
 from interp.analysis.frames import rows_frame
+from interp.analysis.shapes import Mask, Tokens
 from interp.checks import check_tokens, parse_heads
 from interp.engine.sites import site
 from interp.errors import InterpError
@@ -80,14 +81,14 @@ def zero_head_hooks(model: HookedModel, *, heads: Iterable[Any]) -> list[tuple[s
 
 def ablate_heads(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     ablation: Ablation = "zero",
     metric: MetricArg = None,
     heads: Iterable[Any] | None = None,
-    loss_mask: torch.Tensor | None = None,
+    loss_mask: Mask | None = None,
     positions: Any = None,
-    reference_tokens: torch.Tensor | None = None,
+    reference_tokens: Tokens | None = None,
     cache: Any = None,
     batch_size: int | None = None,
     memory_budget: int | None = None,
@@ -130,14 +131,14 @@ def ablate_heads(
 
 def ablate_head_groups(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     groups: Mapping[str, Iterable[Any]],
     ablation: Ablation = "zero",
     metric: MetricArg = None,
-    loss_mask: torch.Tensor | None = None,
+    loss_mask: Mask | None = None,
     positions: Any = None,
-    reference_tokens: torch.Tensor | None = None,
+    reference_tokens: Tokens | None = None,
     cache: Any = None,
     batch_size: int | None = None,
     memory_budget: int | None = None,
@@ -188,7 +189,7 @@ def ablate_head_groups(
 
 def sweep_plan(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     heads: Iterable[Any] | None = None,
     batch_size: int | None = None,

@@ -63,6 +63,7 @@ import torch
 from interp.analysis.components.ablation import MetricArg, ablate_heads
 from interp.analysis.components.patching import patch_heads
 from interp.analysis.frames import described, rows_frame, table_attrs
+from interp.analysis.shapes import Mask, Tokens
 from interp.checks import (
     check_int,
     check_seed,
@@ -88,7 +89,7 @@ CORRECTIONS: tuple[str, ...] = ("none", "qk")
 
 def _qk_correction(
     rt: Runtime,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     chosen: list[tuple[int, int]],
     diff: dict[int, torch.Tensor],
     g_pattern: dict[int, torch.Tensor],
@@ -143,16 +144,16 @@ def _first_order(
 
 def attribute_heads(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     metric: MetricArg = None,
     ablation: Ablation = "zero",
-    corrupted_tokens: torch.Tensor | None = None,
+    corrupted_tokens: Tokens | None = None,
     direction: Direction = "noising",
     heads: Iterable[Any] | None = None,
-    loss_mask: torch.Tensor | None = None,
+    loss_mask: Mask | None = None,
     positions: Any = None,
-    reference_tokens: torch.Tensor | None = None,
+    reference_tokens: Tokens | None = None,
     correction: Literal["none", "qk"] = "none",
     verify: int = 0,
     cache: Any = None,

@@ -52,6 +52,7 @@ import torch
 
 from interp.analysis.components._pipeline import check_patching, patch
 from interp.analysis.components.ablation import MetricArg
+from interp.analysis.shapes import Tokens
 from interp.engine.direction import Direction
 from interp.engine.sites import Site, site
 from interp.errors import InterpError
@@ -90,9 +91,9 @@ def _check(model: HookedModel, component: str, by: str) -> None:
 
 def patch_components(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
-    corrupted_tokens: torch.Tensor,
+    corrupted_tokens: Tokens,
     component: Component,
     by: By,
     metric: MetricArg,

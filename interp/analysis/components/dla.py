@@ -52,6 +52,7 @@ from interp.analysis.components._readout import (
     token_ids,
 )
 from interp.analysis.frames import table_attrs
+from interp.analysis.shapes import Tokens
 from interp.checks import check_tokens
 from interp.engine.cache import check_cache
 from interp.errors import InterpError
@@ -94,7 +95,7 @@ def _output_bias(model: HookedModel) -> torch.Tensor | None:
 
 def direct_logit_attribution(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     answer: Any,
     wrong: Any = None,
@@ -165,7 +166,7 @@ def direct_logit_attribution(
 
 
 def _at_positions(
-    model: HookedModel, tokens: torch.Tensor, names: list[str], pos: list[int]
+    model: HookedModel, tokens: Tokens, names: list[str], pos: list[int]
 ) -> dict[str, torch.Tensor]:
     """One forward pass keeping each hook's activation at ``pos`` only (``[batch, P, ...]``):
     cheaper than a cache of every position, and all DLA reads."""

@@ -26,10 +26,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
-import torch
 
 from interp.analysis.components._pipeline import ablate, check_ablating
 from interp.analysis.components.ablation import Ablation, MetricArg
+from interp.analysis.shapes import Mask, Tokens
 from interp.checks import check_int, check_layer_head
 from interp.engine.sites import Site, site
 from interp.errors import InterpError
@@ -62,15 +62,15 @@ def _check_mlps(model: HookedModel) -> int:
 
 def ablate_mlps(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     ablation: Ablation = "zero",
     metric: MetricArg = None,
     layers: Sequence[int] | None = None,
     neuron_groups: int | None = None,
-    loss_mask: torch.Tensor | None = None,
+    loss_mask: Mask | None = None,
     positions: Any = None,
-    reference_tokens: torch.Tensor | None = None,
+    reference_tokens: Tokens | None = None,
     cache: Any = None,
     batch_size: int | None = None,
     memory_budget: int | None = None,
@@ -135,15 +135,15 @@ def ablate_mlps(
 
 def ablate_layers(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     ablation: Ablation = "zero",
     metric: MetricArg = None,
     layers: Sequence[int] | None = None,
     parts: Sequence[str] = PARTS,
-    loss_mask: torch.Tensor | None = None,
+    loss_mask: Mask | None = None,
     positions: Any = None,
-    reference_tokens: torch.Tensor | None = None,
+    reference_tokens: Tokens | None = None,
     cache: Any = None,
     batch_size: int | None = None,
     memory_budget: int | None = None,

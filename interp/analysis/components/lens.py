@@ -40,6 +40,7 @@ from interp.analysis.components._readout import (
     token_ids,
 )
 from interp.analysis.frames import table_attrs
+from interp.analysis.shapes import Tokens
 from interp.checks import check_int, check_tokens
 from interp.engine.cache import cache_of, check_cache
 from interp.errors import InterpError
@@ -57,7 +58,7 @@ def _labels(model: HookedModel, ids: list[int]) -> list[str]:
 
 def logit_lens(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     at: Any = None,
     k: int = 5,

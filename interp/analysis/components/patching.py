@@ -33,6 +33,7 @@ import torch
 from interp.analysis.components._pipeline import check_patching, patch
 from interp.analysis.components.ablation import MetricArg
 from interp.analysis.frames import rows_frame
+from interp.analysis.shapes import Tokens
 from interp.checks import parse_heads
 from interp.engine.direction import Direction
 from interp.engine.sites import mask_positions, site
@@ -45,9 +46,9 @@ __all__ = ["logit_diff_metric", "patch_heads"]
 
 def patch_heads(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
-    corrupted_tokens: torch.Tensor,
+    corrupted_tokens: Tokens,
     metric: MetricArg,
     direction: Direction = "noising",
     heads: Iterable[Any] | None = None,

@@ -24,9 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-import torch
 
 from interp.analysis.frames import described
+from interp.analysis.shapes import PerToken, Tokens
 from interp.checks import check_int, check_tokens
 from interp.engine.cache import check_cache
 from interp.errors import InterpError
@@ -36,7 +36,7 @@ from interp.protocol import HookedModel, check_model, eval_no_grad, is_causal, l
 from interp.runtime import runtime_of
 
 
-def per_token_loss(model: HookedModel, tokens: torch.Tensor, *, cache: Any = None) -> torch.Tensor:
+def per_token_loss(model: HookedModel, tokens: Tokens, *, cache: Any = None) -> PerToken:
     """``[batch, pos - 1]`` next-token cross-entropy (nats), from the model's logits.
 
     With ``cache`` (of ``tokens``; checked against them, and completed if it
@@ -73,7 +73,7 @@ def per_token_loss(model: HookedModel, tokens: torch.Tensor, *, cache: Any = Non
 
 def in_context_learning_score(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     early: int | None = None,
     late: int | None = None,

@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from interp.analysis.frames import described, head_frame
 from interp.analysis.heads.subspace import head_subspaces
+from interp.analysis.shapes import Tokens
 from interp.checks import (
     check_finite,
     check_int,
@@ -66,9 +67,7 @@ def head_input_hook(model: HookedModel, layer: int) -> str:
 AUTO_PROGRESS_PASSES = 100
 
 
-def _input_vectors(
-    model: HookedModel, tokens: torch.Tensor, layer: int, cache: Any
-) -> torch.Tensor:
+def _input_vectors(model: HookedModel, tokens: Tokens, layer: int, cache: Any) -> torch.Tensor:
     name = head_input_hook(model, layer)
     with torch.no_grad():
         checked = check_cache(model, tokens, cache, needs=[name])
@@ -93,7 +92,7 @@ def _check_component(component: str) -> None:
 
 def null_space_probe(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     layer: int,
     head: int,
@@ -266,7 +265,7 @@ def _run_hooked_cache(model, tokens, names, hooks):
 
 def read_fraction(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     heads: Any = None,
     component: str = "Q",

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from interp.analysis.shapes import Patterns, Tokens
 from interp.checks import check_tokens, parse_heads
 from interp.engine.cache import cache_of, check_cache, with_batch
 from interp.errors import InterpError
@@ -30,7 +31,7 @@ from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
 
 def patterns(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     cache: Any = None,
     layers: Sequence[int] | None = None,
@@ -57,8 +58,8 @@ def patterns(
 
 
 def attention_patterns(
-    model: HookedModel, tokens: torch.Tensor, *, heads: Any = None, cache: Any = None
-) -> torch.Tensor:
+    model: HookedModel, tokens: Tokens, *, heads: Any = None, cache: Any = None
+) -> Patterns:
     """``[batch, head, query_pos, key_pos]`` patterns of ``heads`` (all by default), in that order.
 
     Raises:

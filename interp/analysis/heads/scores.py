@@ -61,6 +61,7 @@ import torch
 
 from interp.analysis.frames import head_frame, table_attrs
 from interp.analysis.heads.patterns import patterns
+from interp.analysis.shapes import Mask, Tokens
 from interp.checks import check_int, check_mask, check_seed, check_tokens
 from interp.engine.cache import run_until
 from interp.errors import InterpError
@@ -75,7 +76,7 @@ CONVENTIONS: tuple[str, ...] = ("interp", "transformer_lens", "arena")
 
 
 def stripe_mask(
-    tokens: torch.Tensor, stripe: Stripe, *, exclude_bos: bool = True, causal: bool = True
+    tokens: Tokens, stripe: Stripe, *, exclude_bos: bool = True, causal: bool = True
 ) -> torch.Tensor:
     """``[batch, query_pos, key_pos]`` bool: the keys each query should attend to for ``stripe``.
 
@@ -195,13 +196,13 @@ def _arena_half(tokens: torch.Tensor) -> int:
 
 
 def _reducers(
-    tokens: torch.Tensor,
+    tokens: Tokens,
     stripes: Sequence[Any],
     convention: str,
     exclude_bos: bool | None,
     exclude_current_token: bool,
     error_measure: str,
-    loss_mask: torch.Tensor | None,
+    loss_mask: Mask | None,
     causal: bool,
 ) -> dict[str, Reducer]:
     """One reducer per stripe (pattern ``[batch, head, q, k]`` -> ``[head]``), options checked."""
@@ -248,14 +249,14 @@ def _reducers(
 
 def pattern_scores(
     patterns: Sequence[torch.Tensor],
-    tokens: torch.Tensor,
+    tokens: Tokens,
     *,
     stripes: Sequence[Stripe] = STRIPES,
     convention: Convention = "interp",
     exclude_bos: bool | None = None,
     exclude_current_token: bool = False,
     error_measure: Literal["mul", "abs"] = "mul",
-    loss_mask: torch.Tensor | None = None,
+    loss_mask: Mask | None = None,
     causal: bool = True,
 ) -> pd.DataFrame:
     """Stripe scores of given patterns, one per layer: ``[batch, head, query_pos, key_pos]``.
@@ -314,14 +315,14 @@ def pattern_scores(
 
 def head_scores(
     model: HookedModel,
-    tokens: torch.Tensor | None = None,
+    tokens: Tokens | None = None,
     *,
     stripes: Sequence[Stripe] = STRIPES,
     convention: Convention = "interp",
     exclude_bos: bool | None = None,
     exclude_current_token: bool = False,
     error_measure: Literal["mul", "abs"] = "mul",
-    loss_mask: torch.Tensor | None = None,
+    loss_mask: Mask | None = None,
     causal: bool | None = None,
     cache: Any = None,
 ) -> pd.DataFrame:
@@ -386,7 +387,7 @@ def _attrs(analysis: str, convention: str, model: Any, cost: float) -> dict[str,
 
 def _scores_by_hooks(
     model: HookedModel,
-    tokens: torch.Tensor,
+    tokens: Tokens,
     reducers: dict[str, Reducer],
     out: dict[str, torch.Tensor],
 ) -> None:
