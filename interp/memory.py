@@ -100,3 +100,24 @@ def check_memory(model: Any, batch: int, pos: int, *, copies: float = 1.0, what:
 
 def _gb(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+TABLE_ROW_BYTES = 300  # a table row of a few numbers and label strings, in pandas
+
+
+def check_table(rows: int, device: Any = None, *, what: str) -> int:
+    """Refuse a table of ``rows`` rows that cannot fit the memory budget (about
+    :data:`TABLE_ROW_BYTES` a row); returns the estimate in bytes.
+
+    Raises:
+        InterpError: naming the estimate, the budget and what to shrink.
+    """
+    need = rows * TABLE_ROW_BYTES
+    have = budget(device)
+    if need > have:
+        raise InterpError(
+            f"{what} needs about {_gb(need)}, more than the {_gb(have)} budget (a quarter of the "
+            "free memory); score fewer edges (edges=), or whole edges (positions=None) on "
+            "shorter prompts"
+        )
+    return need

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from interp import InterpError
-from interp.labs import toy_heads as bs
+from interp.labs.bank_sense import causal_masking as cm
+from interp.labs.bank_sense import toy_heads as bs
 
 
 def r2(x):
@@ -117,19 +118,19 @@ def test_e_null_space_example_is_computed():
 
 
 def test_i_causal_mask():
-    d = bs.causal_mask_demo()
+    d = cm.causal_mask_demo()
     assert np.all(d["future_weight_causal"] == 0)
     assert d["future_weight_zero_mask"][0] > 0.5  # a 0 "mask" still gives the future a share
     assert np.all(d["self_weight_causal"] > 0)
     # bank is last in "the river bank": its row is unchanged by the mask.
     np.testing.assert_allclose(d["causal"][-1], d["bidirectional"][-1], atol=1e-12)
-    c = bs.causal_comparison().set_index(["sentence", "mode"])
+    c = cm.causal_comparison().set_index(["sentence", "mode"])
     assert c.loc[("the bank river", "causal"), "w[river]"] == 0.0
     assert c.loc[("the bank river", "bidirectional"), "w[river]"] > 0.3
 
 
 def test_i_tired_cat_patterns():
-    t = bs.tired_cat()
+    t = cm.tired_cat()
     assert t["tokens"] == ["the", "tired", "cat", "finally", "slept"]
     C = t["causal"]
     assert np.all(C[np.triu_indices(5, 1)] == 0)
@@ -176,9 +177,9 @@ def test_data_files_come_from_interp_data(tmp_path, monkeypatch):
     src = data_dir() / "tired_cat_attention.csv"
     monkeypatch.setenv("INTERP_DATA", str(tmp_path))
     with pytest.raises(InterpError, match="not found at"):
-        bs.tired_cat()
+        cm.tired_cat()
     shutil.copy(src, tmp_path / "tired_cat_attention.csv")
-    assert len(bs.tired_cat()["tokens"]) == 5
+    assert len(cm.tired_cat()["tokens"]) == 5
 
 
 @pytest.mark.notebook

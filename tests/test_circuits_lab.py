@@ -56,6 +56,15 @@ def test_curves_and_paths(out):
     assert k["L0H1"] == k.abs().max()  # the previous-token head is what L1H1's keys read
 
 
+def test_edges_and_paths_are_noising_and_say_so(out):
+    """Edge effects and path patching send the corrupted run's outputs into the clean run."""
+    import json
+
+    meta = json.loads((out / "path_patching.meta.json").read_text())["meta"]
+    assert meta["direction"] == "noising" and meta["analysis"] == "path_patch"
+    assert "Direction: noising" in (out / "report.html").read_text()
+
+
 @pytest.mark.browser
 def test_report_renders_offline(out, chromium_paths):
     from browser import render_page

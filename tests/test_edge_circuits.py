@@ -466,7 +466,9 @@ def test_eap_ig_with_one_step_is_eap_and_differs_with_more():
     )
     np.testing.assert_allclose(one["estimate"], eap["estimate"], atol=1e-6)
     assert not np.allclose(five["estimate"], eap["estimate"], atol=1e-3)
-    assert five.attrs["steps"] == 5 and "5 forwards and backwards" in five.attrs["passes"]
+    # counted work: 1 source forward + each step's forward and backward (2 forwards)
+    assert five.attrs["steps"] == 5 and five.attrs["forward_equivalents"] == 1 + 5 * 3
+    assert eap.attrs["forward_equivalents"] == 1 + 3
 
 
 # ----------------------------------------------------------------- the induction circuit

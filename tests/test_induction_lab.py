@@ -64,12 +64,12 @@ def test_losses_icl_and_the_bump(lab):
 
 
 def test_ablations_identify_the_roles(lab):
-    delta = table(lab, "ablation").set_index("label")["effect"]
-    assert delta["L1H1"] > 1.0 and delta["L0H1"] > 1.0
-    assert delta.abs().min() < 0.1
+    effect = table(lab, "ablation").set_index("label")["effect"]
+    assert effect["L1H1"] > 1.0 and effect["L0H1"] > 1.0
+    assert effect.abs().min() < 0.1
     groups = table(lab, "group_ablation").set_index("group")["effect"]
     # Knocking out both roles together is at least as damaging as either single ablation.
-    assert groups["previous-token + induction"] >= max(delta["L1H1"], delta["L0H1"]) - 0.05
+    assert groups["previous-token + induction"] >= max(effect["L1H1"], effect["L0H1"]) - 0.05
 
 
 def test_conventions_table(lab):

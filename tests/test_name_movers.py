@@ -37,6 +37,23 @@ def test_patching_finds_heads_that_restore_the_answer(out):
     assert {"estimate", "estimate_normalized"} <= set(p.columns)
 
 
+def test_the_patching_direction_is_recorded(out):
+    """Patching and its attribution estimate are denoising (the clean run's head outputs into
+    the corrupted run, the lab's README numbers): the tables' metadata and the report say so."""
+    import json
+
+    for name in ("patching", "attribution"):
+        meta = json.loads((out / f"{name}.meta.json").read_text())["meta"]
+        assert meta["direction"] == "denoising" and meta["ablation"] == "patch", name
+    p = table(out, "patching")
+    base = p["corrupted"]  # denoising: the corrupted run is the one patched
+    assert p["effect"].to_numpy() == pytest.approx((p["patched"] - base).to_numpy())
+    assert p["normalized"].to_numpy() == pytest.approx(
+        (p["effect"] / (p["clean"] - base)).to_numpy()
+    )
+    assert "Direction: denoising." in (out / "report.html").read_text()
+
+
 def test_attribution_agrees_with_exact_patching(out):
     ag = table(out, "agreement").set_index("measure")["value"]
     assert ag["Spearman (estimate vs exact, all heads)"] > 0.5

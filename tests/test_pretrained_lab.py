@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from interp import InterpError
-from interp.analysis.senses.clue import clue_attention
 from interp.analysis.heads.scores import head_scores
+from interp.analysis.senses.clue import clue_attention
 from interp.analysis.senses.states import word_states
 from interp.analysis.senses.words import encode_word, ordinary_word_ids
 from interp.datasets import ambiguous_words, repeated_random_tokens
@@ -164,22 +164,22 @@ def test_minilm_bidirectional_stripes_find_its_previous_token_head(minilm):
 
 
 def test_lab_refuses_a_model_without_a_tokenizer():
-    from interp.labs import pretrained
+    from interp.labs import pretrained_heads
 
     with pytest.raises(InterpError, match="induction-2l has no Hugging Face tokenizer"):
-        pretrained.analyse(["induction-2l"])
+        pretrained_heads.analyse(["induction-2l"])
 
 
 def test_every_model_name_is_checked_before_any_loads(tmp_path, monkeypatch):
     """A bad folder given as a Path, after a good alias, fails before SmolLM2 loads."""
-    from interp.labs import pretrained
+    from interp.labs import pretrained_heads
     from interp.models import pretrained as weights
 
     loads = []
     original = weights.load_smollm2
     monkeypatch.setattr(weights, "load_smollm2", lambda **kw: loads.append(kw) or original(**kw))
     with pytest.raises(InterpError, match="not found"):
-        pretrained.analyse(["smollm2-135m", tmp_path / "nowhere"])
+        pretrained_heads.analyse(["smollm2-135m", tmp_path / "nowhere"])
     assert loads == []
 
 

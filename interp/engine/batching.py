@@ -113,3 +113,43 @@ class Cost:
 
     def __repr__(self) -> str:
         return f"Cost({self.forward_equivalents} forward-equivalents, {self.passes} passes)"
+
+
+WORK_LIMIT = 10_000  # forward-equivalents an analysis may run unasked (INTERP_WORK_LIMIT)
+
+
+def work_limit() -> float:
+    """The most forward-equivalents an analysis starts without being told it may:
+    ``INTERP_WORK_LIMIT`` if set, else :data:`WORK_LIMIT` (hours of work on a CPU).
+
+    Raises:
+        InterpError: for an ``INTERP_WORK_LIMIT`` that is not a positive number.
+    """
+    import os
+
+    from interp.checks import check_finite
+
+    text = os.environ.get("INTERP_WORK_LIMIT")
+    if text is None:
+        return float(WORK_LIMIT)
+    return check_finite(text, "INTERP_WORK_LIMIT", positive=True)
+
+
+def check_work(forward_equivalents: float, *, what: str, fix: str) -> float:
+    """Refuse work whose estimate exceeds :func:`work_limit`, before it starts; returns the
+    estimate.
+
+    Raises:
+        InterpError: naming the estimate, the limit, what shrinks the work (``fix``) and
+            the variable that raises the limit.
+    """
+    from interp.errors import InterpError
+
+    limit = work_limit()
+    if forward_equivalents > limit:
+        raise InterpError(
+            f"{what} would run about {forward_equivalents:,.0f} forward passes of these tokens, "
+            f"more than the limit of {limit:,.0f}; {fix} (or raise the limit: "
+            "INTERP_WORK_LIMIT=...)"
+        )
+    return forward_equivalents

@@ -235,17 +235,40 @@ def evaluate_masks(
     return out
 
 
+Edit = Sequence[tuple[int, ...]]  # the (sender, receiver[, position]) indices an edit moves
+
+
+def edit_starts(prep: Any, edits: Sequence[Edit]) -> list[int]:
+    """The block each edit's pass resumes at: its first edited receiver's layer (``n_layers``
+    when it edits only the logits; 0 on a runtime that cannot resume)."""
+    graph, L = prep.graph, prep.graph.n_layers
+    starts = [min((graph.receiver_layer[e[1]] for e in edit), default=L) for edit in edits]
+    if not prep.rt.can_resume:  # passes run whole (the logits' input still alone)
+        starts = [0 if st < L else L for st in starts]
+    return starts
+
+
+def patch_cost(prep: Any, edits: Sequence[Edit]) -> float:
+    """The forward-equivalents :func:`patch_edges` will run for ``edits`` (known before)."""
+    L = prep.graph.n_layers
+    starts = edit_starts(prep, edits)
+    resumed = any(0 < st < L for st in starts)
+    return float(resumed) + sum((L - st) / L for st in starts)
+
+
 def patch_edges(
     prep: Any,
-    masks: Sequence[np.ndarray],
+    edits: Sequence[Edit],
     *,
     progress: bool = False,
     desc: str = "edges",
 ) -> list[float]:
-    """The metric with each mask's edges moved by ``alt - base`` (``ref`` = the base run's
+    """The metric with each edit's edges (``(sender, receiver)`` index pairs, or triples with
+    a position for ``positions="each"``) moved by ``alt - base`` (``ref`` = the base run's
     outputs), every other input the base run's: each pass resumes at its first edited
     receiver's layer, copies of one starting layer share passes, a pass that edits only
-    the logits reads only them."""
+    the logits reads only them. Masks are built a pass at a time, so any number of edits
+    fits in memory."""
     from tqdm.auto import tqdm
 
     from interp.metrics import scalar
@@ -253,16 +276,12 @@ def patch_edges(
 
     rt, graph, b = prep.rt, prep.graph, prep.tokens.shape[0]
     L = graph.n_layers
-    starts = []
-    for m in masks:
-        cols = np.nonzero(m.any(0).reshape(m.shape[1], -1).any(1))[0]
-        starts.append(min((graph.receiver_layer[j] for j in cols), default=L))
-    if not rt.can_resume:  # passes run whole (the logits' input still alone)
-        starts = [0 if st < L else L for st in starts]
+    shape = (*graph.valid.shape, prep.tokens.shape[1]) if prep.each else graph.valid.shape
+    starts = edit_starts(prep, edits)
     k = edits_per_pass(graph, prep.tokens, rt.d_model, running=False)
     chunks = pack(starts, k)
     values: dict[int, float] = {}
-    bar = tqdm(total=len(masks), disable=not progress, desc=desc, unit="edit")
+    bar = tqdm(total=len(edits), disable=not progress, desc=desc, unit="edit")
     try:
         with eval_no_grad(rt.model):
             kept: dict[int, Any] = {}
@@ -273,7 +292,10 @@ def patch_edges(
             final = prep.base_inputs["final"]
             for chunk in chunks:
                 start = starts[chunk[0]]
-                stacked = torch.stack([as_tensor(masks[i], prep.tokens.device) for i in chunk])
+                stacked = torch.zeros(len(chunk), *shape, device=prep.tokens.device)
+                for c, i in enumerate(chunk):
+                    for idx in edits[i]:
+                        stacked[(c, *idx)] = 1.0
                 er = prep.edge_run(stacked, ref=prep.base_out)
                 logits = run(
                     rt, prep.base, er, start=start, kept=kept, final=final,
@@ -286,4 +308,4 @@ def patch_edges(
                 bar.update(len(chunk))
     finally:
         bar.close()
-    return [values[i] for i in range(len(masks))]
+    return [values[i] for i in range(len(edits))]

@@ -30,6 +30,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -101,59 +103,112 @@ class Graph:
     def __str__(self) -> str:
         return self.describe()
 
+    def _layer_head(
+        self, label: Any, layer: str, head: str, *, role: str, kv: bool = False
+    ) -> tuple:
+        """``(layer, head)`` of a label's digits, in range for this graph.
+
+        Raises:
+            InterpError: naming the label, what it is not (``role``) and the graph's range.
+        """
+        l, h = int(layer), int(head)
+        heads = self.n_kv_heads if kv else self.n_heads
+        if not 0 <= l < self.n_layers:
+            raise InterpError(
+                f"{label!r} is not a {role} of this graph: it names layer {l}, but the layers "
+                f"are 0..{self.n_layers - 1}"
+            )
+        if not 0 <= h < heads:
+            what = "key/value heads" if kv else "heads"
+            raise InterpError(
+                f"{label!r} is not a {role} of this graph: it names {what[:-1]} {h}, but a "
+                f"layer has {what} 0..{heads - 1}"
+            )
+        return l, h
+
     def sender_index(self, label: Any) -> int:
         """Index of a sender given by label (``"L3H7"``, ``"L3.mlp"``, ``"embed"``) or
         ``(layer, head)``.
 
         Raises:
-            InterpError: for a name that is not a sender of this graph.
+            InterpError: for a name that is not a sender of this graph (a malformed label, a
+                layer or head out of range, an MLP of an attention-only model), or a pair that
+                is not two integers.
         """
-        if isinstance(label, tuple) and len(label) == 2:
+        if isinstance(label, tuple):
+            if len(label) != 2 or not all(_is_int(x) for x in label):
+                raise InterpError(f"sender {label!r}: a (layer, head) pair is two integers")
             label = f"L{int(label[0])}H{int(label[1])}"
         text = str(label).strip()
-        if text.upper().startswith("L") and "H" in text.upper() and "." not in text:
-            text = text.upper()
-        try:
+        m = _HEAD.match(text)
+        if m:
+            l, h = self._layer_head(label, *m.groups(), role="sender")
+            return self.senders.index(f"L{l}H{h}")
+        m = _MLP.match(text)
+        if m and self.has_mlp:
+            l, _ = self._layer_head(label, m.group(1), "0", role="sender")
+            return self.senders.index(f"L{l}.mlp")
+        if text in self.senders:
             return self.senders.index(text)
-        except ValueError:
-            raise InterpError(
-                f"{label!r} is not a sender of this graph; senders are embed"
-                + (", pos_embed" if "pos_embed" in self.senders else "")
-                + ", heads like L0H1"
-                + (", MLPs like L0.mlp" if self.has_mlp else "")
-            ) from None
+        raise InterpError(
+            f"{label!r} is not a sender of this graph; senders are embed"
+            + (", pos_embed" if "pos_embed" in self.senders else "")
+            + f", heads L0H0..L{self.n_layers - 1}H{self.n_heads - 1}"
+            + (", MLPs like L0.mlp" if self.has_mlp else " (no MLPs: it is attention-only)")
+        )
 
     def receiver_indices(self, label: Any) -> list[int]:
         """Indices of the receivers a name stands for: ``"L1H1.k"`` (one), ``"L1H1"`` (its q,
-        k and v inputs), ``"L2.mlp"``, ``"logits"``.
+        k and v inputs), ``"L2.mlp"``, ``"logits"``; on grouped-query models ``"L1KV0.k"``,
+        and a query head's ``.k``/``.v`` is its key/value head's (with a warning: it is shared).
 
         Raises:
-            InterpError: for a name that is not a receiver of this graph.
+            InterpError: for a name that is not a receiver of this graph (a malformed label,
+                an unknown input, a layer or head out of range, an MLP of an attention-only
+                model).
         """
         text = str(label).strip()
-        if text in self.receivers:
-            return [self.receivers.index(text)]
-        head = text.upper()
-        if head.startswith("L") and "H" in head and "." not in head:
-            layer, h = head[1:].split("H")
-            out = [self.receivers.index(f"L{int(layer)}H{int(h)}.q")]
-            g = int(h) // (self.n_heads // self.n_kv_heads)
-            kv = f"L{int(layer)}KV{g}" if self.grouped else f"L{int(layer)}H{int(h)}"
-            out += [self.receivers.index(f"{kv}.k"), self.receivers.index(f"{kv}.v")]
-            return out
-        if "." in text:
-            base, inp = text.rsplit(".", 1)
-            if inp in ("k", "v") and self.grouped and base.upper().startswith("L") and "H" in base:
-                layer, h = base[1:].upper().split("H")
-                g = int(h) // (self.n_heads // self.n_kv_heads)
-                name = f"L{int(layer)}KV{g}.{inp}"
-                if name in self.receivers:
-                    return [self.receivers.index(name)]
+        if text == "logits":
+            return [self.receivers.index("logits")]
+        base, _, inp = text.rpartition(".") if "." in text else (text, "", "")
+        m = _HEAD.match(base)
+        if m and inp in ("", "q", "k", "v"):
+            l, h = self._layer_head(label, *m.groups(), role="receiver")
+            g = h // (self.n_heads // self.n_kv_heads)
+            kv = f"L{l}KV{g}" if self.grouped else f"L{l}H{h}"
+            if inp in ("k", "v") and self.grouped:
+                group = self.n_heads // self.n_kv_heads
+                warnings.warn(
+                    f"{text} is the {inp} input of key/value head {kv}, which query heads "
+                    f"L{l}H{g * group}..L{l}H{(g + 1) * group - 1} share; reading it as {kv}.{inp}",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            names = {"q": [f"L{l}H{h}.q"], "k": [f"{kv}.k"], "v": [f"{kv}.v"]}
+            want = names[inp] if inp else [f"L{l}H{h}.q", f"{kv}.k", f"{kv}.v"]
+            return [self.receivers.index(n) for n in want]
+        m = _KV.match(base)
+        if m and inp in ("k", "v") and self.grouped:
+            l, g = self._layer_head(label, *m.groups(), role="receiver", kv=True)
+            return [self.receivers.index(f"L{l}KV{g}.{inp}")]
+        m = _MLP.match(text)
+        if m and self.has_mlp:
+            l, _ = self._layer_head(label, m.group(1), "0", role="receiver")
+            return [self.receivers.index(f"L{l}.mlp")]
         raise InterpError(
             f"{label!r} is not a receiver of this graph; receivers are a head's input "
             "(L1H1.q, L1H1.k, L1H1.v" + (", L1KV0.k" if self.grouped else "") + "), a head "
             "(all three), " + ("an MLP (L2.mlp), " if self.has_mlp else "") + "or logits"
         )
+
+
+_HEAD = re.compile(r"^L(\d+)H(\d+)$", re.IGNORECASE)
+_KV = re.compile(r"^L(\d+)KV(\d+)$", re.IGNORECASE)
+_MLP = re.compile(r"^L(\d+)\.mlp$", re.IGNORECASE)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
 def build_graph(model: HookedModel) -> Graph:

@@ -106,7 +106,7 @@ def replacement(ablation: str, outputs: torch.Tensor, seed: int = 0) -> torch.Te
     return outputs.mean(1, keepdim=True).expand_as(outputs).contiguous()
 
 
-def prepare(
+def check(
     model: HookedModel,
     tokens: Any,
     *,
@@ -115,34 +115,24 @@ def prepare(
     ablation: str,
     positions: Any = None,
     direction: str = "noising",
-    cache: Any = None,
     seed: Any = 0,
-    base_pass: bool | Literal["metric"] = True,
     each_for: str | None = None,
 ) -> EdgeTask:
-    """Check every input (before any forward pass), then run the base (and source) pass.
+    """Every input of an edge task checked, and its graph built: no forward pass yet
+    (:func:`begin` runs them), so a caller can refuse work it cannot do first.
 
     ``positions="each"`` (edges per position) is accepted only when ``each_for`` names the
     calling function (those that read edges per position).
 
-    ``base_pass=False`` leaves the base senders' outputs to the caller (edge attribution
-    takes them from its own forward pass): ``base_out`` is None, and so is ``alt`` for
-    zero, mean and resample ablation (:func:`replacement` makes it). ``base_pass="metric"`` (circuit
-    evaluation with a corrupted prompt, which reads only the running pass's outputs) runs a
-    plain forward for the base metric. With ``ablation="patch"`` the source pass also gives
-    ``source_value``: every edge replaced is the source run.
-
     Raises:
         InterpError: for an unknown ablation or direction, corrupted tokens missing for
-            ``"patch"`` or given otherwise, tokens of different shapes, a metric that
-            needs an LM head the model lacks, positions out of range, a cache of other
-            tokens, or a model whose receivers cannot be given their own inputs exactly.
+            ``"patch"``, given otherwise or equal to the clean tokens, tokens of different
+            shapes, a metric that needs an LM head the model lacks, or positions out of range.
     """
     from interp.checks import check_seed, check_token_pair, check_tokens, position_mask
-    from interp.engine.cache import check_cache
     from interp.engine.direction import check_direction, runs
-    from interp.metrics import prepare_metric, scalar
-    from interp.protocol import check_model, eval_no_grad
+    from interp.metrics import prepare_metric
+    from interp.protocol import check_model
 
     check_model(model)
     if ablation not in EDGE_ABLATIONS:
@@ -156,6 +146,11 @@ def prepare(
                 "ablation='patch' needs corrupted_tokens (or use ablation='zero' or 'mean')"
             )
         tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens)
+        if torch.equal(tokens, corrupted_tokens):
+            raise InterpError(
+                "corrupted_tokens are the clean tokens: every edge carries the same output in "
+                "both runs, so there is nothing to patch; pass prompts that change the answer"
+            )
     else:
         if corrupted_tokens is not None:
             raise InterpError(f"corrupted_tokens are for ablation='patch', not {ablation!r}")
@@ -183,48 +178,110 @@ def prepare(
     pos = None if each else position_mask(tokens.shape[1], positions)
     graph = build_graph(model)
     rt = runtime_of(model)
-    parts = layer_parts(rt)
-    cost = Cost(rt.n_layers)
-    base, source = runs(direction, tokens, corrupted_tokens)
-    with eval_no_grad(model):
-        check_cache(model, tokens, cache)  # a cache of other tokens is refused, as everywhere
-        check_exact(rt, graph, parts, tokens)
-        base_inputs: dict[str, torch.Tensor] = {}
-        base_out, base_value = None, float("nan")
-        if base_pass == "metric" and ablation == "patch":
-            base_value = scalar(m(rt.run(base, rows=m.rows), tokens), m.name)
-            cost.forward()
-        elif base_pass:
-            base_out, logits = sender_outputs(
-                rt, graph, base, parts=parts, extra_hooks=input_hooks(graph, base_inputs),
-                rows=m.rows,
-            )  # fmt: skip
-            base_value = scalar(m(logits, tokens), m.name)
-            cost.forward()
-        alt, source_value = None, None
-        if ablation == "patch":
-            alt, logits = sender_outputs(rt, graph, source, parts=parts, rows=m.rows)
-            source_value = scalar(m(logits, tokens), m.name)
-            cost.forward()
-        elif base_out is not None:
-            alt = replacement(ablation, base_out, seed)
+    base, _ = runs(direction, tokens, corrupted_tokens)
     return EdgeTask(
         graph=graph,
-        parts=parts,
+        parts=[],
         tokens=tokens,
         corrupted=corrupted_tokens,
         base=base,
         metric=m,
         ablation=ablation,
         direction=direction,
-        base_out=base_out,
-        alt=alt,
-        base_value=base_value,
+        base_out=None,
+        alt=None,
+        base_value=float("nan"),
         positions=None if pos is None else pos.to(tokens.device),
-        base_inputs=base_inputs,
-        source_value=source_value,
+        base_inputs={},
         each=each,
         seed=seed,
-        cost=cost,
+        cost=Cost(rt.n_layers),
         rt=rt,
     )
+
+
+def begin(
+    task: EdgeTask, *, cache: Any = None, base_pass: bool | Literal["metric"] = True
+) -> EdgeTask:
+    """Run a checked task's first passes: the cache check, the once-per-model exactness
+    check, the base run (every sender's output and every receiver layer's input) and the
+    source run.
+
+    ``base_pass=False`` leaves the base senders' outputs to the caller (edge attribution
+    takes them from its own forward pass): ``base_out`` is None, and so is ``alt`` for
+    zero, mean and resample ablation (:func:`replacement` makes it). ``base_pass="metric"``
+    (circuit evaluation with a corrupted prompt, which reads only the running pass's
+    outputs) runs a plain forward for the base metric. With ``ablation="patch"`` the source
+    pass also gives ``source_value``: every edge replaced is the source run.
+
+    Raises:
+        InterpError: for a cache of other tokens, or a model whose receivers cannot be given
+            their own inputs exactly.
+    """
+    from interp.engine.cache import check_cache
+    from interp.engine.direction import runs
+    from interp.metrics import scalar
+    from interp.protocol import eval_no_grad
+
+    rt, graph, m, tokens = task.rt, task.graph, task.metric, task.tokens
+    task.parts = parts = layer_parts(rt)
+    _, source = runs(task.direction, tokens, task.corrupted)
+    with eval_no_grad(rt.model):
+        check_cache(rt.model, tokens, cache)  # a cache of other tokens is refused, as everywhere
+        check_exact(rt, graph, parts, tokens)
+        if base_pass == "metric" and task.ablation == "patch":
+            task.base_value = scalar(m(rt.run(task.base, rows=m.rows), tokens), m.name)
+            task.cost.forward()
+        elif base_pass:
+            task.base_out, logits = sender_outputs(
+                rt, graph, task.base, parts=parts,
+                extra_hooks=input_hooks(graph, task.base_inputs), rows=m.rows,
+            )  # fmt: skip
+            task.base_value = scalar(m(logits, tokens), m.name)
+            task.cost.forward()
+        if task.ablation == "patch":
+            task.alt, logits = sender_outputs(rt, graph, source, parts=parts, rows=m.rows)
+            task.source_value = scalar(m(logits, tokens), m.name)
+            task.cost.forward()
+        elif task.base_out is not None:
+            task.alt = replacement(task.ablation, task.base_out, task.seed)
+    return task
+
+
+def prepare(
+    model: HookedModel,
+    tokens: Any,
+    *,
+    corrupted_tokens: Any,
+    metric: Any,
+    ablation: str,
+    positions: Any = None,
+    direction: str = "noising",
+    cache: Any = None,
+    seed: Any = 0,
+    base_pass: bool | Literal["metric"] = True,
+    each_for: str | None = None,
+) -> EdgeTask:
+    """:func:`check` every input, then :func:`begin` the task (options as those two).
+
+    Raises:
+        InterpError: as :func:`check` and :func:`begin`.
+    """
+    task = check(
+        model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation=ablation,
+        positions=positions, direction=direction, seed=seed, each_for=each_for,
+    )  # fmt: skip
+    return begin(task, cache=cache, base_pass=base_pass)
+
+
+def check_span(base: float, source: float, what: str) -> None:
+    """Refuse a normalisation by ``source - base`` when the two runs agree.
+
+    Raises:
+        InterpError: naming both values and what to change.
+    """
+    if base == source:
+        raise InterpError(
+            f"the two runs give the same metric ({base:.6g}), so {what} would divide by zero; "
+            "pass prompts (or an ablation) that change the metric"
+        )

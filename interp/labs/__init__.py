@@ -1,6 +1,9 @@
 """The labs: each computes frozen findings, turns them into tables, figures and a report.
 
-Every lab module has the same shape:
+Every lab is a package, ``interp/labs/<lab>/``: ``analysis.py`` computes (``analyse``, the
+findings dataclass, ``tables``) and ``report.py`` lays out (``figures``, ``report``,
+``summary``; it imports the analysis, never the reverse). The package re-exports both, so
+every lab has the same shape:
 
 * ``analyse(...) -> Findings``: all computation, into a frozen dataclass that
   holds everything the report shows (attention patterns included); labs on
@@ -28,13 +31,13 @@ from interp.errors import InterpError
 
 TABLE_FORMATS = ("csv", "parquet", "md", "json")
 
-# name -> (module, which models it takes: "none" | "one" | "many", default models).
+# name -> (package, which models it takes: "none" | "one" | "many", default models).
 # Kept here, not read from the modules, so options are checked without importing torch.
 LABS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "induction": ("interp.labs.induction", "one", ("induction-2l",)),
     "bank-sense": ("interp.labs.bank_sense", "none", ()),
     "feature-recovery": ("interp.labs.feature_recovery", "none", ()),
-    "pretrained": ("interp.labs.pretrained", "many", ("smollm2-135m", "minilm-l6")),
+    "pretrained": ("interp.labs.pretrained_heads", "many", ("smollm2-135m", "minilm-l6")),
     "name-movers": ("interp.labs.name_movers", "one", ("smollm2-135m",)),
     "circuits": ("interp.labs.circuits", "one", ("induction-2l",)),
 }

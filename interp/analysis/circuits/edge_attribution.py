@@ -50,13 +50,15 @@ from interp.analysis.circuits.circuit import edge_mask, position_edge_mask
 from interp.analysis.frames import described, table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_int
+from interp.engine.batching import check_work
 from interp.engine.cache import activation_of
 from interp.engine.direction import Direction
-from interp.engine.edges import patch_edges
+from interp.engine.edges import patch_cost, patch_edges
 from interp.engine.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
-from interp.engine.tasks import EdgeTask, prepare, replacement
+from interp.engine.tasks import EdgeTask, begin, check, replacement
 from interp.errors import InterpError
 from interp.hooks import hook_name
+from interp.memory import check_table
 from interp.metrics import Metric
 from interp.protocol import HookedModel, eval_no_grad, positions_label
 
@@ -111,38 +113,45 @@ def attribute_edges(
             "eap-ig interpolates the token embeddings from the corrupted prompt to the clean "
             "one, so it needs ablation='patch' and corrupted_tokens"
         )
-    prep = prepare(
+    task = check(
         model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation=ablation,
-        positions=positions, direction=direction, cache=cache, seed=seed,
-        base_pass=method == "exact",  # estimates take the base outputs from their own pass
-        each_for="attribute_edges",
+        positions=positions, direction=direction, seed=seed, each_for="attribute_edges",
     )  # fmt: skip
-    graph = prep.graph
-    if prep.each:
-        P = prep.tokens.shape[1]
+    graph = task.graph
+    if task.each:
+        P = task.tokens.shape[1]
         valid = np.repeat(graph.valid[..., None], P, axis=-1)
         wanted = valid if edges is None else position_edge_mask(graph, edges, P)
     else:
         wanted = graph.valid if edges is None else edge_mask(graph, edges)
+    rows = int(wanted.sum())
+    check_table(rows, task.tokens.device, what=f"a table of {rows:,} edge scores")
     if method == "exact":
         where = np.nonzero(wanted)
-        masks = []
-        for idx in zip(*where):
-            m = np.zeros_like(wanted)
-            m[idx] = True
-            masks.append(m)
-        values = patch_edges(prep, masks, progress=progress, desc="exact edges")
+        edits = [[idx] for idx in zip(*(w.tolist() for w in where))]
+        check_work(
+            patch_cost(task, edits) + 2,
+            what=f"exact effects of {len(edits):,} edges"
+            + (" at each position" if task.each else ""),
+            fix="pass edges= (say the top few hundred by EAP-IG), or estimate them "
+            "(method='eap' or 'eap-ig')",
+        )
+    else:
+        check_work(
+            1 + 3 * (1 if method == "eap" else steps),
+            what=f"{method} with {steps} steps" if method == "eap-ig" else "eap",
+            fix="use fewer steps (5 is EAP-IG's usual number)",
+        )
+    # estimates take the base outputs from their own pass
+    prep = begin(task, cache=cache, base_pass=method == "exact")
+    if method == "exact":
+        values = patch_edges(prep, edits, progress=progress, desc="exact edges")
         scores = np.zeros(wanted.shape)
         scores[where] = np.asarray(values) - prep.base_value
-        column, passes = "exact", f"{len(masks)} resumed passes, packed by layer"
+        column = "exact"
     else:
         scores = _estimate(prep, method, steps).numpy()
         column = "estimate"
-        passes = (
-            "1 forward (source) + 1 forward and backward (base)"
-            if method == "eap"
-            else f"1 forward (source) + {steps} forwards and backwards (interpolated)"
-        )
     df = _table(graph, wanted, scores, column)
     df.attrs.update(
         table_attrs(
@@ -160,7 +169,6 @@ def attribute_edges(
             engine="edges",
             steps=steps if method == "eap-ig" else None,
             clean=prep.clean_value,
-            passes=passes,
             graph=graph.describe(),
         )
     )

@@ -42,8 +42,9 @@ from interp.analysis.circuits.edge_attribution import score_matrix
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_finite, check_int, check_seed
+from interp.engine.batching import check_work
 from interp.engine.edges import evaluate_masks
-from interp.engine.tasks import EdgeTask, prepare
+from interp.engine.tasks import EdgeTask, begin, check, check_span
 from interp.errors import InterpError
 from interp.metrics import Metric
 from interp.protocol import HookedModel, model_name, positions_label
@@ -51,24 +52,32 @@ from interp.protocol import HookedModel, model_name, positions_label
 Ablation = Literal["patch", "zero", "mean", "resample"]
 
 
-def _task(
+def _check(
     model: HookedModel, tokens: Any, corrupted_tokens: Any, metric: Any, ablation: str,
-    cache: Any, seed: Any, positions: Any = None, each_for: str | None = None,
+    seed: Any, positions: Any = None, each_for: str | None = None,
 ) -> EdgeTask:  # fmt: skip
     """The checked task of a circuit evaluation: the clean run is the base (edges outside a
-    circuit carry the replacement), its metric from a plain pass."""
-    return prepare(
+    circuit carry the replacement)."""
+    return check(
         model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation=ablation,
-        positions=positions, cache=cache, seed=seed, base_pass="metric", each_for=each_for,
+        positions=positions, seed=seed, each_for=each_for,
     )  # fmt: skip
+
+
+def _begin(task: EdgeTask, cache: Any) -> EdgeTask:
+    """The task's first passes; the base metric from a plain pass."""
+    return begin(task, cache=cache, base_pass="metric")
 
 
 def _baselines(model: HookedModel, prep: EdgeTask) -> tuple[float, float]:
     """The clean metric and the metric with every edge replaced (with a corrupted prompt:
     the corrupted run's, from the pass that gave its outputs; else one circuit pass)."""
     if prep.source_value is not None:
-        return prep.base_value, prep.source_value
-    return prep.base_value, evaluate_masks(prep, [prep.graph.valid])[0]
+        corrupted = prep.source_value
+    else:
+        corrupted = evaluate_masks(prep, [prep.graph.valid])[0]
+    check_span(prep.base_value, corrupted, "faithfulness")
+    return prep.base_value, corrupted
 
 
 def _faith(value: float, clean: float, corrupted: float) -> float:
@@ -109,8 +118,8 @@ def evaluate_circuit(
             that do not pair up, a metric that needs an LM head the model lacks,
             or a cache of other tokens.
     """
-    prep = _task(model, tokens, corrupted_tokens, metric, ablation, cache, seed, positions,
-                 "evaluate_circuit")  # fmt: skip
+    prep = _begin(_check(model, tokens, corrupted_tokens, metric, ablation, seed, positions,
+                         "evaluate_circuit"), cache)  # fmt: skip
     graph = prep.graph
     if prep.each:
         P = prep.tokens.shape[1]
@@ -119,8 +128,8 @@ def evaluate_circuit(
     else:
         valid = graph.valid
         keep = valid.copy() if edges is None else edge_mask(graph, edges)
+    corrupted = _baselines(model, prep)[1]  # refuses runs that agree, before the circuit's pass
     value = evaluate_masks(prep, [valid & ~keep])[0]
-    corrupted = _baselines(model, prep)[1]
     df = pd.DataFrame(
         [
             {
@@ -245,29 +254,47 @@ def circuit_curve(
         InterpError: as :func:`evaluate_circuit`, for sizes out of range, or
             scores of another graph.
     """
-    prep = _task(model, tokens, corrupted_tokens, metric, ablation, cache, seed)
-    graph = prep.graph
+    task = _check(model, tokens, corrupted_tokens, metric, ablation, seed)
+    graph = task.graph
     sc = score_matrix(graph, scores)
+    scored = int((~np.isnan(sc)).sum())
     points = check_int(points, "points", minimum=2)
+    if points > graph.n_edges:
+        raise InterpError(
+            f"points={points:,} is more sizes than the graph has edges ({graph.n_edges:,}); "
+            "a curve has at most one point per circuit size"
+        )
     draws = check_int(random_draws, "random_draws", minimum=0)
     if sizes is None:
-        sizes = _sizes(graph.n_edges, points)
+        sizes = _sizes(scored, points)
     sizes = [check_int(n, "each size", minimum=0) for n in sizes]
-    if any(n > graph.n_edges for n in sizes):
-        raise InterpError(f"a size exceeds the graph's {graph.n_edges} edges")
+    if not sizes:
+        raise InterpError("sizes is empty; pass circuit sizes (numbers of edges), or None")
+    if any(n > scored for n in sizes):
+        raise InterpError(
+            f"a size exceeds the {scored:,} edges the scores rank (of the graph's "
+            f"{graph.n_edges:,}); the top-n circuit of a larger n is not defined by them"
+        )
+    check_work(
+        len(sizes) * (1 + draws) + 3,
+        what=f"a curve of {len(sizes) * (1 + draws):,} circuits",
+        fix="use fewer points or random_draws",
+    )
+    prep = _begin(task, cache)
+    corrupted = _baselines(model, prep)[1]  # refuses runs that agree, before the curve
     rows, masks = [], []
     rng = np.random.default_rng(check_seed(seed))
     valid_idx = np.flatnonzero(graph.valid)
     for n in sizes:
-        rows.append({"kind": "top", "draw": 0, "n_edges": n})
-        masks.append(graph.valid & ~top_edges(sc, n))
+        top = top_edges(sc, n)
+        rows.append({"kind": "top", "draw": 0, "n_edges": int(top.sum())})
+        masks.append(graph.valid & ~top)
         for d in range(draws):
             pick = np.zeros(graph.valid.size, dtype=bool)
             pick[rng.choice(valid_idx, size=n, replace=False)] = True
             rows.append({"kind": "random", "draw": d, "n_edges": n})
             masks.append(graph.valid & ~pick.reshape(graph.valid.shape))
     values = evaluate_masks(prep, masks, progress=progress, desc="faithfulness curve")
-    corrupted = _baselines(model, prep)[1]
     df = pd.DataFrame(rows)
     df["fraction_of_edges"] = df["n_edges"] / graph.n_edges
     df["metric"] = values
@@ -311,12 +338,18 @@ def find_circuit(
             when even the whole graph does not reach it, or a ``bracket`` whose
             ``hi`` does not.
     """
-    prep = _task(model, tokens, corrupted_tokens, metric, ablation, cache, seed)
+    task = _check(model, tokens, corrupted_tokens, metric, ablation, seed)
     target = check_finite(target, "target")
     if not 0 < target <= 1:
         raise InterpError(f"target must be in (0, 1], got {target}")
-    graph = prep.graph
+    graph = task.graph
     sc = score_matrix(graph, scores)
+    lo, hi = 0, 1
+    if bracket is not None:
+        lo, hi = (check_int(n, "bracket", minimum=0) for n in bracket)
+        if not lo < hi <= graph.n_edges:
+            raise InterpError(f"bracket must be (lo, hi), 0 <= lo < hi <= {graph.n_edges}")
+    prep = _begin(task, cache)
     corrupted = _baselines(model, prep)[1]
     tried: dict[int, tuple[float, np.ndarray]] = {}
 
@@ -327,15 +360,10 @@ def find_circuit(
             tried[n] = (_faith(value, prep.base_value, corrupted), keep)
         return tried[n][0]
 
-    lo, hi = 0, 1
-    if bracket is not None:
-        lo, hi = (check_int(n, "bracket", minimum=0) for n in bracket)
-        if not lo < hi <= graph.n_edges:
-            raise InterpError(f"bracket must be (lo, hi), 0 <= lo < hi <= {graph.n_edges}")
-        if faith(hi) < target:
-            raise InterpError(
-                f"the bracket's top-{hi} circuit reaches only {faith(hi):.3f}, below {target}"
-            )
+    if bracket is not None and faith(hi) < target:
+        raise InterpError(
+            f"the bracket's top-{hi} circuit reaches only {faith(hi):.3f}, below {target}"
+        )
     while faith(hi) < target:
         if hi >= graph.n_edges:
             raise InterpError(

@@ -37,14 +37,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
+from interp.engine.batching import check_work
 from interp.engine.direction import Direction, effects, normalized, runs
-from interp.engine.edges import patch_edges
-from interp.engine.tasks import prepare
+from interp.engine.edges import patch_cost, patch_edges
+from interp.engine.tasks import begin, check, check_span
 from interp.errors import InterpError
 from interp.metrics import Metric
 from interp.protocol import HookedModel, positions_label
@@ -76,14 +76,15 @@ def path_patch(
 
     Raises:
         InterpError: for unknown senders or receivers, a sender that does not
-            precede a receiver, an unknown direction, tokens that do not pair up, a
-            metric that needs an LM head the model lacks, or a cache of other tokens.
+            precede a receiver, an unknown direction, tokens that do not pair up or are
+            equal, clean and corrupted runs with the same metric, a metric that needs an LM
+            head the model lacks, or a cache of other tokens.
     """
-    prep = prepare(
+    task = check(
         model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation="patch",
-        positions=positions, direction=direction, cache=cache,
+        positions=positions, direction=direction,
     )  # fmt: skip
-    graph = prep.graph
+    graph = task.graph
     names = ["logits"] if receivers is None else list(receivers)
     if isinstance(receivers, str):
         raise InterpError(f"receivers must be a list, e.g. [{receivers!r}]")
@@ -98,17 +99,22 @@ def path_patch(
         s_idx = list(dict.fromkeys(graph.sender_index(s) for s in senders))
     if not s_idx:
         raise InterpError("no sender precedes every receiver")
-    masks = []
+    edits = []
     for s in s_idx:
         late = [graph.receivers[j] for j in r_idx if not graph.valid[s, j]]
         if late:
             raise InterpError(
                 f"{graph.senders[s]} does not precede {late[0]}: it writes after the receiver reads"
             )
-        m = np.zeros_like(graph.valid)
-        m[s, r_idx] = True
-        masks.append(m)
-    patched = patch_edges(prep, masks, progress=progress, desc="path patching")
+        edits.append([(s, j) for j in r_idx])
+    check_work(
+        patch_cost(task, edits) + 2,
+        what=f"path patching {len(edits)} senders",
+        fix="pass fewer senders",
+    )
+    prep = begin(task, cache=cache)
+    check_span(prep.base_value, float(prep.source_value), "the normalized column")
+    patched = patch_edges(prep, edits, progress=progress, desc="path patching")
     base, source = prep.base_value, float(prep.source_value)  # read as the patched runs are
     clean, corrupted = runs(prep.direction, base, source)  # (base, source) -> in order
     df = pd.DataFrame(

@@ -1,11 +1,12 @@
 """The bank-sense lab: every experiment of the article "How an attention head mixes information".
 
-Part one runs hand-set toy heads (:mod:`interp.labs.toy_heads`): the
+Part one runs hand-set toy heads (:mod:`interp.labs.bank_sense.toy_heads`): the
 identity head on "the river bank" / "the money bank", score scales, softmax,
 the Eiffel-tower swap query, fixed-key matching directions, the null space
-of a query map, causal masking. Part two trains (:mod:`interp.labs.sense_training`):
-the article's two-coordinate SGD widget, the eight-dimensional
-``OneHeadSense`` classifier, and the biased dataset. Every number is computed
+of a query map, and causal masking (:mod:`interp.labs.bank_sense.causal_masking`).
+Part two trains (:mod:`interp.labs.bank_sense.sense_training`): the article's
+two-coordinate SGD widget, the eight-dimensional ``OneHeadSense`` classifier,
+and the biased dataset. Every number is computed
 here, read off TransformerLens hooks on the toy heads and checked against the
 article's numpy head; none is copied from the article.
 
@@ -22,8 +23,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interp.labs import sense_training as st
-from interp.labs import toy_heads as th
+from interp.labs.bank_sense import causal_masking as cm
+from interp.labs.bank_sense import sense_training as st
+from interp.labs.bank_sense import toy_heads as th
 from interp.labs.common import progress_bar
 
 NAME = "bank-sense"
@@ -84,7 +86,7 @@ def analyse(*, seed: int = 0, progress: bool = False) -> BankSenseFindings:
                 ],
             }
         ),
-        "causal": th.causal_comparison(),
+        "causal": cm.causal_comparison(),
     }
     bar.update()
     walk = st.SGDWalkthrough(seed=seed)
@@ -121,7 +123,7 @@ def analyse(*, seed: int = 0, progress: bool = False) -> BankSenseFindings:
     _, biased = st.biased_dataset(seed=seed)
     tables["biased_dataset"] = biased
     bar.update()
-    demo, cat = th.causal_mask_demo(), th.tired_cat()
+    demo, cat = cm.causal_mask_demo(), cm.tired_cat()
     bar.update()
     bar.close()
     return BankSenseFindings(
@@ -150,63 +152,3 @@ def _step_row(t: dict[str, Any], step: int) -> dict[str, Any]:
 def tables(f: BankSenseFindings) -> dict[str, pd.DataFrame]:
     """The lab's tables by name."""
     return dict(f.tables)
-
-
-def figures(f: BankSenseFindings) -> dict[str, Any]:
-    """Attention bars (identity head and trained classifier) and the 2-D SGD trace."""
-    from interp.figures import grouped_bars, trace_2d
-
-    ident = {s: [float(x) for x in r["A"][-1]] for s, r in f.identity.items()}
-    trained = {s: [float(x) for x in A[-1]] for s, A in f.classifier_patterns.items()}
-    return {
-        "attention_identity": grouped_bars(
-            ["the", "river / money", "bank"],
-            ident,
-            xlabel="source token (position)",
-            ylabel="bank's attention weight",
-            caption="Bank's attention row under identity projections. The weights are the same "
-            "in both sentences; what bank receives differs because the vectors mixed differ. "
-            "Weights alone do not say what is contributed.",
-        ),
-        "attention_trained": grouped_bars(
-            ["the", "river / money", "bank"],
-            trained,
-            xlabel="source token (position)",
-            ylabel="bank's attention weight",
-            caption=f"Bank's attention row in the trained eight-dimensional classifier (seed "
-            f"{f.seed}): it routes to the clue word. One observed solution, not one the "
-            "four-example task forces.",
-        ),
-        "sgd_trace": trace_2d(
-            {s: p for s, p in f.sgd_paths.items()},
-            xlabel="mixture coordinate 0",
-            ylabel="mixture coordinate 1",
-            caption=f"Bank's two-coordinate mixture for each sentence over {SGD_STEPS} SGD steps "
-            "of the article's widget (o start, x end): training pushes the two sentences' "
-            "mixtures apart. The coordinates have no assigned meaning.",
-        ),
-    }
-
-
-def report(f: BankSenseFindings) -> Any:
-    """The lab's HTML report."""
-    from interp.labs.bank_sense_report import build
-
-    return build(f, figures(f))
-
-
-def summary(f: BankSenseFindings) -> list[str]:
-    """Lines for the terminal."""
-    r = f.identity["the river bank"]
-    eiffel = f.tables["eiffel"].set_index("variant")
-    swap = eiffel.loc["swap query", ["w[the]", "w[Eiffel]", "w[tower]"]].to_numpy(dtype=float)
-    sense = f.sense_classifier
-    return [
-        f"river bank: weights {np.round(r['weights'], 2).tolist()}, "
-        f"mixture {np.round(r['mixture'], 2).tolist()}",
-        f"Eiffel swap query: weights {np.round(swap, 4).tolist()}",
-        f"null direction n = {np.round(f.null_space['n'], 6).tolist()}, "
-        f"Me = M(e+n) = {f.null_space['Me'].tolist()}",
-        f"OneHeadSense (seed {f.seed}): predictions {sense['prediction'].tolist()[:2]}, "
-        f"bank attention {sense['bank_attention'].tolist()[:2]}",
-    ]

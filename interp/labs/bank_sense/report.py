@@ -1,4 +1,7 @@
-"""The bank-sense lab's HTML report: it lays out findings, and computes nothing."""
+"""The bank-sense lab's figures, HTML report and summary lines.
+
+They lay out the findings of :mod:`.analysis` and compute nothing.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from interp.labs import toy_heads as th
+from interp.labs.bank_sense import toy_heads as th
+from interp.labs.bank_sense.analysis import SGD_STEPS, TITLE, BankSenseFindings
 from interp.render import Report
 
 CAUTIONS = [
@@ -19,10 +23,47 @@ CAUTIONS = [
 ]
 
 
-def build(f: Any, plots: dict[str, Any]) -> Report:
-    """The report of :class:`interp.labs.bank_sense.BankSenseFindings` ``f``."""
+def figures(f: BankSenseFindings) -> dict[str, Any]:
+    """Attention bars (identity head and trained classifier) and the 2-D SGD trace."""
+    from interp.figures import grouped_bars, trace_2d
+
+    ident = {s: [float(x) for x in r["A"][-1]] for s, r in f.identity.items()}
+    trained = {s: [float(x) for x in A[-1]] for s, A in f.classifier_patterns.items()}
+    return {
+        "attention_identity": grouped_bars(
+            ["the", "river / money", "bank"],
+            ident,
+            xlabel="source token (position)",
+            ylabel="bank's attention weight",
+            caption="Bank's attention row under identity projections. The weights are the same "
+            "in both sentences; what bank receives differs because the vectors mixed differ. "
+            "Weights alone do not say what is contributed.",
+        ),
+        "attention_trained": grouped_bars(
+            ["the", "river / money", "bank"],
+            trained,
+            xlabel="source token (position)",
+            ylabel="bank's attention weight",
+            caption=f"Bank's attention row in the trained eight-dimensional classifier (seed "
+            f"{f.seed}): it routes to the clue word. One observed solution, not one the "
+            "four-example task forces.",
+        ),
+        "sgd_trace": trace_2d(
+            {s: p for s, p in f.sgd_paths.items()},
+            xlabel="mixture coordinate 0",
+            ylabel="mixture coordinate 1",
+            caption=f"Bank's two-coordinate mixture for each sentence over {SGD_STEPS} SGD steps "
+            "of the article's widget (o start, x end): training pushes the two sentences' "
+            "mixtures apart. The coordinates have no assigned meaning.",
+        ),
+    }
+
+
+def report(f: BankSenseFindings) -> Report:
+    """The lab's HTML report (:class:`interp.render.Report`)."""
+    plots = figures(f)
     t = f.tables
-    report = Report("Bank sense: how one attention head mixes information")
+    report = Report(TITLE)
     report.text(
         "Every number below is computed by interp from the article's toy vectors; the "
         "attention patterns are read from TransformerLens hooks on the toy head and checked "
@@ -88,3 +129,20 @@ def build(f: Any, plots: dict[str, Any]) -> Report:
         causal=False,
     )
     return report
+
+
+def summary(f: BankSenseFindings) -> list[str]:
+    """Lines for the terminal."""
+    r = f.identity["the river bank"]
+    eiffel = f.tables["eiffel"].set_index("variant")
+    swap = eiffel.loc["swap query", ["w[the]", "w[Eiffel]", "w[tower]"]].to_numpy(dtype=float)
+    sense = f.sense_classifier
+    return [
+        f"river bank: weights {np.round(r['weights'], 2).tolist()}, "
+        f"mixture {np.round(r['mixture'], 2).tolist()}",
+        f"Eiffel swap query: weights {np.round(swap, 4).tolist()}",
+        f"null direction n = {np.round(f.null_space['n'], 6).tolist()}, "
+        f"Me = M(e+n) = {f.null_space['Me'].tolist()}",
+        f"OneHeadSense (seed {f.seed}): predictions {sense['prediction'].tolist()[:2]}, "
+        f"bank attention {sense['bank_attention'].tolist()[:2]}",
+    ]

@@ -50,6 +50,8 @@ EXACT_ALL = 2000  # graphs up to this many edges are patched edge by edge, all o
 EXACT_TOP = 200  # otherwise the top edges of EAP-IG
 MATTERS = 0.05  # an edge matters when its exact effect exceeds this share of the difference
 TARGET = 0.8
+# Edge effects and path patching: the corrupted run's activations into the clean run.
+DIRECTION = "noising"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,21 +95,24 @@ def analyse(
     task = circuit_task(model, n=n, seed=seed)
     bar = progress_bar(7, progress, "circuits lab")
     kw = dict(corrupted_tokens=task.corrupted, metric=task.metric)
-    eap = attribute_edges(model, task.clean, **kw)
+    eap = attribute_edges(model, task.clean, direction=DIRECTION, **kw)
     bar.update()
-    ig = attribute_edges(model, task.clean, method="eap-ig", steps=5, **kw)
+    ig = attribute_edges(model, task.clean, method="eap-ig", steps=5, direction=DIRECTION, **kw)
     bar.update()
     scores = eap.rename(columns={"estimate": "eap"})
     scores["eap_ig"] = ig["estimate"].to_numpy()
     if graph.n_edges <= EXACT_ALL:
-        exact = attribute_edges(model, task.clean, method="exact", progress=progress, **kw)
+        exact = attribute_edges(
+            model, task.clean, method="exact", direction=DIRECTION, progress=progress, **kw
+        )
         scope = f"every edge ({graph.n_edges})"
     else:
         top = scores.reindex(scores["eap_ig"].abs().sort_values(ascending=False).index)
         picked = top.head(EXACT_TOP)["label"].tolist()
         exact = attribute_edges(
-            model, task.clean, method="exact", edges=picked, progress=progress, **kw
-        )
+            model, task.clean, method="exact", edges=picked, direction=DIRECTION,
+            progress=progress, **kw,
+        )  # fmt: skip
         scope = f"the top {EXACT_TOP} edges by |EAP-IG| of {graph.n_edges:,}"
     scores = scores.merge(exact[["label", "exact"]], on="label", how="left")
     clean = float(eap.attrs["clean"])
@@ -219,10 +224,17 @@ def _paths(model: Any, task: Task, circuit: Any) -> pd.DataFrame:
     for receiver in counts.index[:4]:
         df = path_patch(
             model, task.clean, corrupted_tokens=task.corrupted, metric=task.metric,
-            receivers=[receiver],
+            direction=DIRECTION, receivers=[receiver],
         )  # fmt: skip
         rows.append(df.assign(receiver=receiver)[["sender", "receiver", "patched", "normalized"]])
-    return pd.concat(rows, ignore_index=True)
+    out = pd.concat(rows, ignore_index=True)
+    # One path_patch call per receiver: the same direction, metric and model; their work adds.
+    out.attrs.update(rows[0].attrs)
+    out.attrs["receivers"] = [str(r) for r in counts.index[:4]]
+    out.attrs["forward_equivalents"] = round(
+        sum(float(r.attrs["forward_equivalents"]) for r in rows), 3
+    )
+    return out
 
 
 def tables(f: CircuitFindings) -> dict[str, pd.DataFrame]:
@@ -237,144 +249,3 @@ def tables(f: CircuitFindings) -> dict[str, pd.DataFrame]:
         "held_out": f.held_out,
         "path_patching": f.paths,
     }
-
-
-def figures(f: CircuitFindings) -> dict[str, Any]:
-    """The circuit as a layered graph, faithfulness curves, estimates against exact effects,
-    and path patching into the circuit's receivers."""
-    from interp.figures import circuit_figure, heatmap, lines, scatter
-
-    info = f.circuit_info
-    out = {
-        "circuit": circuit_figure(
-            f.circuit.to_dict("records"),
-            n_layers=f.n_layers,
-            caption=f"The smallest top-n circuit (ranked by {info['ranked_by']}, pruned to "
-            f"edges connected to the input and the logits) that keeps {info['faithfulness']:.2f}"
-            f" of the clean - corrupted difference (target {info['target']}): "
-            f"{info['n_edges']} of {f.n_edges:,} edges ({info['fraction_of_edges']:.2%}). "
-            "Width is |score|. Faithfulness is measured with the corrupted prompts as the "
-            "replacement; another ablation gives other numbers.",
-        )
-    }
-    curves = f.curves
-    series = {}
-    xs = sorted(set(curves["n_edges"]))
-    for kind in ("eap", "eap-ig"):
-        c = curves[curves["kind"] == kind].set_index("n_edges")["faithfulness"]
-        series[f"top n by |{kind.upper()}|"] = [float(c.get(x, np.nan)) for x in xs]
-    rand = curves[curves["kind"] == "random"].groupby("n_edges")["faithfulness"].median()
-    series["random circuits (median of 3)"] = [float(rand.get(x, np.nan)) for x in xs]
-    at = {k: v[len(xs) // 2] for k, v in series.items()}
-    out["faithfulness"] = lines(
-        xs,
-        series,
-        xlabel="edges kept (log scale)",
-        ylabel="faithfulness (1 = clean, 0 = corrupted)",
-        markers=True,
-        logx=True,
-        caption=f"Faithfulness of the top-n edges by each estimate, every point measured "
-        f"exactly, against random circuits of the same size. At {xs[len(xs) // 2]} edges: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in at.items())
-        + ". Estimates rank edges; the exact evaluation decides.",
-    )
-    have = f.scores.dropna(subset="exact")
-    out["estimate_vs_exact"] = scatter(
-        have["exact"],
-        have["eap_ig"],
-        labels=have["label"].tolist(),
-        xlabel=f"exact effect of corrupting the edge ({f.unit})",
-        ylabel="EAP-IG estimate",
-        caption=f"EAP-IG's estimate against the exact effect, for {f.exact_scope}. Points far "
-        "from the diagonal are edges where the linear estimate misleads.",
-    )
-    if not f.paths.empty:
-        pivot = f.paths.pivot_table(index="sender", columns="receiver", values="normalized")
-        order = [s for s in f.scores["sender"].drop_duplicates() if s in pivot.index]
-        pivot = pivot.reindex(order)
-        out["path_patching"] = heatmap(
-            pivot.to_numpy(),
-            row_labels=list(pivot.index),
-            col_labels=list(pivot.columns),
-            xlabel="receiver (a head's input)",
-            ylabel="sender",
-            colorbar="share of the corruption's effect carried",
-            cmap="RdBu_r",
-            vmin=-1,
-            vmax=1,
-            annotate=pivot.size <= 64,
-            caption="Path patching: each sender's corrupted output reaching only this receiver's "
-            "input, as a share of the whole corruption's effect; everything downstream runs "
-            "as usual. One path at a time: paths that matter only together look small.",
-        )
-    return out
-
-
-CAUTIONS = [
-    "Faithfulness depends on what replaces an edge: here the corrupted prompts' outputs. Zero "
-    "or mean ablation (ablation='zero' / 'mean') gives other numbers (Miller et al. 2024).",
-    "EAP and EAP-IG are first-order estimates: they rank edges cheaply; the exact evaluation of "
-    "each circuit, and the exact edge effects beside them, are what decide.",
-    "An edge that matters on these prompts is a claim about these prompts: the held-out "
-    "faithfulness checks it on prompts the circuit was not found on.",
-    "Edges from an input that is the same in the clean and corrupted prompts (the positional "
-    "embedding, tokens the corruption leaves alone) carry nothing under patching, however "
-    "much the model uses them: the corruption defines what a circuit has to explain.",
-]
-
-
-def report(f: CircuitFindings) -> Any:
-    """The lab's HTML report."""
-    from interp.render import Report
-    from interp.tables import styled_html
-
-    plots = figures(f)
-    t = tables(f)
-    info = f.circuit_info
-    held = f.held_out.iloc[0]
-    r = Report(TITLE)
-    r.text(
-        f"Model {f.model_name}: {f.graph}. Task: {f.task} ({f.task_description}). Clean metric "
-        f"{f.clean:.3f}, every edge corrupted {f.corrupted:.3f} ({f.unit}). Seed {f.seed}."
-    )
-    r.cautions(CAUTIONS)
-    r.heading("The circuit")
-    r.figure(plots["circuit"], "circuit")
-    r.text(
-        f"{info['n_edges']} edges ({info['fraction_of_edges']:.2%} of the graph) keep "
-        f"{info['faithfulness']:.3f} of the clean - corrupted difference on these prompts, "
-        f"{float(held['faithfulness']):.3f} on held-out prompts; ranked by {info['ranked_by']}."
-    )
-    r.table(f.circuit)
-    r.heading("Estimates against exact edge effects")
-    r.figure(plots["estimate_vs_exact"], "estimate_vs_exact")
-    r.text(
-        f"Exact effects for {f.exact_scope}; an edge matters when its exact effect exceeds "
-        f"{MATTERS:.0%} of the clean - corrupted difference ({f.agreement.attrs['threshold']:.3f})."
-    )
-    r.table(f.agreement)
-    r.heading("Faithfulness curves")
-    r.figure(plots["faithfulness"], "faithfulness")
-    r.raw(styled_html(t["curves"], colour="faithfulness"))
-    if "path_patching" in plots:
-        r.heading("Path patching into the circuit's receivers")
-        r.figure(plots["path_patching"], "path_patching")
-    return r
-
-
-def summary(f: CircuitFindings) -> list[str]:
-    """Lines for the terminal."""
-    info = f.circuit_info
-    ag = f.agreement
-    lines = [
-        f"{f.model_name} ({f.task}): {f.graph}; clean {f.clean:.3f}, corrupted {f.corrupted:.3f}",
-    ]
-    for est in ("eap", "eap-ig"):
-        a = ag[ag["estimator"] == est]["value"].tolist()
-        lines.append(f"{est}: ROC AUC {a[0]:.3f}, Spearman {a[1]:.3f} ({f.exact_scope})")
-    lines.append(
-        f"circuit at {info['target']:.0%}: {info['n_edges']} edges "
-        f"({info['fraction_of_edges']:.2%}), faithfulness {info['faithfulness']:.3f}, held-out "
-        f"{float(f.held_out['faithfulness'].iloc[0]):.3f}: " + ", ".join(f.circuit["label"][:8])
-    )
-    return lines

@@ -58,11 +58,6 @@ from interp.metrics import next_token_nll
 NAME = "induction"
 TITLE = "Induction heads in a two-layer attention-only model"
 EVAL_SEED = 20_000  # distinct from the training run's own held-out batch
-STRIPE_NAMES = {
-    "previous_token": "previous-token",
-    "induction": "induction",
-    "duplicate_token": "duplicate-token",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +107,7 @@ class InductionFindings:
         kc = self.composition
         top = kc.loc[kc["score"].idxmax()]
         abl = self.ablation.set_index("label")
-        least = abl["delta"].abs().idxmin()
+        least = abl["effect"].abs().idxmin()
         copy = self.copying.set_index("label").loc[self.induction_label]
         icl = float(self.icl["score"].iloc[0])
         rows = [
@@ -141,17 +136,17 @@ class InductionFindings:
             ("repeated-half loss", self.losses["repeated"], "near 0"),
             (
                 "ablate induction head: delta loss",
-                float(abl.loc[self.induction_label, "delta"]),
+                float(abl.loc[self.induction_label, "effect"]),
                 "> 1 nat",
             ),
             (
                 "ablate previous-token head: delta loss",
-                float(abl.loc[self.prev_label, "delta"]),
+                float(abl.loc[self.prev_label, "effect"]),
                 "> 1 nat",
             ),
             (
                 f"ablate least important head ({least}): delta loss",
-                float(abl.loc[least, "delta"]),
+                float(abl.loc[least, "effect"]),
                 "much less than 1 nat",
             ),
             ("in-context learning score", icl, "< 0 (late loss below early)"),
@@ -386,113 +381,3 @@ def tables(f: InductionFindings) -> dict[str, pd.DataFrame]:
         "losses": pd.DataFrame([{**f.losses, **{f"icl_{k}": v for k, v in f.icl.iloc[0].items()}}]),
         "logit_lens": f.lens,
     }
-
-
-def figures(f: InductionFindings) -> dict[str, Any]:
-    """The lab's figures by name (:class:`interp.figures.Plot`)."""
-    from interp.figures import heatmap, lines
-
-    curves = f.loss_by_position
-    rep = curves[curves["half"] == "repeated"]["position"]
-    series = {c: curves[c].tolist() for c in curves.columns if c not in ("position", "half")}
-    out = {
-        "loss_by_position": lines(
-            curves["position"].tolist(),
-            series,
-            xlabel="position in the sequence (predicting the next token)",
-            ylabel="mean next-token loss (nats)",
-            shade=(float(rep.min()) - 0.5, float(rep.max()) + 0.5),
-            shade_label="second copy (predictable)",
-            caption=f"Loss at each position on {f.probe_size} sequences of BOS, a segment of "
-            "random tokens, the segment again, then random filler: clean, and with each key head "
-            "zero-ablated. The drop on the second copy is the induction bump; ablating either "
-            "head removes it. (With the segment right after BOS, the second copy's first two "
-            "predictions are missed.) It shows what the "
-            "loss depends on, not how the heads compute it.",
-        )
-    }
-    for stripe, nice in STRIPE_NAMES.items():
-        pivot = f.scores.pivot(index="layer", columns="head", values=stripe)
-        out[f"scores_{stripe}"] = heatmap(
-            pivot.to_numpy(),
-            row_labels=list(pivot.index),
-            col_labels=list(pivot.columns),
-            xlabel="head",
-            ylabel="layer",
-            colorbar=f"{nice} score",
-            vmin=0,
-            vmax=1,
-            caption=f"{nice.capitalize()} score of every head (interp convention, held-out "
-            "sequences). A high score says where a head looks; the ablations say whether it "
-            "matters.",
-        )
-    kc = f.composition.pivot(index="src_label", columns="label", values="score")
-    out["k_composition"] = heatmap(
-        kc.to_numpy(),
-        row_labels=list(kc.index),
-        col_labels=list(kc.columns),
-        xlabel="later head (keys)",
-        ylabel="earlier head (OV output)",
-        colorbar="K-composition score",
-        vmin=0.0,
-        caption=f"K-composition: how much an earlier head's output is read by a later head's keys, "
-        f"from the weights alone (random baseline {f.composition['baseline'].iloc[0]:.3f}). "
-        "Weights "
-        "say which paths exist, not which the model uses on data.",
-    )
-    out["logit_lens"] = lens_lines(f)
-    return out
-
-
-def lens_lines(f: InductionFindings) -> Any:
-    """The lens figure: the next token's probability after each stage, per half; the caption
-    states the repeated half's numbers."""
-    from interp.figures import lines
-
-    lens = f.lens
-    names = lens[lens["half"] == "repeated"]["stage_name"].tolist()
-    series = {
-        half: lens[lens["half"] == half]["next_token_p"].tolist()
-        for half in ("repeated", "first half")
-    }
-    rep = series["repeated"]
-    steps = ", ".join(f"{p:.2f} after {n}" for n, p in zip(names, rep))
-    jump = max(range(1, len(rep)), key=lambda i: rep[i] - rep[i - 1])
-    return lines(
-        list(range(len(names))),
-        series,
-        xlabel="stage (0 = embeddings, l + 1 = after block l)",
-        ylabel="probability of the next token",
-        markers=True,
-        caption=f"The logit lens on {f.data.tokens.shape[0]} held-out sequences: the next "
-        f"token's probability read after each block (final norm recomputed per stage). On the "
-        f"repeated half it is {steps}: the answer appears at stage {jump} ({names[jump]}, the "
-        f"block of {f.induction_label if jump == f.induction_head[0] + 1 else 'no key head'}). "
-        "The first half stays near chance. Readable is not used: the ablations test that.",
-    )
-
-
-def report(f: InductionFindings) -> Any:
-    """The lab's HTML report (:class:`interp.render.Report`)."""
-    from interp.labs.induction_report import build
-
-    return build(f, figures(f))
-
-
-def summary(f: InductionFindings) -> list[str]:
-    """Lines for the terminal."""
-    abl = f.ablation.set_index("label")["delta"]
-    return [
-        f"previous-token head {f.prev_label} "
-        f"(score {f.score_of(f.prev_head, 'previous_token'):.3f}), "
-        f"induction head {f.induction_label} "
-        f"(score {f.score_of(f.induction_head, 'induction'):.3f})",
-        f"loss: first half {f.losses['first_half']:.3f} nats, repeated half "
-        f"{f.losses['repeated']:.3f} nats",
-        "ablation delta (nats): " + ", ".join(f"{k} {v:+.3f}" for k, v in abl.items()),
-        "logit lens, repeated half, P(next token) by stage: "
-        + ", ".join(
-            f"{r.stage_name} {r.next_token_p:.2f}"
-            for r in f.lens[f.lens["half"] == "repeated"].itertuples()
-        ),
-    ]

@@ -1,11 +1,21 @@
-"""The induction lab's HTML report: it lays out findings, and computes nothing."""
+"""The induction lab's figures, HTML report and summary lines.
+
+They lay out the findings of :mod:`.analysis` and compute nothing.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from interp.labs.induction.analysis import TITLE, InductionFindings
 from interp.render import Report
 from interp.tables import styled_html
+
+STRIPE_NAMES = {
+    "previous_token": "previous-token",
+    "induction": "induction",
+    "duplicate_token": "duplicate-token",
+}
 
 CAUTIONS = [
     "Numbers are on held-out sequences whose segment lengths were never used in training; "
@@ -21,9 +31,94 @@ CAUTIONS = [
 ]
 
 
-def build(f: Any, plots: dict[str, Any]) -> Report:
-    """The report of :class:`interp.labs.induction.InductionFindings` ``f``."""
-    report = Report("Induction heads in a two-layer attention-only model")
+def figures(f: InductionFindings) -> dict[str, Any]:
+    """The lab's figures by name (:class:`interp.figures.Plot`)."""
+    from interp.figures import heatmap, lines
+
+    curves = f.loss_by_position
+    rep = curves[curves["half"] == "repeated"]["position"]
+    series = {c: curves[c].tolist() for c in curves.columns if c not in ("position", "half")}
+    out = {
+        "loss_by_position": lines(
+            curves["position"].tolist(),
+            series,
+            xlabel="position in the sequence (predicting the next token)",
+            ylabel="mean next-token loss (nats)",
+            shade=(float(rep.min()) - 0.5, float(rep.max()) + 0.5),
+            shade_label="second copy (predictable)",
+            caption=f"Loss at each position on {f.probe_size} sequences of BOS, a segment of "
+            "random tokens, the segment again, then random filler: clean, and with each key head "
+            "zero-ablated. The drop on the second copy is the induction bump; ablating either "
+            "head removes it. (With the segment right after BOS, the second copy's first two "
+            "predictions are missed.) It shows what the "
+            "loss depends on, not how the heads compute it.",
+        )
+    }
+    for stripe, nice in STRIPE_NAMES.items():
+        pivot = f.scores.pivot(index="layer", columns="head", values=stripe)
+        out[f"scores_{stripe}"] = heatmap(
+            pivot.to_numpy(),
+            row_labels=list(pivot.index),
+            col_labels=list(pivot.columns),
+            xlabel="head",
+            ylabel="layer",
+            colorbar=f"{nice} score",
+            vmin=0,
+            vmax=1,
+            caption=f"{nice.capitalize()} score of every head (interp convention, held-out "
+            "sequences). A high score says where a head looks; the ablations say whether it "
+            "matters.",
+        )
+    kc = f.composition.pivot(index="src_label", columns="label", values="score")
+    out["k_composition"] = heatmap(
+        kc.to_numpy(),
+        row_labels=list(kc.index),
+        col_labels=list(kc.columns),
+        xlabel="later head (keys)",
+        ylabel="earlier head (OV output)",
+        colorbar="K-composition score",
+        vmin=0.0,
+        caption=f"K-composition: how much an earlier head's output is read by a later head's keys, "
+        f"from the weights alone (random baseline {f.composition['baseline'].iloc[0]:.3f}). "
+        "Weights "
+        "say which paths exist, not which the model uses on data.",
+    )
+    out["logit_lens"] = lens_lines(f)
+    return out
+
+
+def lens_lines(f: InductionFindings) -> Any:
+    """The lens figure: the next token's probability after each stage, per half; the caption
+    states the repeated half's numbers."""
+    from interp.figures import lines
+
+    lens = f.lens
+    names = lens[lens["half"] == "repeated"]["stage_name"].tolist()
+    series = {
+        half: lens[lens["half"] == half]["next_token_p"].tolist()
+        for half in ("repeated", "first half")
+    }
+    rep = series["repeated"]
+    steps = ", ".join(f"{p:.2f} after {n}" for n, p in zip(names, rep))
+    jump = max(range(1, len(rep)), key=lambda i: rep[i] - rep[i - 1])
+    return lines(
+        list(range(len(names))),
+        series,
+        xlabel="stage (0 = embeddings, l + 1 = after block l)",
+        ylabel="probability of the next token",
+        markers=True,
+        caption=f"The logit lens on {f.data.tokens.shape[0]} held-out sequences: the next "
+        f"token's probability read after each block (final norm recomputed per stage). On the "
+        f"repeated half it is {steps}: the answer appears at stage {jump} ({names[jump]}, the "
+        f"block of {f.induction_label if jump == f.induction_head[0] + 1 else 'no key head'}). "
+        "The first half stays near chance. Readable is not used: the ablations test that.",
+    )
+
+
+def report(f: InductionFindings) -> Report:
+    """The lab's HTML report (:class:`interp.render.Report`)."""
+    plots = figures(f)
+    report = Report(TITLE)
     report.text(f"Model {f.model_name}: {f.n_layers} layers x {f.n_heads} heads. Seed {f.seed}.")
     report.cautions(CAUTIONS)
     report.heading("Summary")
@@ -77,3 +172,22 @@ def build(f: Any, plots: dict[str, Any]) -> Report:
     report.raw(styled_html(f.ablation))
     report.raw(styled_html(f.group_ablation))
     return report
+
+
+def summary(f: InductionFindings) -> list[str]:
+    """Lines for the terminal."""
+    abl = f.ablation.set_index("label")["effect"]
+    return [
+        f"previous-token head {f.prev_label} "
+        f"(score {f.score_of(f.prev_head, 'previous_token'):.3f}), "
+        f"induction head {f.induction_label} "
+        f"(score {f.score_of(f.induction_head, 'induction'):.3f})",
+        f"loss: first half {f.losses['first_half']:.3f} nats, repeated half "
+        f"{f.losses['repeated']:.3f} nats",
+        "ablation delta (nats): " + ", ".join(f"{k} {v:+.3f}" for k, v in abl.items()),
+        "logit lens, repeated half, P(next token) by stage: "
+        + ", ".join(
+            f"{r.stage_name} {r.next_token_p:.2f}"
+            for r in f.lens[f.lens["half"] == "repeated"].itertuples()
+        ),
+    ]

@@ -388,24 +388,3 @@ def tables(f: PretrainedFindings) -> dict[str, pd.DataFrame]:
             parts["induction_copying"] = ind.copying
         out.update({f"{stem}_{k}": v for k, v in parts.items()})
     return out
-
-
-def figures(f: PretrainedFindings) -> dict[str, Any]:
-    """Induction-score heatmaps, the sense curves of both models, and the group ablations."""
-    from interp.labs.pretrained_report import figures as make
-
-    return make(f)
-
-
-def report(f: PretrainedFindings) -> Any:
-    """The lab's HTML report."""
-    from interp.labs.pretrained_report import build
-
-    return build(f, figures(f))
-
-
-def summary(f: PretrainedFindings) -> list[str]:
-    """Lines for the terminal."""
-    from interp.labs.pretrained_report import summary_lines
-
-    return summary_lines(f)

@@ -1,10 +1,13 @@
-"""The pretrained-heads lab's figures and report: they lay out findings and compute nothing."""
+"""The pretrained-heads lab's figures, HTML report and summary lines.
+
+They lay out the findings of :mod:`.analysis` and compute nothing.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from interp.labs.pretrained import top_by_kind
+from interp.labs.pretrained_heads.analysis import TITLE, PretrainedFindings, top_by_kind
 from interp.render import Report
 from interp.tables import styled_html
 
@@ -33,7 +36,7 @@ def _stem(name: str) -> str:
     return name.replace("/", "_")
 
 
-def figures(f: Any) -> dict[str, Any]:
+def figures(f: PretrainedFindings) -> dict[str, Any]:
     """Per model: induction-score heatmap and group ablation; both models' sense curves."""
     from interp.figures import bars, heatmap, line_panels
 
@@ -70,8 +73,8 @@ def figures(f: Any) -> dict[str, Any]:
         probe_series[f"{name}"] = (depth, sense.probe["accuracy"], {"colour": i})
         if ind.group_ablation is not None:
             abl = ind.group_ablation
-            top = abl[abl["kind"] == "top induction"]["delta"].tolist()
-            rand = abl[abl["kind"] == "random"]["delta"].tolist()
+            top = abl[abl["kind"] == "top induction"]["effect"].tolist()
+            rand = abl[abl["kind"] == "random"]["effect"].tolist()
             out[f"{_stem(name)}_group_ablation"] = bars(
                 [f"top {len(ind.top)} induction", f"random {len(ind.top)} (median)"],
                 [top[0], float(sorted(rand)[len(rand) // 2])],
@@ -185,9 +188,10 @@ def _sense_section(report: Report, mf: Any) -> None:
     report.raw(styled_html(s.clue_ablation, colour="delta_gap_centred"))
 
 
-def build(f: Any, plots: dict[str, Any]) -> Report:
-    """The report of :class:`interp.labs.pretrained.PretrainedFindings` ``f``."""
-    report = Report("Real heads: induction and word sense in pretrained transformers")
+def report(f: PretrainedFindings) -> Report:
+    """The lab's HTML report (:class:`interp.render.Report`)."""
+    plots = figures(f)
+    report = Report(TITLE)
     report.text(
         "The article's last step: watch real heads. Every number below is computed from the "
         "model's own activations and weights; read the cautions before quoting one. "
@@ -203,7 +207,7 @@ def build(f: Any, plots: dict[str, Any]) -> Report:
     return report
 
 
-def summary_lines(f: Any) -> list[str]:
+def summary(f: PretrainedFindings) -> list[str]:
     """Lines for the terminal."""
     lines = []
     for name, mf in f.models.items():
@@ -215,11 +219,11 @@ def summary_lines(f: Any) -> list[str]:
         )
         if ind.group_ablation is not None and ind.losses is not None:
             abl = ind.group_ablation
-            rand = abl[abl["kind"] == "random"]["delta"]
+            rand = abl[abl["kind"] == "random"]["effect"]
             lines.append(
                 f"  loss first half {ind.losses['first_half']:.3f}, repeated half "
                 f"{ind.losses['repeated']:.3f}; ablating the top {len(ind.top)}: "
-                f"{abl['delta'].iloc[0]:+.3f} nats, random (median of {len(rand)}): "
+                f"{abl['effect'].iloc[0]:+.3f} nats, random (median of {len(rand)}): "
                 f"{rand.median():+.3f}"
             )
         sim, probe = sense.similarity, sense.probe

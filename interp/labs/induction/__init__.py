@@ -1,0 +1,32 @@
+"""The induction lab: find, and test, the induction circuit of a trained two-layer model.
+
+:mod:`.analysis` computes the findings and their tables; :mod:`.report` lays them out
+as figures, an HTML report and summary lines.
+"""
+
+from interp.labs.induction.analysis import (
+    EVAL_SEED,
+    NAME,
+    TITLE,
+    InductionFindings,
+    analyse,
+    eval_data,
+    lens_by_half,
+    tables,
+)
+from interp.labs.induction.report import figures, lens_lines, report, summary
+
+__all__ = [
+    "EVAL_SEED",
+    "NAME",
+    "TITLE",
+    "InductionFindings",
+    "analyse",
+    "eval_data",
+    "figures",
+    "lens_by_half",
+    "lens_lines",
+    "report",
+    "summary",
+    "tables",
+]

@@ -1,0 +1,34 @@
+"""The name-mover lab: which heads move the indirect object's name to the answer, in SmolLM2.
+
+:mod:`.analysis` computes the findings and their tables; :mod:`.report` lays them out
+as figures, an HTML report and summary lines.
+"""
+
+from interp.labs.name_movers.analysis import (
+    DIRECTION,
+    NAME,
+    TITLE,
+    NameMoverFindings,
+    analyse,
+    check_performance,
+    direct_verdicts,
+    logit_diffs,
+    tables,
+)
+from interp.labs.name_movers.report import attention_caption, figures, report, summary
+
+__all__ = [
+    "DIRECTION",
+    "NAME",
+    "TITLE",
+    "NameMoverFindings",
+    "analyse",
+    "attention_caption",
+    "check_performance",
+    "direct_verdicts",
+    "figures",
+    "logit_diffs",
+    "report",
+    "summary",
+    "tables",
+]
