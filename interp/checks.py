@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import operator
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from interp.errors import InterpError
@@ -333,3 +333,63 @@ def parse_heads(model: Any, heads: Any) -> list[tuple[int, int]]:
             stacklevel=3,
         )
     return out
+
+
+def token_id(value: Any, tokenizer: Any, *, name: str = "token") -> int:
+    """One token id, by the one rule of the API and the CLI: an int, or a string of digits
+    (spaces around them ignored), is a token id; any other string is text that must be
+    exactly one token of ``tokenizer`` (leading spaces count: ``" Mary"`` is not ``"Mary"``).
+
+    Example:
+        >>> token_id(7, None), token_id("7", None), token_id(" 12 ", None)
+        (7, 7, 12)
+
+    Raises:
+        InterpError: for a negative or non-integer id, text without a tokenizer, or text
+            that is not one token (its pieces are named).
+    """
+    if isinstance(value, str):
+        if value.strip().isdigit():
+            return int(value)
+        if tokenizer is None:
+            raise InterpError(
+                f"{name} {value!r} is text (not a token id), and this model has no tokenizer; "
+                "give its id"
+            )
+        ids = tokenizer.encode(value, add_special_tokens=False)
+        if len(ids) != 1:
+            pieces = [tokenizer.decode([i]) for i in ids]
+            raise InterpError(
+                f"{name} {value!r} is {len(ids)} tokens for this tokenizer {pieces}; give a string "
+                "that is one token (a leading space often matters, e.g. ' Mary') or its id"
+            )
+        return int(ids[0])
+    return check_int(value, name, minimum=0)
+
+
+def check_not_padding(model: Any, tokens: torch.Tensor, read: Sequence[int], name: str) -> None:
+    """Refuse reading a position that is right padding: a run of the tokenizer's pad token
+    at the end of a sequence (an attention mask is not passed to the model, so what it
+    predicts there is the padding's, not the prompt's).
+
+    Raises:
+        InterpError: naming the sequence, the position and the fix.
+    """
+    tok = getattr(model, "tokenizer", None)
+    pad = getattr(tok, "pad_token_id", None) if tok is not None else None
+    if pad is None:
+        return
+    n = tokens.shape[1]
+    is_pad = (tokens == int(pad)).cpu()
+    for row in range(tokens.shape[0]):
+        run = 0
+        while run < n and bool(is_pad[row, n - 1 - run]):
+            run += 1
+        if 0 < run < n:
+            hit = [p % n for p in read if p % n >= n - run]
+            if hit:
+                raise InterpError(
+                    f"sequence {row} is right-padded: {name} reads position {hit[0]}, which "
+                    f"holds the pad token ({pad}); pad on the left (tokenizer.padding_side = "
+                    "'left') or give prompts of one length"
+                )

@@ -33,9 +33,10 @@ GLOSSARY: dict[str, str] = {
     "``'each'`` makes every edge one edge per position (``a -> b @3``)",
     "at": "where logits are *read* (DLA, the lens, ``logit_diff_metric``): an int or ints, "
     "negative from the end",
-    "answer, wrong": "token ids (one for all sequences or one per sequence) or single-token "
-    "strings: the logit (difference) a metric, DLA or lens follows; a multi-token string is "
-    "an error naming its pieces",
+    "answer, wrong": "the token(s) a metric, DLA or lens follows (one for all sequences or "
+    "one per sequence); by one rule in the API and on the CLI, an int or a string of digits "
+    "is a token id, and any other string is text that must be one token (a multi-token "
+    "string is an error naming its pieces)",
     "ablation": "what replaces an activation: ``'zero'``, ``'mean'`` (over the batch or "
     "``reference_tokens``), ``'resample'`` (another sequence's, seeded) or ``'patch'`` (the "
     "other run's, in ``direction``)",

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from interp.checks import check_int, check_mask
+from interp.checks import check_int, check_mask, check_not_padding
 from interp.errors import InterpError
 from interp.protocol import is_causal, logits_meaningful
 
@@ -226,6 +226,7 @@ def logit_diff_metric(answer: Any, wrong: Any, *, at: int = -1) -> Metric:
                 )
         if not -length <= pos < length:
             raise InterpError(f"at={pos} is out of range for sequences of length {length}")
+        check_not_padding(model, tokens, [pos], "logit_diff_metric")
 
     return Metric(
         fn=fn,

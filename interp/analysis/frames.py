@@ -115,6 +115,8 @@ def table_attrs(
         "forward_equivalents": round(float(forward_equivalents), 3),
         "engine": engine,
     }
+    if ablation == "patch":  # two runs: which tokens their metric is scored against
+        out["scored_on"] = "the clean tokens, in both runs"
     out.update(extra)
     return out
 

@@ -66,6 +66,30 @@ class FrozenParams:
             p.requires_grad_(True)
 
 
+def differentiable(value: Any, name: str, what: str) -> None:
+    """Refuse a metric value a gradient cannot be taken of: not one number, or one computed
+    outside torch (a Python float), or cut off from the logits.
+
+    Raises:
+        InterpError: naming the metric, what needs its gradient and the exact alternative.
+    """
+    from interp.metrics import scalar
+
+    if isinstance(value, torch.Tensor) and value.numel() != 1:
+        scalar(value, name)  # raises: a gradient is taken of one number
+    if not isinstance(value, torch.Tensor):
+        raise InterpError(
+            f"metric {name!r} returned a {type(value).__name__}, which is not differentiable: "
+            f"{what} needs a torch scalar computed from the logits (no .item() or float()); "
+            "exact measurements (method='exact', the ablate and patch sweeps) take any number"
+        )
+    if not value.requires_grad:
+        raise InterpError(
+            f"metric {name!r} is not differentiable in the model's output; {what} needs a "
+            "metric computed from the logits with torch operations"
+        )
+
+
 def _vjp(norm: Norm | None, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return g if norm is None else norm.vjp(x, g)
 
@@ -178,13 +202,7 @@ def receiver_gradients(
     with eval_mode(rt.model), FrozenParams(rt.model), torch.enable_grad():
         logits = rt.run(tokens, hooks=hooks, rows=metric.rows)
         value = metric(logits, tokens if score_tokens is None else score_tokens)
-        if not isinstance(value, torch.Tensor) or value.numel() != 1:
-            scalar(value, metric.name)  # raises the explanation
-        if not value.requires_grad:
-            raise InterpError(
-                f"metric {metric.name!r} is not differentiable in the model's output; edge "
-                "attribution needs a metric computed from the logits with torch operations"
-            )
+        differentiable(value, metric.name, "edge attribution (EAP, EAP-IG)")
         keys = list(at)
         grads = torch.autograd.grad(value, [at[k] for k in keys], allow_unused=True)
     if senders is not None:
@@ -304,13 +322,7 @@ def head_gradients(
     with eval_mode(rt.model), FrozenParams(rt.model), torch.enable_grad():
         logits = rt.run(tokens, hooks=hooks)
         value = metric(logits, tokens if score_tokens is None else score_tokens)
-        if isinstance(value, torch.Tensor) and value.numel() != 1:
-            scalar(value, metric.name)  # raises: attribution differentiates one number
-        if not isinstance(value, torch.Tensor) or not value.requires_grad:
-            raise InterpError(
-                f"metric {metric.name!r} is not differentiable in the model's output; "
-                "attribution needs a metric computed from the logits with torch operations"
-            )
+        differentiable(value, metric.name, "attribution patching")
         inputs = [zs[l] for l in layers] + [pats[j] for j in pattern_layers]
         grads = torch.autograd.grad(value, inputs, allow_unused=True)
     grads = [g if g is not None else torch.zeros_like(x) for g, x in zip(grads, inputs)]

@@ -147,9 +147,22 @@ def edge_mask(graph: Graph, edges: Any) -> np.ndarray:
         if arr.shape != graph.valid.shape:
             raise InterpError(f"edge mask has shape {arr.shape}, the graph {graph.valid.shape}")
         if (arr & ~graph.valid).any():
-            raise InterpError("the edge mask holds pairs that are not edges of the graph")
+            s, r = (int(i[0]) for i in np.nonzero(arr & ~graph.valid))
+            raise InterpError(
+                f"the edge mask holds {graph.senders[s]} -> {graph.receivers[r]}, which is not "
+                "an edge of the graph (the sender writes after the receiver reads)"
+            )
         return arr
     if isinstance(edges, pd.DataFrame):
+        if not {"sender", "receiver"} <= set(edges.columns):
+            raise InterpError("an edges table needs sender and receiver columns")
+        if "position" in edges.columns:
+            raise InterpError(
+                "this table holds edges per position (a position column, from "
+                "positions='each'); here edges are whole: pass positions='each' to read them "
+                "per position, or sum them first, e.g. "
+                "df.groupby(['sender', 'receiver'], as_index=False).sum()"
+            )
         pairs: Iterable[Any] = zip(edges["sender"], edges["receiver"])
     elif isinstance(edges, (str, bytes)):
         raise InterpError("edges must be a list of edges, not one string; pass [label]")
@@ -243,25 +256,43 @@ def position_edge_mask(graph: Graph, edges: Any, n_positions: int) -> np.ndarray
     return mask
 
 
-def load_circuit(path: str | os.PathLike[str], model: HookedModel) -> Circuit:
+def load_circuit(
+    path: str | os.PathLike[str], model: HookedModel, *, any_model: bool = False
+) -> Circuit:
     """A circuit saved by :meth:`Circuit.save`, on ``model``'s graph (to evaluate elsewhere).
 
+    A circuit names the model it was found on; it is refused on another model (a circuit of
+    one model's heads says nothing about another's) unless ``any_model=True`` says that is
+    meant (the graphs must still have the same shape).
+
     Raises:
-        InterpError: for a missing or malformed file, or a circuit of a model whose
-            graph differs from ``model``'s.
+        InterpError: for a missing or malformed file (a key missing, a value of the wrong
+            type, an edge that names no edge of the graph: the message names it), a circuit
+            of another model (without ``any_model``), or of a graph of another shape.
     """
     p = Path(path)
     if not p.is_file():
         raise InterpError(f"circuit file {str(p)!r} not found")
     try:
         doc = json.loads(p.read_text())
-        if doc.get("format") != "interp-circuit":
-            raise KeyError("format")
-        edges = doc["edges"]
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise InterpError(f"{str(p)!r} is not an interp circuit file") from None
+    except ValueError as exc:
+        raise InterpError(f"{str(p)!r} is not JSON ({exc}); is it a circuit file?") from None
+    if not isinstance(doc, dict) or doc.get("format") != "interp-circuit":
+        raise InterpError(f"{str(p)!r} is not an interp circuit file (no format: interp-circuit)")
+    for key, kind in (("edges", list), ("graph", dict), ("model", str)):
+        if key not in doc:
+            raise InterpError(f"{str(p)!r} lacks its {key!r}; it was edited or truncated")
+        if not isinstance(doc[key], kind):
+            raise InterpError(
+                f"{str(p)!r}: {key!r} must be a {kind.__name__}, got {type(doc[key]).__name__}"
+            )
     graph = circuit_graph(model)
-    shape = doc.get("graph", {})
+    if doc["model"] != graph.model_name and not any_model:
+        raise InterpError(
+            f"{str(p)!r} is a circuit of {doc['model']!r}, not of this model "
+            f"({graph.model_name!r}); pass any_model=True to evaluate it here anyway"
+        )
+    shape = doc["graph"]
     if (shape.get("n_layers"), shape.get("n_heads"), shape.get("n_kv_heads")) != (
         graph.n_layers,
         graph.n_heads,
@@ -271,10 +302,23 @@ def load_circuit(path: str | os.PathLike[str], model: HookedModel) -> Circuit:
             f"{str(p)!r} is a circuit of a {shape.get('n_layers')} x {shape.get('n_heads')} "
             f"model; this model is {graph.n_layers} x {graph.n_heads}"
         )
-    mask = edge_mask(graph, [(e["sender"], e["receiver"]) for e in edges])
+    mask = np.zeros_like(graph.valid)
     scores = np.full(graph.valid.shape, np.nan)
-    for e in edges:
-        s = graph.sender_index(e["sender"])
-        for r in graph.receiver_indices(e["receiver"]):
-            scores[s, r] = e.get("score") if e.get("score") is not None else np.nan
-    return Circuit(graph=graph, mask=mask, scores=scores, info=dict(doc.get("info", {})))
+    for i, e in enumerate(doc["edges"]):
+        if not isinstance(e, dict) or not {"sender", "receiver"} <= set(e):
+            raise InterpError(f"{str(p)!r}: edge {i} ({e!r}) needs a sender and a receiver")
+        score = e.get("score")
+        if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+            raise InterpError(f"{str(p)!r}: edge {i}'s score must be a number, got {score!r}")
+        try:
+            one = edge_mask(graph, [(e["sender"], e["receiver"])])
+        except InterpError as exc:
+            raise InterpError(
+                f"{str(p)!r}: edge {i} ({e['sender']} -> {e['receiver']}): {exc}"
+            ) from None
+        mask |= one
+        scores[one] = np.nan if score is None else float(score)
+    info = doc.get("info", {})
+    if not isinstance(info, dict):
+        raise InterpError(f"{str(p)!r}: 'info' must be a mapping, got {type(info).__name__}")
+    return Circuit(graph=graph, mask=mask, scores=scores, info=dict(info))

@@ -265,10 +265,43 @@ def score_matrix(graph: Any, scores: Any) -> np.ndarray:
     return np.where(graph.valid, arr, np.nan)
 
 
+def _series(x: Any, name: str) -> pd.Series:
+    """One score per edge, indexed by label: a Series, or an :func:`attribute_edges` table
+    (its ``exact`` or ``estimate`` column).
+
+    Raises:
+        InterpError: for anything else, duplicate labels, or edges without a score (NaN).
+    """
+    if isinstance(x, pd.DataFrame):
+        col = "exact" if "exact" in x.columns else "estimate"
+        if col not in x.columns or "label" not in x.columns:
+            raise InterpError(
+                f"{name} is a table without a label and an exact or estimate column; pass an "
+                "attribute_edges table or a Series of scores indexed by edge label"
+            )
+        x = x.set_index("label")[col]
+    if not isinstance(x, pd.Series):
+        raise InterpError(
+            f"{name} must be a Series of scores indexed by edge label (or an attribute_edges "
+            f"table), got {type(x).__name__}"
+        )
+    if x.index.has_duplicates:
+        raise InterpError(f"{name} holds an edge twice ({x.index[x.index.duplicated()][0]!r})")
+    values = pd.to_numeric(x, errors="coerce")
+    missing = values.index[values.isna()]
+    if len(missing):
+        raise InterpError(
+            f"{name} has no score for {len(missing)} edges (NaN or not a number, e.g. "
+            f"{missing[0]!r}); compare only scored edges, e.g. {name}.dropna()"
+        )
+    return values.astype(float)
+
+
 def edge_agreement(exact: pd.Series, estimate: pd.Series, *, threshold: float) -> pd.DataFrame:
     """How well an estimate finds the edges that matter: one row per measure.
 
-    ``exact`` and ``estimate`` hold one value per edge, indexed by label. The
+    ``exact`` and ``estimate`` hold one value per edge, indexed by label (or are
+    :func:`attribute_edges` tables: their ``exact`` / ``estimate`` column). The
     edges that matter are those with ``|exact| > threshold``; rows: ROC AUC of
     ``|estimate|`` for telling them apart from the rest (the probability that a
     random edge that matters outscores a random one that does not; ties count
@@ -282,9 +315,14 @@ def edge_agreement(exact: pd.Series, estimate: pd.Series, *, threshold: float) -
         [0.5, 1.0, 1.0]
 
     Raises:
-        InterpError: for series over different edges, or no edge (or every edge) above
-            the threshold.
+        InterpError: for inputs that are not scores by edge label, scores missing (NaN),
+            series over different edges, a threshold that is not a finite number, or no
+            edge (or every edge) above the threshold.
     """
+    from interp.checks import check_finite
+
+    exact, estimate = _series(exact, "exact"), _series(estimate, "estimate")
+    threshold = check_finite(threshold, "threshold")
     if set(exact.index) != set(estimate.index):
         raise InterpError("exact and estimate must hold the same edges (index by label)")
     est = estimate.reindex(exact.index)

@@ -118,16 +118,17 @@ def evaluate_circuit(
             that do not pair up, a metric that needs an LM head the model lacks,
             or a cache of other tokens.
     """
-    prep = _begin(_check(model, tokens, corrupted_tokens, metric, ablation, seed, positions,
-                         "evaluate_circuit"), cache)  # fmt: skip
-    graph = prep.graph
-    if prep.each:
-        P = prep.tokens.shape[1]
+    task = _check(model, tokens, corrupted_tokens, metric, ablation, seed, positions,
+                  "evaluate_circuit")  # fmt: skip
+    graph = task.graph
+    if task.each:
+        P = task.tokens.shape[1]
         valid = np.repeat(graph.valid[..., None], P, axis=-1)
         keep = valid.copy() if edges is None else position_edge_mask(graph, edges, P)
     else:
         valid = graph.valid
         keep = valid.copy() if edges is None else edge_mask(graph, edges)
+    prep = _begin(task, cache)
     corrupted = _baselines(model, prep)[1]  # refuses runs that agree, before the circuit's pass
     value = evaluate_masks(prep, [valid & ~keep])[0]
     df = pd.DataFrame(

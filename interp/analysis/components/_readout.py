@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from interp.checks import check_int
+from interp.checks import token_id
 from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.protocol import HookedModel, logits_meaningful
@@ -39,8 +39,9 @@ def check_lm_head(model: HookedModel, what: str) -> None:
 
 
 def token_ids(model: HookedModel, value: Any, batch: int, name: str) -> torch.Tensor:
-    """``value`` as ``[batch]`` token ids: an int or a string (one token) for every sequence,
-    or one per sequence (a list, or a ``[batch]`` tensor).
+    """``value`` as ``[batch]`` token ids: one for every sequence or one per sequence (a
+    list, or a ``[batch]`` tensor); each an id or one token by the one rule of
+    :func:`interp.checks.token_id` (a string of digits is an id).
 
     Raises:
         InterpError: for a string that is not one token (its pieces are named),
@@ -61,30 +62,13 @@ def token_ids(model: HookedModel, value: Any, batch: int, name: str) -> torch.Te
         items = items * batch
     if len(items) != batch:
         raise InterpError(f"{name} has {len(items)} entries but there are {batch} sequences")
-    ids = [_one_id(model, v, name) for v in items]
+    tok = getattr(model, "tokenizer", None)
+    ids = [token_id(v, tok, name=name) for v in items]
     d_vocab = int(getattr(model.cfg, "d_vocab_out", None) or model.cfg.d_vocab)
     bad = [i for i in ids if not 0 <= i < d_vocab]
     if bad:
         raise InterpError(f"{name} token id {bad[0]} is outside the vocabulary [0, {d_vocab})")
     return torch.tensor(ids, dtype=torch.long)
-
-
-def _one_id(model: HookedModel, v: Any, name: str) -> int:
-    if isinstance(v, str):
-        tok = getattr(model, "tokenizer", None)
-        if tok is None:
-            if v.strip().isdigit():
-                return int(v)
-            raise InterpError(f"{name} {v!r} is text, and this model has no tokenizer; give ids")
-        ids = tok.encode(v, add_special_tokens=False)
-        if len(ids) != 1:
-            pieces = [tok.decode([i]) for i in ids]
-            raise InterpError(
-                f"{name} {v!r} is {len(ids)} tokens for this tokenizer {pieces}; give a string "
-                "that is one token (a leading space often matters, e.g. ' Mary') or its id"
-            )
-        return int(ids[0])
-    return check_int(v, name, minimum=0)
 
 
 def read_positions(at: Any, n: int, *, default_all: bool) -> list[int]:

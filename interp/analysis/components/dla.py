@@ -53,7 +53,7 @@ from interp.analysis.components._readout import (
 )
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
-from interp.checks import check_tokens
+from interp.checks import check_not_padding, check_tokens
 from interp.engine.cache import check_cache
 from interp.errors import InterpError
 from interp.hooks import head_label, hook_name
@@ -120,7 +120,8 @@ def direct_logit_attribution(
     Raises:
         InterpError: for an unknown ``by``, a model without an LM head (an
             encoder such as MiniLM), answers that are not one token or do not fit
-            the batch, ``wrong`` equal to ``answer``, positions out of range, or a
+            the batch, ``wrong`` equal to ``answer``, positions out of range or on
+            right padding, or a
             cache of other tokens.
     """
     cfg = check_model(model)
@@ -134,6 +135,7 @@ def direct_logit_attribution(
     if bad is not None and bool((ans == bad).any()):
         raise InterpError("answer and wrong name the same token; the difference would be 0")
     pos = read_positions(at, n, default_all=False)
+    check_not_padding(model, tokens, pos, "direct logit attribution")
     names = _names(model)
     wanted = [names["embed"], names["final"], *names["z"], *names["mlp_out"]]
     wanted += [x for x in (names["pos_embed"], names["scale"]) if x]

@@ -41,7 +41,7 @@ from interp.analysis.components._readout import (
 )
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
-from interp.checks import check_int, check_tokens
+from interp.checks import check_int, check_not_padding, check_tokens
 from interp.engine.cache import cache_of, check_cache
 from interp.errors import InterpError
 from interp.hooks import hook_name, stage_names
@@ -89,6 +89,7 @@ def logit_lens(
     if k > d_vocab:
         raise InterpError(f"k={k} is more than the vocabulary's {d_vocab} tokens")
     pos = read_positions(at, n, default_all=True)
+    check_not_padding(model, tokens, pos, "the logit lens")
     if target is None:
         tgt = torch.full((b, len(pos)), -1, dtype=torch.long)
         for j, p in enumerate(pos):

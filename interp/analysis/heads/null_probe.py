@@ -48,6 +48,7 @@ from interp.checks import (
     check_tokens,
     position_mask,
 )
+from interp.engine.batching import check_work
 from interp.engine.cache import cache_of, check_cache
 from interp.errors import InterpError
 from interp.hooks import head_label, hook_name
@@ -130,7 +131,8 @@ def null_space_probe(
         InterpError: for a layer/head out of range, ``component`` not Q/K/V, a
             map with no null space (full rank: nothing is ignored), positions
             out of range, a non-finite or non-positive ``scale``, fewer than one
-            direction, or bad tokens.
+            direction or more than the work limit allows
+            (:func:`interp.engine.batching.check_work`), or bad tokens.
     """
     cfg = check_model(model)
     layer, head = check_layer_head(model, layer, head)
@@ -148,6 +150,8 @@ def null_space_probe(
             f"W_{component} of L{layer}H{head} has full rank {sub.rank} on d_model="
             f"{sub.shape[1]}: its null space is empty, so there is no ignored direction to probe"
         )
+    work = 1 + 2 * n_directions * (2 if control else 1)  # two passes per direction
+    check_work(work, what=f"probing {n_directions:,} directions", fix="use fewer n_directions")
     rng = np.random.default_rng(seed)
     spaces = {"null_space": sub.null_space}
     if control:
@@ -198,7 +202,7 @@ def null_space_probe(
         model=model,
         positions=positions,
         seed=seed,
-        forward_equivalents=float(len(rows) + 1),
+        forward_equivalents=float(2 * len(rows) + 1),
         hook=in_name,
         nullity=sub.nullity,
         rank=sub.rank,
