@@ -154,7 +154,7 @@ def test_arena_convention_equals_the_diagonal_formula(induction_model):
 
 def test_conventions_relate_exactly_without_bos_exclusion():
     """ours = TL x n_rows / n_rows_with_stripe, per sequence, with exclude_bos=False."""
-    from interp.analysis.heads.scores import stripe_mask
+    from interp.analysis.heads.stripes import stripe_mask
 
     model = tiny()
     ids = repeated_random_tokens(1, 12, d_vocab=20, seed=3).tokens

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from interp import InterpError
-from interp.analysis.heads.scores import stripe_mask
+from interp.analysis.heads.stripes import stripe_mask
 from interp.analysis.senses.probe import nearest_neighbour_probe
 from interp.analysis.senses.states import sense_similarity
 from interp.datasets import ambiguous_words

@@ -43,7 +43,7 @@ _EXPORTS = {
     "duplicate_token_scores": "interp.analysis.heads.scores",
     "pattern_scores": "interp.analysis.heads.scores",
     "probe_tokens": "interp.analysis.heads.scores",
-    "stripe_mask": "interp.analysis.heads.scores",
+    "stripe_mask": "interp.analysis.heads.stripes",
     "attention_patterns": "interp.analysis.heads.patterns",
     "qk_circuit": "interp.analysis.heads.weights",
     "ov_circuit": "interp.analysis.heads.weights",

@@ -61,48 +61,20 @@ import torch
 
 from interp.analysis.frames import head_frame, table_attrs
 from interp.analysis.heads.patterns import patterns
+from interp.analysis.heads.stripes import (
+    STRIPES,
+    Convention,
+    Reducer,
+    Stripe,
+    reducers_for,
+)
 from interp.analysis.shapes import Mask, Tokens
-from interp.checks import check_int, check_mask, check_seed, check_tokens
+from interp.checks import check_int, check_seed, check_tokens
 from interp.engine.cache import run_until
 from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.memory import check_memory
 from interp.protocol import HookedModel, bos_token_id, check_model, eval_no_grad, is_causal
-
-Stripe = Literal["induction", "previous_token", "duplicate_token"]
-STRIPES: tuple[Stripe, ...] = ("induction", "previous_token", "duplicate_token")
-Convention = Literal["interp", "transformer_lens", "arena"]
-CONVENTIONS: tuple[str, ...] = ("interp", "transformer_lens", "arena")
-
-
-def stripe_mask(
-    tokens: Tokens, stripe: Stripe, *, exclude_bos: bool = True, causal: bool = True
-) -> torch.Tensor:
-    """``[batch, query_pos, key_pos]`` bool: the keys each query should attend to for ``stripe``.
-
-    ``causal=False`` gives the bidirectional stripes (module docstring).
-
-    Raises:
-        InterpError: for an unknown stripe.
-    """
-    b, n = tokens.shape
-    q = torch.arange(n, device=tokens.device)[:, None]
-    k = torch.arange(n, device=tokens.device)[None, :]
-    if stripe == "previous_token":
-        mask = (k == q - 1)[None].expand(b, n, n).clone()
-    elif stripe == "duplicate_token":
-        allowed = (k < q) if causal else (k != q)
-        mask = (tokens[:, :, None] == tokens[:, None, :]) & allowed[None]
-    elif stripe == "induction":
-        prev = torch.full_like(tokens, -1)
-        prev[:, 1:] = tokens[:, :-1]  # prev[b, k] = token before key k
-        allowed = (k <= q) if causal else (k != q + 1)
-        mask = (tokens[:, :, None] == prev[:, None, :]) & allowed[None] & (k >= 1)[None]
-    else:
-        raise InterpError(f"unknown stripe {stripe!r}; choose one of {', '.join(STRIPES)}")
-    if exclude_bos:
-        mask[:, :, 0] = False
-    return mask
 
 
 def probe_tokens(
@@ -129,122 +101,6 @@ def probe_tokens(
     return repeated_random_tokens(
         n, half_len, d_vocab=int(cfg.d_vocab), bos=bos_token_id(model), seed=check_seed(seed)
     ).tokens
-
-
-Reducer = Callable[[torch.Tensor], torch.Tensor]  # pattern [batch, head, q, k] -> [head]
-
-
-def _interp_reducer(mask: torch.Tensor, valid: torch.Tensor) -> Reducer:
-    w = valid.float()
-
-    def reduce(pattern: torch.Tensor) -> torch.Tensor:
-        mass = torch.einsum("bhqk,bqk->bhq", pattern.float(), mask.float())
-        return (mass * w[:, None]).sum((0, 2)) / w.sum()
-
-    return reduce
-
-
-def _tl_reducer(
-    detection: torch.Tensor, exclude_bos: bool, exclude_current: bool, measure: str
-) -> Reducer:
-    D = detection.float()  # [batch, q, k], 0/1, lower triangular
-    n = D.shape[-1]
-    keep = torch.ones(n, n, device=D.device)
-    if exclude_bos:
-        keep[:, 0] = 0
-    if exclude_current:
-        keep.fill_diagonal_(0)
-
-    def reduce(pattern: torch.Tensor) -> torch.Tensor:
-        A = pattern.float()  # [batch, head, q, k]
-        if measure == "mul":
-            A = A * keep
-            per_seq = (A * D[:, None]).sum((-2, -1)) / A.sum((-2, -1))  # [batch, head]
-        else:
-            diff = (A - D[:, None]).abs() * keep
-            raw = diff.mean((-2, -1)).double() * n  # as TL: a float32 mean, then a Python float
-            per_seq = 1 - torch.round(raw * 1000) / 1000  # TL rounds to 3 decimals
-        return per_seq.mean(0)
-
-    return reduce
-
-
-def _arena_reducer(stripe: Stripe, half: int) -> Reducer:
-    offset = {"previous_token": -1, "induction": 1 - half, "duplicate_token": -half}[stripe]
-
-    def reduce(pattern: torch.Tensor) -> torch.Tensor:
-        diag = pattern.float().diagonal(offset=offset, dim1=-2, dim2=-1)  # [batch, head, n']
-        return diag.mean((0, 2))
-
-    return reduce
-
-
-def _arena_half(tokens: torch.Tensor) -> int:
-    n = tokens.shape[1]
-    half = (n - 1) // 2
-    if (
-        n != 1 + 2 * half
-        or half < 2
-        or not torch.equal(tokens[:, 1 : 1 + half], tokens[:, 1 + half :])
-    ):
-        raise InterpError(
-            "convention='arena' scores the repeated probe: BOS, L tokens, the same L tokens "
-            f"(length 2L + 1); these tokens (length {n}) are not that; use probe_tokens(model) "
-            "or interp.datasets.repeated_random_tokens"
-        )
-    return half
-
-
-def _reducers(
-    tokens: Tokens,
-    stripes: Sequence[Any],
-    convention: str,
-    exclude_bos: bool | None,
-    exclude_current_token: bool,
-    error_measure: str,
-    loss_mask: Mask | None,
-    causal: bool,
-) -> dict[str, Reducer]:
-    """One reducer per stripe (pattern ``[batch, head, q, k]`` -> ``[head]``), options checked."""
-    if convention not in CONVENTIONS:
-        raise InterpError(
-            f"unknown convention {convention!r}; choose one of {', '.join(CONVENTIONS)}"
-        )
-    stripes = tuple(stripes)
-    if not stripes or any(s not in STRIPES for s in stripes):
-        raise InterpError(
-            f"stripes must be a non-empty subset of {', '.join(STRIPES)}, got {stripes}"
-        )
-    if convention != "transformer_lens" and (exclude_current_token or error_measure != "mul"):
-        raise InterpError(
-            "exclude_current_token and error_measure belong to convention='transformer_lens'"
-        )
-    if error_measure not in ("mul", "abs"):
-        raise InterpError(f"error_measure must be 'mul' or 'abs', got {error_measure!r}")
-    reducers: dict[str, Reducer] = {}
-    if convention == "interp":
-        bos = True if exclude_bos is None else bool(exclude_bos)
-        rows = None if loss_mask is None else check_mask(loss_mask, tokens, "loss_mask")
-        for s in stripes:
-            m = stripe_mask(tokens, s, exclude_bos=bos, causal=causal)
-            v = m.any(-1) if rows is None else m.any(-1) & rows
-            if not v.any():
-                raise InterpError(
-                    f"no query position has a {s} stripe in these tokens; "
-                    "use repeated tokens (interp.datasets.repeated_tokens)"
-                )
-            reducers[s] = _interp_reducer(m, v)
-    elif convention == "transformer_lens":
-        bos = bool(exclude_bos) if exclude_bos is not None else False
-        for s in stripes:
-            D = stripe_mask(tokens, s, exclude_bos=False, causal=True)
-            reducers[s] = _tl_reducer(D, bos, exclude_current_token, error_measure)
-    else:
-        if exclude_bos is not None:
-            raise InterpError("convention='arena' has no exclude_bos (its diagonals are fixed)")
-        half = _arena_half(tokens)
-        reducers = {s: _arena_reducer(s, half) for s in stripes}
-    return reducers
 
 
 def pattern_scores(
@@ -293,7 +149,7 @@ def pattern_scores(
             )
         if p.shape[-1] != n or p.shape[1] != pats[0].shape[1]:
             raise InterpError(f"pattern {i} has shape {tuple(p.shape)}, unlike pattern 0")
-    reducers = _reducers(
+    reducers = reducers_for(
         tokens,
         stripes,
         convention,
@@ -350,7 +206,7 @@ def head_scores(
     if convention != "interp" and (loss_mask is not None or causal is not None):
         raise InterpError("loss_mask and causal belong to convention='interp'")
     causal = is_causal(model) if causal is None else bool(causal)
-    reducers = _reducers(
+    reducers = reducers_for(
         tokens,
         stripes,
         convention,

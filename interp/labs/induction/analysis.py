@@ -40,7 +40,8 @@ from interp.analysis.components.ablation import ablate_head_groups, ablate_heads
 from interp.analysis.heads.composition import composition_scores
 from interp.analysis.heads.icl import in_context_learning_score, per_token_loss
 from interp.analysis.heads.patterns import attention_patterns
-from interp.analysis.heads.scores import CONVENTIONS, head_scores
+from interp.analysis.heads.scores import head_scores
+from interp.analysis.heads.stripes import CONVENTIONS
 from interp.analysis.heads.weights import (
     copying_scores,
     diagonal_fraction,
