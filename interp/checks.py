@@ -336,8 +336,8 @@ def parse_heads(model: Any, heads: Any) -> list[tuple[int, int]]:
 
 
 def token_id(value: Any, tokenizer: Any, *, name: str = "token") -> int:
-    """One token id, by the one rule of the API and the CLI: an int, or a string of digits
-    (spaces around them ignored), is a token id; any other string is text that must be
+    """One token id, by the one rule of the API and the CLI: an int, or a string of ASCII
+    digits (spaces around them ignored), is a token id; any other string is text that must be
     exactly one token of ``tokenizer`` (leading spaces count: ``" Mary"`` is not ``"Mary"``).
 
     Example:
@@ -349,8 +349,9 @@ def token_id(value: Any, tokenizer: Any, *, name: str = "token") -> int:
             that is not one token (its pieces are named).
     """
     if isinstance(value, str):
-        if value.strip().isdigit():
-            return int(value)
+        digits = value.strip()
+        if digits.isascii() and digits.isdigit():
+            return int(digits)
         if tokenizer is None:
             raise InterpError(
                 f"{name} {value!r} is text (not a token id), and this model has no tokenizer; "
@@ -369,8 +370,10 @@ def token_id(value: Any, tokenizer: Any, *, name: str = "token") -> int:
 
 def check_not_padding(model: Any, tokens: torch.Tensor, read: Sequence[int], name: str) -> None:
     """Refuse reading a position that is right padding: a run of the tokenizer's pad token
-    at the end of a sequence (an attention mask is not passed to the model, so what it
-    predicts there is the padding's, not the prompt's).
+    at the end of a sequence (no attention mask is passed to the model, so what it
+    predicts there is the padding's, not the prompt's). When the pad token is also the
+    end-of-text token, one such token at the end may be content: that is warned about,
+    two or more are refused.
 
     Raises:
         InterpError: naming the sequence, the position and the fix.
@@ -379,17 +382,23 @@ def check_not_padding(model: Any, tokens: torch.Tensor, read: Sequence[int], nam
     pad = getattr(tok, "pad_token_id", None) if tok is not None else None
     if pad is None:
         return
+    shared = pad in (getattr(tok, "eos_token_id", None), getattr(tok, "bos_token_id", None))
     n = tokens.shape[1]
     is_pad = (tokens == int(pad)).cpu()
     for row in range(tokens.shape[0]):
         run = 0
         while run < n and bool(is_pad[row, n - 1 - run]):
             run += 1
-        if 0 < run < n:
-            hit = [p % n for p in read if p % n >= n - run]
-            if hit:
-                raise InterpError(
-                    f"sequence {row} is right-padded: {name} reads position {hit[0]}, which "
-                    f"holds the pad token ({pad}); pad on the left (tokenizer.padding_side = "
-                    "'left') or give prompts of one length"
-                )
+        hit = [p % n for p in read if p % n >= n - run]
+        if not 0 < run < n or not hit:
+            continue
+        message = (
+            f"sequence {row} is right-padded: {name} reads position {hit[0]}, which holds the "
+            f"pad token ({pad}); pad on the left (tokenizer.padding_side = 'left') or give "
+            "prompts of one length"
+        )
+        if shared and run == 1:
+            warnings.warn(message + " (it is also the end-of-text token: ignore this if it is "
+                          "the prompt's own)", UserWarning, stacklevel=3)  # fmt: skip
+            continue
+        raise InterpError(message)

@@ -8,7 +8,10 @@ Two promises, kept by every writer in `interp`:
   so a long computation never ends in a ``PermissionError``.
 * **Atomic.** A file is written to a temporary sibling and renamed onto its
   target (:func:`atomic_path`); a lab's folder of outputs is built as a
-  temporary sibling folder and swapped in at the end (:func:`atomic_dir`).
+  temporary sibling folder and swapped in at the end (:func:`atomic_dir`);
+  several files that belong together (a table, its CSV sidecar, a figure, a
+  circuit) are written into temporary sibling folders and moved onto their
+  targets together at the end (:func:`write_files`, :func:`atomic_files`).
   An interrupted run therefore leaves either the previous complete output or
   the complete new one, never a mixture.
 
@@ -28,7 +31,7 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from interp.errors import InterpError
@@ -138,6 +141,119 @@ def write_with(path: str | os.PathLike[str], writer: Callable[[Path], object]) -
     with atomic_path(path) as tmp:
         writer(tmp)
     return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_files(*paths: str | os.PathLike[str]) -> Iterator[list[Path]]:
+    """Yield a staging path for each of ``paths``; on success move them all onto their targets.
+
+    Each staging path has its target's file name, inside a temporary folder
+    beside the target (one per target folder), so a writer that also writes a
+    sidecar next to its file (a CSV table's ``<stem>.meta.json``) writes it
+    into the staging folder too: every file that appears there is moved onto
+    the same name in the target's folder. Nothing is visible until everything
+    is written; then the files are moved in one go with Ctrl-C held, the old
+    ones kept until every new one is in place (and put back if a move fails).
+    An interrupted or failed run therefore leaves every old file as it was, or
+    (after the moves) every new one, and never a temporary file.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> with atomic_files(d / "a.txt", d / "b.txt") as (a, b):
+        ...     _ = a.write_text("1"), b.write_text("2")
+        >>> sorted(p.name for p in d.iterdir())
+        ['a.txt', 'b.txt']
+
+    Raises:
+        InterpError: for a target that cannot be written (:func:`check_output_file`),
+            or the same target named twice.
+    """
+    targets = [check_output_file(p).absolute() for p in paths]
+    seen: dict[str, Path] = {}
+    for given, t in zip(paths, targets):
+        key = os.path.realpath(t)
+        if key in seen:
+            raise InterpError(
+                f"{str(seen[key])!r} and {str(given)!r} are the same file; give each output "
+                "its own path"
+            )
+        seen[key] = Path(given)
+    stages: dict[Path, Path] = {}
+    try:
+        for t in targets:
+            if t.parent not in stages:
+                stage = Path(tempfile.mkdtemp(prefix=".interp-write-", suffix=".tmp", dir=t.parent))
+                os.chmod(stage, 0o777 & ~_umask())
+                stages[t.parent] = stage
+        yield [stages[t.parent] / t.name for t in targets]
+        moves = [
+            (f, folder / f.name)
+            for folder, stage in stages.items()
+            for f in sorted(stage.iterdir())
+            if not f.name.startswith(".interp-old-")
+        ]
+        _move_all(moves)
+    finally:
+        for stage in stages.values():
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def _keep_old(target: Path, backup: Path) -> bool:
+    """A copy of ``target`` at ``backup`` (a hard link when the file system allows it)."""
+    if not os.path.lexists(target):
+        return False
+    if target.is_dir():
+        raise InterpError(f"cannot write {str(target)!r}: it is a folder; move it away first")
+    try:
+        os.link(target, backup, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(target, backup, follow_symlinks=False)
+    return True
+
+
+def _move_all(moves: list[tuple[Path, Path]]) -> None:
+    """Move each staged file onto its target, all or none (the old files are put back)."""
+    done: list[tuple[Path, Path | None]] = []
+    with _no_interrupt():
+        try:
+            for src, dst in moves:
+                backup = src.with_name(f".interp-old-{src.name}")
+                kept = _keep_old(dst, backup)
+                os.replace(src, dst)
+                done.append((dst, backup if kept else None))
+        except BaseException:
+            for dst, backup in reversed(done):
+                with contextlib.suppress(OSError):
+                    if backup is not None:
+                        os.replace(backup, dst)
+                    else:
+                        dst.unlink()
+            raise
+
+
+def write_files(
+    writers: Mapping[str | os.PathLike[str], Callable[[Path], object]],
+) -> list[Path]:
+    """Write several files all or nothing: ``writers`` maps each target to ``writer(path)``.
+
+    Each writer writes to a staging path (:func:`atomic_files`); only when every
+    writer has finished are the files moved onto their targets, together.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> [p.name for p in write_files({d / "x.txt": lambda p: p.write_text("x")})]
+        ['x.txt']
+
+    Raises:
+        InterpError: as :func:`atomic_files`, or as a writer raises.
+    """
+    targets = list(writers)
+    with atomic_files(*targets) as staged:
+        for path, writer in zip(staged, writers.values()):
+            writer(path)
+    return [Path(t) for t in targets]
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:

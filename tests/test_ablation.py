@@ -7,9 +7,9 @@ import torch
 
 from interp import InterpError
 from interp.analysis.components.ablation import ablate_head_groups, ablate_heads, sweep_plan
+from interp.datasets import repeated_random_tokens
 from interp.engine.ablations import resample_index
 from interp.metrics import logit_diff_metric, loss_metric
-from interp.datasets import repeated_random_tokens
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from interp.models.hf import random_gpt2, random_llama
 from interp.models.toy import toy_model
@@ -95,7 +95,9 @@ def test_zero_ablation_equals_the_loop(case, batch_size):
 def test_mean_ablation_with_positions_equals_the_loop(case):
     model, data, metric, _ = case
     pos = [0, 2, -1]
-    df = ablate_heads(model, data.tokens, metric=metric, ablation="mean", positions=pos, batch_size=2)
+    df = ablate_heads(
+        model, data.tokens, metric=metric, ablation="mean", positions=pos, batch_size=2
+    )
     _, cache = model.run_with_cache(data.tokens, names_filter=lambda n: n.endswith("hook_z"))
     repl = {
         l: cache[f"blocks.{l}.attn.hook_z"].mean(0, keepdim=True) for l in range(model.cfg.n_layers)

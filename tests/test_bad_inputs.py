@@ -306,7 +306,7 @@ def test_16_every_patching_table_scores_both_runs_on_the_clean_tokens(model):
 
 # 17. right padding ----------------------------------------------------------------------
 def test_17_reading_right_padding_is_refused_with_the_fix():
-    gpt2 = random_gpt2(2, vocab=30)  # its tokenizer pads with id 1
+    gpt2 = random_gpt2(2, vocab=30)  # its tokenizer pads with id 1 (its end-of-text too)
     padded = torch.tensor([[0, 5, 6, 7], [0, 5, 1, 1]])
     for call in (
         lambda: A.direct_logit_attribution(gpt2, padded, answer=7),
@@ -317,6 +317,9 @@ def test_17_reading_right_padding_is_refused_with_the_fix():
     ):
         refused(call, r"sequence 1 is right-padded: .* position [23], .*side = 'left'", gpt2)
     A.direct_logit_attribution(gpt2, padded, answer=7, at=1)  # a position before the padding
+    one = torch.tensor([[0, 5, 6, 7], [0, 5, 6, 1]])  # one end-of-text token: maybe content
+    with pytest.warns(UserWarning, match="sequence 1 is right-padded: .* end-of-text token"):
+        A.direct_logit_attribution(gpt2, one, answer=7)
 
 
 # minor: GQA labels, edge errors, floats -------------------------------------------------

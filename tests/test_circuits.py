@@ -5,6 +5,11 @@ import torch
 from conftest import native_bridge
 
 from interp import InterpError
+from interp.analysis.heads.composition import (
+    composition_scores,
+    composition_tensor,
+    random_baseline,
+)
 from interp.analysis.heads.weights import (
     copying_score,
     copying_scores,
@@ -14,7 +19,6 @@ from interp.analysis.heads.weights import (
     ov_circuit,
     qk_circuit,
 )
-from interp.analysis.heads.composition import composition_scores, composition_tensor, random_baseline
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 
 

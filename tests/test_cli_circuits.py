@@ -96,7 +96,7 @@ def test_paths_on_smollm2_with_words(tmp_path, capsys):
         (["paths", "--receivers", "L1H1.k,", "--out", "{d}/p.csv"], "empty label"),
         (["paths", "--clean", "0 5 6", "--corrupted", "0 6", "--metric", "loss", "--out",
           "{d}/p.csv"], "each corrupted twin needs its clean prompt's token count"),
-        (["paths", "--receivers", "L5H1.k", "--out", "{d}/p.csv"], "not a receiver of this graph"),
+        (["paths", "--receivers", "L5H1.k", "--out", "{d}/p.csv"], "names layer 5"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):

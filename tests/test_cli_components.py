@@ -50,9 +50,9 @@ def test_attention_page(tmp_path, capsys):
     "argv, message",
     [
         (["dla", "--prompt", "0 5 6", "--answer", "5", "--wrong", "5", "--out", "{d}/t.csv"],
-         "name the same token"),
+         "are the same token (id 5)"),
         (["dla", "--prompt", "0 5 6", "--answer", "Mary", "--out", "{d}/t.csv"],
-         "'Mary' is not a token id, and this model has no tokenizer"),
+         "--answer 'Mary' is text (not a token id), and this model has no tokenizer"),
         (["dla", "--prompt", "0 5 6", "--answer", "5", "--at", "3", "--out", "{d}/t.csv"],
          "--at [3] out of range: the prompt has 3 tokens"),
         (["dla", "--prompt", "0 5 6", "--answer", "5", "--out", "{d}/t.csv", "--figure",

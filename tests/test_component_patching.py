@@ -12,8 +12,8 @@ from transformer_lens import patching as tlp
 
 from interp import InterpError
 from interp.analysis import ablate_layers, ablate_mlps, patch_components
-from interp.metrics import logit_diff_metric, loss_metric
 from interp.hooks import hook_name
+from interp.metrics import logit_diff_metric, loss_metric
 from interp.models import load_model
 from interp.models.hf import random_gpt2, random_llama
 
@@ -59,7 +59,12 @@ def test_every_grid_equals_transformer_lens(bridge, component, by):
     _, cache = bridge.run_with_cache(clean)
     want = fn(bridge, corrupted, cache, lambda logits: metric(logits, corrupted))
     df = patch_components(
-        bridge, clean, corrupted_tokens=corrupted, component=component, by=by, metric=metric,
+        bridge,
+        clean,
+        corrupted_tokens=corrupted,
+        component=component,
+        by=by,
+        metric=metric,
         direction="denoising",
     )
     got = torch.zeros_like(want)

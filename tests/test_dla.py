@@ -137,7 +137,9 @@ def test_bad_input_is_named(minilm):
         direct_logit_attribution(model, tokens, answer=[1, 2, 3])
     with pytest.raises(InterpError, match="outside the vocabulary"):
         direct_logit_attribution(model, tokens, answer=64)
-    with pytest.raises(InterpError, match=r"is text \(not a token id\), and this model has no tokenizer"):
+    with pytest.raises(
+        InterpError, match=r"is text \(not a token id\), and this model has no tokenizer"
+    ):
         direct_logit_attribution(model, tokens, answer="Mary")
     with pytest.raises(InterpError, match="at \\[9\\] out of range"):
         direct_logit_attribution(model, tokens, answer=3, at=9)

@@ -3,8 +3,8 @@
 Layers, lowest first: errors / paths / files / tables / glossary, then hooks /
 protocol / memory / checks / metrics, then models, then the runtime (the one
 place that knows model kinds), then the engine, then analysis / datasets, then
-training / render / figures / labs, then the CLI. Every ``import`` in the package (module-level or inside a
-function) is parsed; one that points upward fails, as does importing a
+training / render / figures / labs, then the CLI. Every ``import`` in the package
+(module-level or inside a function) is parsed; one that points upward fails, as does importing a
 private module (``_x``) from another package or a private name from another module.
 """
 

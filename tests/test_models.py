@@ -131,7 +131,7 @@ def test_incomplete_hugging_face_weights_are_an_error(tmp_path):
     from safetensors.torch import load_file, save_file
 
     d = tmp_path / "g"
-    saved_gpt2(d, tokenizer=False)
+    saved_gpt2(d)
     state = load_file(d / "model.safetensors")
     save_file(
         {k: v for k, v in state.items() if ".h.1." not in k},

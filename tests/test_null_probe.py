@@ -6,8 +6,8 @@ import torch
 from conftest import native_bridge
 
 from interp import InterpError
-from interp.analysis.heads.scores import probe_tokens
 from interp.analysis.heads.null_probe import null_space_probe, read_fraction
+from interp.analysis.heads.scores import probe_tokens
 from interp.analysis.heads.subspace import head_subspaces
 from interp.models import load_induction_model
 from interp.models.toy import toy_model

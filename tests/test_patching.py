@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from interp import InterpError
-from interp.metrics import logit_diff_metric
 from interp.analysis.components.patching import patch_heads
 from interp.datasets import repeated_random_tokens
+from interp.metrics import logit_diff_metric
 from interp.models.hf import random_gpt2
 
 
@@ -40,14 +40,21 @@ def test_equals_transformer_lens(setup):
         "normalized",
     ]
     assert df.attrs["engine"] == "resume-blocks"
-    again = patch_heads(model, clean, corrupted_tokens=corrupted, metric=metric, cache=cache, direction="denoising")
+    again = patch_heads(
+        model, clean, corrupted_tokens=corrupted, metric=metric, cache=cache, direction="denoising"
+    )
     np.testing.assert_allclose(again["patched"], df["patched"], rtol=1e-6)
 
 
 def test_positions_restrict_the_patch(setup):
     model, clean, corrupted, metric = setup
     one = patch_heads(
-        model, clean, corrupted_tokens=corrupted, metric=metric, heads=["L1H0"], positions=[2, -1],
+        model,
+        clean,
+        corrupted_tokens=corrupted,
+        metric=metric,
+        heads=["L1H0"],
+        positions=[2, -1],
         direction="denoising",
     )
     _, cache = model.run_with_cache(clean)

@@ -383,6 +383,7 @@ def _falcon_dir(tmp_path, *, multi_query):
         bos_token_id=0,
         eos_token_id=1,
         architectures=["FalconForCausalLM"],
+        interp_tokenizer="word",  # a toy folder over the words t0 .. tN: no tokenizer files
     )
     d = tmp_path / f"falcon-mq{int(multi_query)}"
     FalconForCausalLM(cfg).save_pretrained(d)
@@ -424,6 +425,7 @@ def test_next_token_loss_is_refused_on_an_encoder_with_a_head(tmp_path):
             num_attention_heads=4,
             intermediate_size=64,
             architectures=["BertForMaskedLM"],
+            interp_tokenizer="word",  # a toy folder: no tokenizer files
         )
     ).save_pretrained(d)
     model = load_model(d)

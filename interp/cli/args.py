@@ -8,7 +8,10 @@ it as an argument and say so.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -17,6 +20,17 @@ from interp.errors import InterpError
 DEFAULT_BATCH = 16
 DEVICE_HELP = "device for the model: cpu (default), cuda, cuda:1, mps"
 DTYPE_HELP = "model precision: float32 (default), bfloat16, float16, float64"
+# The one rule for token ids, on the CLI as in the API (interp.checks.token_id).
+TOKEN_RULE = (
+    "digits only (7, spaces around ignored) is a token id; any other text must be exactly "
+    "one token, leading spaces counting (' Mary')"
+)
+_INTEGER = re.compile(r"[-+]?[0-9]+")
+_HEAD_LABEL = re.compile(r"L[0-9]+H[0-9]+", re.IGNORECASE)
+_FLOAT = re.compile(r"[-+]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+)")
+LARGEST_ID = 2**63 - 1
+# How errors name the two parts of --logit-diff ANSWER,WRONG.
+LOGIT_DIFF_PARTS = ("--logit-diff ANSWER", "--logit-diff WRONG")
 
 
 class Parser(argparse.ArgumentParser):
@@ -27,25 +41,35 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _not_an_integer(text: str) -> str | None:
+    """Why ``text`` is not a strict integer (ASCII digits, an optional sign), or None."""
+    t = text.strip()
+    if _INTEGER.fullmatch(t):
+        return None
+    if _FLOAT.fullmatch(t):
+        return f"got the float {text!r}; give a whole number (floats are not rounded)"
+    return f"got {text!r}"
+
+
 def seed_arg(text: str) -> int:
-    """A seed: an integer in [0, 2**63)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"seed must be an integer, got {text!r}") from None
+    """A seed: an integer in [0, 2**63) (a float is refused, not rounded)."""
+    problem = _not_an_integer(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"seed must be an integer, {problem}")
+    value = int(text.strip())
     if not 0 <= value < 2**63:
         raise argparse.ArgumentTypeError(f"seed must be in [0, 2**63), got {value}")
     return value
 
 
 def count_arg(minimum: int) -> Any:
-    """An integer option of at least ``minimum``."""
+    """An integer option of at least ``minimum`` (a float is refused, not rounded)."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        problem = _not_an_integer(text)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(f"expected an integer, {problem}")
+        value = int(text.strip())
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
         return value
@@ -88,10 +112,11 @@ def check_model_args(args: argparse.Namespace) -> None:
 
 
 def heads_arg(text: str | None) -> list[str] | None:
-    """``--heads L1H4,L0H7`` as labels, duplicates dropped with one warning line.
+    """``--heads L1H4,L0H7`` as labels, duplicates dropped with one warning line. Whether
+    the model has each head is checked once it loads.
 
     Raises:
-        InterpError: for an empty label.
+        InterpError: for an empty label, or one not of the form L<layer>H<head>.
     """
     if text is None:
         return None
@@ -99,6 +124,11 @@ def heads_arg(text: str | None) -> list[str] | None:
     if not text.strip() or any(not t for t in labels):
         raise InterpError(
             f"--heads {text!r} holds an empty label; give labels like L1H4,L0H7 or drop the option"
+        )
+    bad = [t for t in labels if not _HEAD_LABEL.fullmatch(t)]
+    if bad:
+        raise InterpError(
+            f"--heads label {bad[0]!r} is not of the form L<layer>H<head> (e.g. L1H4,L0H7)"
         )
     upper = [t.upper() for t in labels]
     unique = list(dict.fromkeys(upper))
@@ -115,29 +145,46 @@ def positions_arg(text: str | None, option: str = "--positions") -> list[int] | 
     """``--positions 3,-1`` (or ``--at``) as ints.
 
     Raises:
-        InterpError: for anything but comma-separated integers.
+        InterpError: for anything but comma-separated integers (a float is refused).
     """
     if text is None:
         return None
-    try:
-        return [int(t) for t in text.split(",")]
-    except ValueError:
-        raise InterpError(
-            f"{option} must be comma-separated integers (negative from the end), got {text!r}"
-        ) from None
+    parts = text.split(",")
+    if all(_INTEGER.fullmatch(t.strip()) for t in parts):
+        return [int(t) for t in parts]
+    floats = [t.strip() for t in parts if _FLOAT.fullmatch(t.strip())]
+    extra = f" ({floats[0]!r} is a float; positions are whole numbers)" if floats else ""
+    raise InterpError(
+        f"{option} must be comma-separated integers (negative from the end), got {text!r}{extra}"
+    )
+
+
+def is_token_id(text: str) -> bool:
+    """Whether a typed token is an id, by the API's rule (:func:`interp.checks.token_id`): a
+    string of digits (spaces around them ignored) is an id; anything else (``"-1"``,
+    ``"7.0"``, ``"t7"``) is text.
+
+    Example:
+        >>> [is_token_id(t) for t in ("7", " 7 ", "-1", "7.0", "Mary")]
+        [True, True, False, False, False]
+    """
+    return text.strip().isdigit()
 
 
 def pair_arg(text: str, option: str = "--logit-diff") -> tuple[str, str]:
-    """``ANSWER,WRONG``: ids, or tokens kept as typed (" Mary" is not "Mary").
+    """``ANSWER,WRONG``, each part kept exactly as typed: digits only (spaces around them
+    ignored: ``"5, 6"`` is the ids 5 and 6) is a token id, anything else is text that must
+    be one token (``" Mary"`` is not ``"Mary"``).
 
     Raises:
         InterpError: for anything but two non-empty parts, or the same token twice.
     """
     parts = text.split(",")
     if len(parts) != 2 or not all(p.strip() for p in parts):
-        raise InterpError(f"{option} must be ANSWER,WRONG, got {text!r}")
-    same = [int(p) for p in parts] if all(p.strip().isdigit() for p in parts) else parts
-    if same[0] == same[1]:
+        raise InterpError(f"{option} must be ANSWER,WRONG (each {TOKEN_RULE}), got {text!r}")
+    ids = [int(p.strip()) if is_token_id(p) and p.isascii() else None for p in parts]
+    texts = [None if is_token_id(p) else p for p in parts]
+    if (ids[0] is not None and ids[0] == ids[1]) or (texts[0] is not None and texts[0] == texts[1]):
         raise InterpError(
             f"{option} {text!r} names the same token twice; the difference would always be 0"
         )
@@ -175,6 +222,52 @@ def check_svg(path: str | None) -> Path | None:
     return check_output_file(p, "--figure")
 
 
+def check_distinct(outputs: dict[str, Path | None]) -> None:
+    """Every output (``{option: path}``) its own file, a CSV table's sidecar included.
+
+    Raises:
+        InterpError: for two options that would write the same file.
+    """
+    from interp.tables import sidecar
+
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        files = [path, sidecar(path)] if path.suffix.lower() == ".csv" else [path]
+        for f in files:
+            key = os.path.realpath(f)
+            if key in seen:
+                raise InterpError(
+                    f"{option} {str(path)!r} and {seen[key]} would write the same file "
+                    f"{str(f)!r}; give each output its own path"
+                )
+            seen[key] = f"{option} {str(path)!r}"
+
+
+def write_outputs(writers: dict[Path, Callable[[Path], object]]) -> None:
+    """Write every output of a command together, after all the work is done: each to a
+    temporary sibling, then all moved into place at once (:func:`interp.files.write_files`),
+    so Ctrl-C or a failure leaves every old file or every new one."""
+    from interp.files import write_files
+
+    write_files(writers)
+
+
+def export_to(df: Any) -> Callable[[Path], object]:
+    """A writer (for :func:`write_outputs`) exporting ``df`` as its path's format."""
+    from interp import export
+
+    return lambda path: export(df, path)
+
+
+def text_to(text: str) -> Callable[[Path], object]:
+    """A writer (for :func:`write_outputs`) of ``text``."""
+    from interp.files import write_text
+
+    return lambda path: write_text(path, text)
+
+
 # ------------------------------------------------------------ tokenizer-only checks
 def tokenizer_of(model_name: str) -> Any:
     """The tokenizer of a model name, loaded without its weights (``None`` if it has none).
@@ -187,37 +280,55 @@ def tokenizer_of(model_name: str) -> Any:
     return load_tokenizer(model_name)
 
 
-def token_id(tokenizer: Any, text: str) -> int:
-    """A ``--logit-diff`` part as one token id: digits are ids, anything else is encoded.
+def token_id(tokenizer: Any, text: str, option: str = "--logit-diff") -> int:
+    """A typed token as one id, by the one rule the API follows too
+    (:func:`interp.checks.token_id`): digits only (spaces around them ignored) is an id,
+    anything else is text that must encode to exactly one token (leading spaces count).
 
     Raises:
-        InterpError: for text without a tokenizer, or text that is not one token
-            (the message lists the pieces).
+        InterpError: naming ``option``, for digits outside 0-9 or beyond any vocabulary,
+            text without a tokenizer, or text that is not one token (the message lists
+            the pieces).
     """
-    if text.strip().lstrip("-").isdigit():
-        return int(text)
-    if tokenizer is None:
-        raise InterpError(f"{text!r} is not a token id, and this model has no tokenizer")
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    if len(ids) != 1:
-        pieces = [tokenizer.decode([i]) for i in ids]
-        raise InterpError(
-            f"{text!r} is {len(ids)} tokens for this tokenizer ({pieces}); give one token "
-            "(or its id)"
-        )
-    return int(ids[0])
+    from interp.checks import token_id as api_token_id
+
+    if is_token_id(text):
+        digits = text.strip()
+        if not digits.isascii():
+            raise InterpError(f"{option} {text!r}: write a token id with the digits 0-9")
+        if int(digits) > LARGEST_ID:
+            raise InterpError(f"{option} {text!r} is not a token id of any vocabulary")
+    return api_token_id(text, tokenizer, name=option)
 
 
-def encode(model_or_tokenizer: Any, text: str) -> Any:
-    """``[1, pos]`` ids of a prompt: through the tokenizer (with its BOS), or ids typed
-    as numbers for models without one.
+def answer_ids(
+    tokenizer: Any, answer: str | None, wrong: str | None, options: tuple[str, str]
+) -> tuple[int | None, int | None]:
+    """``answer`` and ``wrong`` (either may be None) as ids, by :func:`token_id`.
 
     Raises:
-        InterpError: for an empty prompt, or words for a model without a tokenizer.
+        InterpError: as :func:`token_id`, or when both name the same token.
+    """
+    a = token_id(tokenizer, answer, options[0]) if answer is not None else None
+    w = token_id(tokenizer, wrong, options[1]) if wrong is not None else None
+    if a is not None and a == w:
+        raise InterpError(
+            f"{options[0]} {answer!r} and {options[1]} {wrong!r} are the same token (id {a}); "
+            "the difference would always be 0"
+        )
+    return a, w
+
+
+def encode(model_or_tokenizer: Any, text: str, what: str = "prompt") -> Any:
+    """``[1, pos]`` ids of a prompt: through the tokenizer (with its BOS), or ids typed
+    as numbers (digits only) for models without one.
+
+    Raises:
+        InterpError: for an empty prompt, or anything but ids for a model without a tokenizer.
     """
     import torch
 
-    check_prompt(text, "prompt")
+    check_prompt(text, what)
     to_tokens = getattr(model_or_tokenizer, "to_tokens", None)
     tok = getattr(model_or_tokenizer, "tokenizer", model_or_tokenizer)
     if to_tokens is not None and getattr(model_or_tokenizer, "tokenizer", None) is not None:
@@ -226,12 +337,28 @@ def encode(model_or_tokenizer: Any, text: str) -> Any:
         from interp.models.loader import prompt_ids
 
         return prompt_ids(tok, text)
-    try:
-        return torch.tensor([[int(x) for x in text.split()]])
-    except ValueError:
+    pieces = text.split()
+    bad = [t for t in pieces if not (t.isascii() and t.isdigit()) or int(t) > LARGEST_ID]
+    if bad:
         raise InterpError(
-            "this model has no tokenizer: give the prompt as token ids separated by spaces"
-        ) from None
+            f"this model has no tokenizer: give the {what} as token ids separated by spaces "
+            f"(digits only); {bad[0]!r} is not one"
+        )
+    return torch.tensor([[int(x) for x in pieces]])
+
+
+def check_same_length(clean: Any, corrupted: Any, what: str = "prompt") -> None:
+    """A clean prompt and its corrupted twin of one token count (ids from :func:`encode`).
+
+    Raises:
+        InterpError: for different lengths.
+    """
+    if clean.shape[-1] != corrupted.shape[-1]:
+        raise InterpError(
+            f"the clean {what} is {clean.shape[-1]} tokens and the corrupted one "
+            f"{corrupted.shape[-1]}: they must have the same length, so that positions "
+            "correspond (reword one of them)"
+        )
 
 
 def check_positions_fit(
@@ -321,6 +448,10 @@ def tokens_from_file(path: str) -> Any:
             raise InterpError(
                 f"{path!r} has shape {arr.shape}; token ids are [batch, pos] or [pos]"
             )
+        if arr.dtype.kind == "u" and arr.size and int(arr.max()) > LARGEST_ID:
+            raise InterpError(
+                f"{path!r} holds the id {int(arr.max())}, beyond any vocabulary (and int64)"
+            )
         if arr.size == 0:
             raise InterpError(
                 f"{path!r} holds no token ids (shape {arr.shape}); save at least one sequence"
@@ -331,10 +462,13 @@ def tokens_from_file(path: str) -> Any:
         raise InterpError(f"{path!r} holds no token ids")
     if len({len(r) for r in rows}) > 1:
         raise InterpError(f"sequences in {path!r} have different lengths; pad or split them")
-    try:
-        return torch.tensor([[int(x) for x in r] for r in rows])
-    except ValueError:
-        raise InterpError(f"{path!r} must hold integer token ids separated by spaces") from None
+    bad = [x for r in rows for x in r if not (x.isascii() and x.isdigit()) or int(x) > LARGEST_ID]
+    if bad:
+        raise InterpError(
+            f"{path!r} must hold integer token ids separated by spaces (digits only); "
+            f"{bad[0]!r} is not one"
+        )
+    return torch.tensor([[int(x) for x in r] for r in rows])
 
 
 def inputs(model: Any, args: argparse.Namespace, given: Any) -> tuple[Any, Any]:

@@ -10,29 +10,40 @@ top-n circuit whose exact faithfulness reaches ``--target``, and writes it as
 JSON (:meth:`interp.analysis.circuits.circuit.Circuit.save`), with its edge table and
 layered drawing if asked. ``interp paths`` path-patches every sender into the
 ``--receivers`` (default the logits). Everything checkable without weights is
-checked first; bad input is one line on stderr and exit 2.
+checked first (the labels' form, the prompts' lengths, each answer one token:
+with the tokenizer alone); bad input is one line on stderr and exit 2. The
+circuit, its table and its figure are computed first and then written
+together (:func:`interp.cli.args.write_outputs`), so Ctrl-C or a failure
+leaves every earlier file as it was, or every new one.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
 from interp.cli.args import (
+    LOGIT_DIFF_PARTS,
+    TOKEN_RULE,
     add_model,
+    answer_ids,
+    check_distinct,
     check_model_args,
     check_out,
     check_prompt,
     check_svg,
     count_arg,
     encode,
+    export_to,
     load,
     pair_arg,
     print_top,
     seed_arg,
-    token_id,
+    text_to,
     tokenizer_of,
+    write_outputs,
 )
 from interp.errors import InterpError
 
@@ -48,7 +59,8 @@ def _add_task(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--logit-diff",
         action="append",
-        help="ANSWER,WRONG for --metric logit-diff: once for every pair, or once per pair",
+        help="ANSWER,WRONG for --metric logit-diff, once for every pair or once per pair; "
+        f"each part: {TOKEN_RULE}",
     )
     p.add_argument("--n", type=count_arg(2), default=16, help="prompt pairs of the default task")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the default task")
@@ -89,12 +101,27 @@ def add_parsers(sub: Any) -> None:
 
 
 # ------------------------------------------------------------------ checks, no weights
+_SENDER = re.compile(r"^(L\d+H\d+|L\d+\.mlp|embed|pos_embed)$", re.IGNORECASE)
+_RECEIVER = re.compile(r"^(logits|L\d+H\d+(\.[qkv])?|L\d+KV\d+\.[kv]|L\d+\.mlp)$", re.IGNORECASE)
+_FORMS = {
+    "--senders": "a head (L0H1), an MLP (L2.mlp), embed or pos_embed",
+    "--receivers": "a head's input (L1H1.q, L1H1.k, L1H1.v; L1KV0.k on grouped-query models), "
+    "a head (L1H1: its q, k and v), an MLP (L2.mlp) or logits",
+}
+
+
 def _labels(text: str | None, option: str) -> list[str] | None:
+    """Comma-separated ``--senders``/``--receivers`` labels, each of a well-formed kind
+    (whether the model has that layer is checked once it loads)."""
     if text is None:
         return None
     parts = [t.strip() for t in text.split(",")]
     if not all(parts):
         raise InterpError(f"{option} {text!r} holds an empty label; e.g. L1H1.k,logits")
+    form = _SENDER if option == "--senders" else _RECEIVER
+    bad = [t for t in parts if not form.match(t)]
+    if bad:
+        raise InterpError(f"{option} label {bad[0]!r} is not one; each is {_FORMS[option]}")
     return list(dict.fromkeys(parts))
 
 
@@ -133,7 +160,7 @@ def _check_task(args: argparse.Namespace) -> None:
 def _batch(source: Any, texts: list[str], what: str) -> Any:
     import torch
 
-    rows = [encode(source, t) for t in texts]
+    rows = [encode(source, t, f"{what} prompt") for t in texts]
     lengths = sorted({int(r.shape[1]) for r in rows})
     if len(lengths) > 1:
         raise InterpError(
@@ -161,7 +188,7 @@ def _prompt_task(args: argparse.Namespace, source: Any) -> tuple[Any, Any, Any]:
         return clean, corrupted, loss_metric(None)
     tok = getattr(source, "tokenizer", None) if hasattr(source, "cfg") else source
     pairs = [pair_arg(p) for p in args.logit_diff]
-    ids = [(token_id(tok, a), token_id(tok, b)) for a, b in pairs]
+    ids = [answer_ids(tok, a, b, LOGIT_DIFF_PARTS) for a, b in pairs]
     if len(ids) == 1:
         return clean, corrupted, logit_diff_metric(*ids[0])
     return (
@@ -198,10 +225,10 @@ def run_circuit(args: argparse.Namespace) -> int:
     check_output_file(out, "--out")
     table = check_out(args.table) if args.table else None
     figure = check_svg(args.figure)
+    check_distinct({"--out": out, "--table": table, "--figure": figure})
     if not 0 < args.target <= 1:
         raise InterpError(f"--target must be in (0, 1], got {args.target}")
     _prechecked(args)
-    from interp import export
     from interp.analysis.circuits.edge_attribution import attribute_edges
     from interp.analysis.circuits.evaluation import find_circuit
 
@@ -214,7 +241,8 @@ def run_circuit(args: argparse.Namespace) -> int:
     )  # fmt: skip
     a = scores.attrs
     n_edges = len(scores)
-    print(f"scored {n_edges:,} edges by {args.method} ({a['passes']}); clean {a['clean']:.4f}")
+    cost = a.get("passes") or f"{a.get('forward_equivalents', 0):g} forward-pass equivalents"
+    print(f"scored {n_edges:,} edges by {args.method} ({cost}); clean {a['clean']:.4f}")
     circuit = find_circuit(
         model, clean, corrupted_tokens=corrupted, metric=metric, scores=scores,
         target=args.target, progress=True,
@@ -227,14 +255,12 @@ def run_circuit(args: argparse.Namespace) -> int:
     )
     for label in circuit.edges()["label"][:12]:
         print(f"  {label}")
-    circuit.save(out)
+    writers = {out: circuit.save}
     if table is not None:
         scores.attrs.update(model=args.model, inputs=what)
-        export(scores, table)
-        print(f"wrote {table}")
-    if figure is not None:
+        writers[table] = export_to(scores)
+    if figure is not None:  # drawn before anything is written
         from interp.figures import circuit_figure
-        from interp.files import write_text
 
         plot = circuit_figure(
             circuit.edges().to_dict("records"),
@@ -244,9 +270,11 @@ def run_circuit(args: argparse.Namespace) -> int:
             f"clean - corrupted difference: {info['n_edges']} of {n_edges:,} edges. "
             "Width is |score|; faithfulness measured with the corrupted prompts as replacement.",
         )
-        write_text(figure, plot.svg())
-        print(f"wrote {figure}")
-    print(f"wrote {out}")
+        writers[figure] = text_to(plot.svg())
+    write_outputs(writers)  # all new files, or (interrupted, failed) all the old ones
+    for path in (table, figure, out):
+        if path is not None:
+            print(f"wrote {path}")
     return 0
 
 
@@ -255,7 +283,6 @@ def run_paths(args: argparse.Namespace) -> int:
     receivers = _labels(args.receivers, "--receivers")
     senders = _labels(args.senders, "--senders")
     _prechecked(args)
-    from interp import export
     from interp.analysis.circuits.paths import path_patch
 
     model = load(args)
@@ -268,6 +295,6 @@ def run_paths(args: argparse.Namespace) -> int:
     print(f"path patching ({args.direction}) into {', '.join(receivers)} ({len(df)} senders)")
     print_top(df, "normalized", args.top)
     df.attrs.update(model=args.model, inputs=what)
-    export(df, out)
+    write_outputs({out: export_to(df)})
     print(f"wrote {out}")
     return 0

@@ -1,9 +1,12 @@
 """``interp dla``, ``interp lens``, ``interp attention``: what components write, what the model
 believes after each block, and where heads look, on a prompt of your own.
 
-Everything that needs only the tokenizer (each answer is one token, positions
-fit the prompt) is checked before the weights load; bad input is one line on
-stderr and exit 2, and nothing is written.
+Every option is checked before any work (``--figure`` of ``interp dla`` needs
+``--by head``), and everything that needs only the tokenizer (the prompt
+encodes, each answer is one token, positions fit the prompt) before the
+weights load; bad input is one line on stderr and exit 2, and nothing is
+written. A table and its figure are written together once both are computed
+(:func:`interp.cli.args.write_outputs`): all new, or all as they were.
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from interp.cli.args import (
+    TOKEN_RULE,
     add_model,
+    answer_ids,
+    check_distinct,
     check_model_args,
     check_out,
     check_positions_fit,
@@ -21,12 +27,14 @@ from interp.cli.args import (
     check_svg,
     count_arg,
     encode,
+    export_to,
     heads_arg,
     load,
     positions_arg,
     print_top,
-    token_id,
+    text_to,
     tokenizer_of,
+    write_outputs,
 )
 from interp.errors import InterpError
 
@@ -36,14 +44,16 @@ def add_parsers(sub: Any) -> None:
     dla = sub.add_parser("dla", help="direct logit attribution: each component's share of a logit")
     add_model(dla)
     dla.add_argument("--prompt", required=True, help="text (ids for models without a tokenizer)")
-    dla.add_argument("--answer", required=True, help="the answer token, e.g. ' Mary' (or its id)")
-    dla.add_argument("--wrong", help="the wrong token: attribute logit[answer] - logit[wrong]")
+    dla.add_argument("--answer", required=True, help=f"the answer token: {TOKEN_RULE}")
+    dla.add_argument(
+        "--wrong", help=f"the wrong token (attribute logit[answer] - logit[wrong]): {TOKEN_RULE}"
+    )
     dla.add_argument(
         "--by", default="head", choices=("head", "layer", "component"), help="what a row is"
     )
     dla.add_argument("--at", help="comma-separated positions whose logits are read (default: last)")
     dla.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
-    dla.add_argument("--figure", help="also write the layer x head heatmap (.svg)")
+    dla.add_argument("--figure", help="also write the layer x head heatmap (.svg; --by head)")
     dla.add_argument("--top", type=count_arg(0), default=10, help="rows to print, by |value|")
     dla.set_defaults(func=run_dla)
 
@@ -52,7 +62,10 @@ def add_parsers(sub: Any) -> None:
     lens.add_argument("--prompt", required=True, help="text (ids for models without a tokenizer)")
     lens.add_argument("--at", help="comma-separated positions read (default: all)")
     lens.add_argument("--k", type=count_arg(1), default=5, help="top tokens per cell")
-    lens.add_argument("--target", help="the token to follow (default: each position's next token)")
+    lens.add_argument(
+        "--target",
+        help=f"the token to follow (default: each position's next token): {TOKEN_RULE}",
+    )
     lens.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
     lens.add_argument("--figure", help="also write the stage x position grid (.svg)")
     lens.set_defaults(func=run_lens)
@@ -63,26 +76,24 @@ def add_parsers(sub: Any) -> None:
     att.add_argument(
         "--heads", help="labels, e.g. L18H6,L17H3 (default: the 5 best induction heads, or all)"
     )
-    att.add_argument("--answer", help="also show the direct logit attribution of this token")
-    att.add_argument("--wrong", help="... as logit[answer] - logit[wrong]")
+    att.add_argument(
+        "--answer", help=f"also show the direct logit attribution of this token: {TOKEN_RULE}"
+    )
+    att.add_argument("--wrong", help=f"... as logit[answer] - logit[wrong]: {TOKEN_RULE}")
     att.add_argument("--out", required=True, help="the page (.html)")
     att.set_defaults(func=run_attention)
 
 
-def _answers(args: argparse.Namespace, tok: Any) -> tuple[Any, Any]:
-    a = token_id(tok, args.answer) if args.answer is not None else None
-    w = token_id(tok, args.wrong) if args.wrong is not None else None
-    if a is not None and a == w:
-        raise InterpError("--answer and --wrong name the same token; the difference would be 0")
-    return a, w
-
-
 def _prechecked(args: argparse.Namespace, positions: Any) -> tuple[Any, Any]:
-    """Prompt, answers and positions checked with the tokenizer alone (no weights)."""
+    """Prompt, answers (``--answer``/``--wrong``, or ``--target``) and positions checked with
+    the tokenizer alone (no weights). Returns the answer ids (None where not given)."""
     check_prompt(args.prompt, "prompt")
     check_model_args(args)
     tok = tokenizer_of(args.model)
-    answers = _answers(args, tok) if hasattr(args, "answer") else (None, None)
+    if hasattr(args, "answer"):
+        answers = answer_ids(tok, args.answer, args.wrong, ("--answer", "--wrong"))
+    else:
+        answers = answer_ids(tok, args.target, None, ("--target", ""))
     check_positions_fit(positions, encode(tok, args.prompt).shape[1], option="--at")
     return answers
 
@@ -90,9 +101,14 @@ def _prechecked(args: argparse.Namespace, positions: Any) -> tuple[Any, Any]:
 def run_dla(args: argparse.Namespace) -> int:
     out = check_out(args.out)
     figure = check_svg(args.figure)
+    if figure is not None and args.by != "head":
+        raise InterpError(
+            f"--figure draws the layer x head heatmap, which needs --by head (not --by {args.by}); "
+            "use --by head, or drop --figure"
+        )
+    check_distinct({"--out": out, "--figure": figure})
     positions = positions_arg(args.at, "--at")
     answer, wrong = _prechecked(args, positions)
-    from interp import export
     from interp.analysis.components.dla import direct_logit_attribution, head_grid
 
     model = load(args)
@@ -109,16 +125,14 @@ def run_dla(args: argparse.Namespace) -> int:
     quantity = df.attrs["metric"]
     print(f"{quantity}: {df.attrs['total']:.4f} (the model's own; rows sum to it)")
     print_top(df, "value", args.top)
-    export(df, out)
-    if figure is not None:
+    writers = {out: export_to(df)}
+    if figure is not None:  # drawn before anything is written
         from interp.figures import dla_heatmap
-        from interp.files import write_text
 
-        if args.by != "head":
-            raise InterpError("--figure draws the layer x head heatmap: use --by head")
         grid, mlp = head_grid(df)
-        plot = dla_heatmap(grid, mlp, caption=_dla_caption(df, args))
-        write_text(figure, plot.svg())
+        writers[figure] = text_to(dla_heatmap(grid, mlp, caption=_dla_caption(df, args)).svg())
+    write_outputs(writers)
+    if figure is not None:
         print(f"wrote {figure}")
     print(f"wrote {out}")
     return 0
@@ -138,13 +152,9 @@ def _dla_caption(df: Any, args: argparse.Namespace) -> str:
 def run_lens(args: argparse.Namespace) -> int:
     out = check_out(args.out)
     figure = check_svg(args.figure)
+    check_distinct({"--out": out, "--figure": figure})
     positions = positions_arg(args.at, "--at")
-    check_prompt(args.prompt, "prompt")
-    check_model_args(args)
-    tok = tokenizer_of(args.model)
-    target = token_id(tok, args.target) if args.target is not None else None
-    check_positions_fit(positions, encode(tok, args.prompt).shape[1], option="--at")
-    from interp import export
+    target, _ = _prechecked(args, positions)
     from interp.analysis.components.lens import logit_lens
 
     model = load(args)
@@ -157,12 +167,13 @@ def run_lens(args: argparse.Namespace) -> int:
             f"position {r.position} {r.token!r}: the model predicts {r.top1!r} ({r.p1:.2f})"
             + (f"; target {r.target!r} rank {r.target_rank}" if r.target else "")
         )
-    export(df, out)
-    if figure is not None:
-        from interp.files import write_text
+    writers = {out: export_to(df)}
+    if figure is not None:  # drawn before anything is written
         from interp.labs.common import lens_figure
 
-        write_text(figure, lens_figure(df).svg())
+        writers[figure] = text_to(lens_figure(df).svg())
+    write_outputs(writers)
+    if figure is not None:
         print(f"wrote {figure}")
     print(f"wrote {out}")
     return 0
@@ -224,6 +235,6 @@ def run_attention(args: argparse.Namespace) -> int:
         grid, mlp = head_grid(df)
         r.heading("Direct logit attribution")
         r.figure(dla_heatmap(grid, mlp, caption=_dla_caption(df, args)), "dla")
-    r.write(out)
+    write_outputs({out: r.write})
     print(f"wrote {out} ({len(chosen)} heads)")
     return 0

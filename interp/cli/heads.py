@@ -1,14 +1,16 @@
 """``interp ablate``, ``interp attribute``, ``interp patch``, ``interp scores``: per-head tables.
 
 Each command checks its arguments (output path, heads, positions, metric
-ids, seeds) before loading a model; what needs only the tokenizer (is each
-``--logit-diff`` word one token? do ``--positions`` fit the prompt?) is
+ids, seeds) before loading a model; what needs only the tokenizer (does each
+prompt encode? is each ``--logit-diff`` word one token? do ``--positions`` fit
+the prompt? are a clean prompt and its corrupted twin of one length?) is
 checked with the tokenizer alone, before the weights load. It then loads the
 model with :func:`interp.models.load_model`, says how many passes it will run,
-and exports the table with :func:`interp.export`. Inputs come from one of
-``--tokens FILE`` (.npy integer array, or .txt with one sequence of ids per
-line), ``--prompt TEXT`` or ``--repeated N`` (BOS + N random ordinary tokens,
-twice); by default the model's standard repeated probe.
+and exports the table with :func:`interp.export` once everything is computed
+(its CSV sidecar beside it, all or nothing: :func:`interp.cli.args.write_outputs`).
+Inputs come from one of ``--tokens FILE`` (.npy integer array, or .txt with
+one sequence of ids per line), ``--prompt TEXT`` or ``--repeated N`` (BOS + N
+random ordinary tokens, twice); by default the model's standard repeated probe.
 """
 
 from __future__ import annotations
@@ -18,23 +20,29 @@ from pathlib import Path
 from typing import Any
 
 from interp.cli.args import (
+    LOGIT_DIFF_PARTS,
+    TOKEN_RULE,
     add_inputs,
     add_model,
+    answer_ids,
     check_inputs,
     check_model_args,
     check_out,
     check_positions_fit,
     check_prompt,
+    check_same_length,
     count_arg,
     encode,
+    export_to,
     heads_arg,
     inputs,
+    is_token_id,
     load,
     pair_arg,
     positions_arg,
     print_top,
-    token_id,
     tokenizer_of,
+    write_outputs,
 )
 from interp.errors import InterpError
 
@@ -43,7 +51,7 @@ def _add_metric(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--metric", default=default, choices=("loss", "logit-diff"))
     p.add_argument(
         "--logit-diff",
-        help="ANSWER,WRONG token ids (or single-token words) for --metric logit-diff",
+        help=f"ANSWER,WRONG for --metric logit-diff; each part: {TOKEN_RULE}",
     )
     p.add_argument("--positions", help="comma-separated positions where the edit applies")
 
@@ -144,17 +152,27 @@ def _check_metric_args(args: argparse.Namespace) -> None:
         )
 
 
-def _tokenizer_checks(args: argparse.Namespace, prompts: list[str], positions: Any) -> Any:
-    """What needs only the tokenizer, before the weights load: each ``--logit-diff`` word is
-    one token, and ``--positions`` fit every prompt. Returns the answer ids (or None)."""
+def _tokenizer_checks(
+    args: argparse.Namespace,
+    prompts: list[tuple[str, str]],
+    positions: Any,
+    *,
+    twins: bool = False,
+) -> Any:
+    """What needs only the tokenizer, before the weights load: every prompt (``(text, what)``)
+    encodes, each ``--logit-diff`` word is one token (and the two differ), ``--positions``
+    fit every prompt, and with ``twins`` the clean and corrupted prompts have one length.
+    Returns the answer ids (or None)."""
     words = pair_arg(args.logit_diff) if args.metric == "logit-diff" else ()
-    needs_tok = any(not w.strip().lstrip("-").isdigit() for w in words)
-    if not needs_tok and not (positions is not None and prompts):
-        return None
+    if not prompts and all(is_token_id(w) for w in words):
+        return answer_ids(None, *words, LOGIT_DIFF_PARTS) if words else None
     tok = tokenizer_of(args.model)
-    ids = tuple(token_id(tok, w) for w in words) or None
-    for text in prompts:
-        check_positions_fit(positions, encode(tok, text).shape[1])
+    ids = answer_ids(tok, *words, LOGIT_DIFF_PARTS) if words else None
+    encoded = [encode(tok, text, what) for text, what in prompts]
+    for e in encoded:
+        check_positions_fit(positions, e.shape[1])
+    if twins:
+        check_same_length(*encoded)
     return ids
 
 
@@ -166,7 +184,7 @@ def _metric(model: Any, args: argparse.Namespace, loss_mask: Any) -> Any:
         return loss_metric(loss_mask)
     a, b = pair_arg(args.logit_diff)
     tok = getattr(model, "tokenizer", None)
-    return logit_diff_metric(token_id(tok, a), token_id(tok, b))
+    return logit_diff_metric(*answer_ids(tok, a, b, LOGIT_DIFF_PARTS))
 
 
 def _announce(model: Any, tokens: Any, heads: Any, what: str) -> None:
@@ -204,12 +222,12 @@ def run_ablate(args: argparse.Namespace) -> int:
         raise InterpError("--verify goes with --estimate (the exact sweep is exact already)")
     given = check_inputs(args)
     check_model_args(args)
-    _tokenizer_checks(args, [args.prompt] if args.prompt is not None else [], positions)
+    prompts = [(args.prompt, "prompt")] if args.prompt is not None else []
+    _tokenizer_checks(args, prompts, positions)
     if given is not None:
         check_positions_fit(positions, given.shape[1], "--tokens sequences")
     if args.estimate:
         return _attribute(args, out, heads, positions, given)
-    from interp import export
     from interp.analysis.components.ablation import ablate_heads
 
     model = load(args)
@@ -227,13 +245,12 @@ def run_ablate(args: argparse.Namespace) -> int:
         progress=True,
     )
     print_top(df, "effect", args.top)
-    export(_describe(df, args), out)
+    write_outputs({out: export_to(_describe(df, args))})
     print(f"wrote {out}")
     return 0
 
 
 def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any, given: Any) -> int:
-    from interp import export
     from interp.analysis.components.attribution import attribute_heads
     from interp.checks import check_token_pair
 
@@ -249,8 +266,7 @@ def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any, 
     then = f", then the exact value of the top {args.verify}" if args.verify else ""
     passes = 3 if corrupted is not None else 2
     print(
-        f"attribution ({args.ablation}): every head from {passes} passes (forward + backward)"
-        f"{then}"
+        f"attribution ({args.ablation}): every head from {passes} passes (forward + backward){then}"
     )
     df = attribute_heads(
         model,
@@ -267,7 +283,7 @@ def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any, 
         correction=getattr(args, "correction", "none"),  # interp ablate --estimate has none
     )
     print_top(df, "estimate", args.top)
-    export(_describe(df, args), out)
+    write_outputs({out: export_to(_describe(df, args))})
     print(f"wrote {out} (estimates and exact values are in separate columns)")
     return 0
 
@@ -288,8 +304,9 @@ def run_attribute(args: argparse.Namespace) -> int:
             raise InterpError("--ablation patch needs --metric logit-diff --logit-diff A,B")
     given = check_inputs(args)
     check_model_args(args)
-    prompts = [p for p in (args.prompt, args.corrupted) if p is not None]
-    _tokenizer_checks(args, prompts, positions)
+    texts = [(args.prompt, "prompt"), (args.corrupted, "corrupted prompt")]
+    prompts = [(t, what) for t, what in texts if t is not None]
+    _tokenizer_checks(args, prompts, positions, twins=args.ablation == "patch")
     if given is not None:
         check_positions_fit(positions, given.shape[1], "--tokens sequences")
     return _attribute(args, out, heads, positions, given)
@@ -305,8 +322,10 @@ def run_patch(args: argparse.Namespace) -> int:
         raise InterpError("--by goes with --component (e.g. --component resid_pre --by layer)")
     if args.component is not None and heads is not None:
         raise InterpError("--heads is for per-head patching; drop it with --component")
+    _check_component_by(args.component, args.by)
     check_model_args(args)
-    _tokenizer_checks(args, [args.clean, args.corrupted], positions)
+    prompts = [(args.clean, "clean prompt"), (args.corrupted, "corrupted prompt")]
+    _tokenizer_checks(args, prompts, positions, twins=True)
     from interp.analysis.components.patching import patch_heads
     from interp.checks import check_token_pair
 
@@ -334,7 +353,8 @@ def run_scores(args: argparse.Namespace) -> int:
     out = check_out(args.out)
     given = check_inputs(args)
     check_model_args(args)
-    from interp import export
+    if args.prompt is not None:  # it encodes (ids for models without a tokenizer)
+        encode(tokenizer_of(args.model), args.prompt)
     from interp.analysis.heads.scores import head_scores
 
     model = load(args)
@@ -344,21 +364,37 @@ def run_scores(args: argparse.Namespace) -> int:
     for stripe in ("induction", "previous_token", "duplicate_token"):
         best = df.loc[df[stripe].idxmax()]
         print(f"best {stripe} head: {best['label']} ({best[stripe]:.3f}, {args.convention})")
-    export(_describe(df, args), out)
+    write_outputs({out: export_to(_describe(df, args))})
     print(f"wrote {out}")
     return 0
 
 
 def _write_patching(df: Any, args: argparse.Namespace, out: Path) -> int:
     """Print a patching table's top rows, record its model and prompts, write it."""
-    from interp import export
-
     print_top(df, "normalized", args.top)
     df.attrs.setdefault("model", args.model)
     df.attrs.setdefault("inputs", f"--clean {args.clean!r} --corrupted {args.corrupted!r}")
-    export(df, out)
+    write_outputs({out: export_to(df)})
     print(f"wrote {out}")
     return 0
+
+
+def _check_component_by(component: str | None, by: str | None) -> None:
+    """``--by`` fits ``--component`` (a layer's vector, or a head's), before any model loads."""
+    if component is None or by is None:
+        return
+    from interp.analysis.components.component_patching import HEAD_COMPONENTS, LAYER_COMPONENTS
+
+    if component in LAYER_COMPONENTS and by.startswith("head"):
+        raise InterpError(
+            f"--component {component} is one vector per layer and position; use --by layer or "
+            "layer_position (per head are z, q, k, v, pattern)"
+        )
+    if component in HEAD_COMPONENTS and by.startswith("layer"):
+        raise InterpError(
+            f"--component {component} is per head; use --by head or head_position (or "
+            "--component attn_out for a whole layer's attention)"
+        )
 
 
 def _patch_grid(args: argparse.Namespace, model: Any, clean: Any, corrupted: Any, positions: Any,

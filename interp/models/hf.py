@@ -11,6 +11,13 @@ as all-MiniLM-L6-v2, saved as ``BertModel``) is loaded with a masked-LM head
 for the bridge, and the model is flagged ``interp_logits_meaningful = False``
 so loss metrics refuse it instead of reporting a loss from random weights.
 
+A folder must carry its tokenizer (:func:`folder_tokenizer`): without one,
+prompts could not be encoded (Hugging Face builds an empty tokenizer for a
+GPT-2 folder that has none, which encodes every prompt to nothing), so such a
+folder is refused before its weights load, with the fix. A toy model whose
+vocabulary is :func:`word_tokenizer`'s words says so in its ``config.json``
+(``"interp_tokenizer": "word"``) and needs no tokenizer files.
+
 Example:
     >>> model = random_gpt2(2, vocab=30)
     >>> model.to_tokens("t5 t12 t19 t20").tolist()
@@ -32,6 +39,19 @@ from interp.paths import cache_dir
 
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 VERDICT = "interp-bridge-verified.json"
+# The files a saved Hugging Face tokenizer leaves in its folder (any one of them).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+# config.json key of a toy folder whose vocabulary is word_tokenizer's t0 .. t{n-1}.
+WORD_TOKENIZER_KEY = "interp_tokenizer"
 
 
 def word_tokenizer(vocab_size: int) -> Any:
@@ -239,6 +259,75 @@ def read_config(path: Path) -> dict[str, Any]:
     return cfg
 
 
+def folder_tokenizer(path: str | os.PathLike[str], config: dict[str, Any] | None = None) -> Any:
+    """The tokenizer a Hugging Face model folder carries, loaded offline (no weights read).
+
+    A folder whose ``config.json`` has ``"interp_tokenizer": "word"`` (a toy
+    model over ``t0 .. t{vocab_size-1}``) gets :func:`word_tokenizer` and needs
+    no tokenizer files; every other folder must hold its own tokenizer.
+
+    Example:
+        >>> import json, tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "config.json").write_text(json.dumps(
+        ...     {"model_type": "gpt2", "vocab_size": 30, "interp_tokenizer": "word"}))
+        >>> folder_tokenizer(d)("t5 t12")["input_ids"]
+        [5, 12]
+
+    Raises:
+        InterpError: for a folder without tokenizer files (naming the files
+            looked for and the fix: save the tokenizer into the folder), tokenizer
+            files that cannot be loaded, a tokenizer that encodes text to no
+            tokens (its vocabulary files are missing), or an unknown
+            ``interp_tokenizer``.
+        CheckpointError: for a ``config.json`` that is not valid JSON.
+    """
+    from transformers import AutoTokenizer
+
+    d = Path(path)
+    config = read_config(d) if config is None else config
+    declared = config.get(WORD_TOKENIZER_KEY)
+    if declared is not None:
+        if declared != "word":
+            raise InterpError(
+                f"{str(d / 'config.json')!r} sets {WORD_TOKENIZER_KEY}={declared!r}; the only "
+                'value is "word" (a toy vocabulary t0 .. tN); remove it to use the folder\'s '
+                "own tokenizer files"
+            )
+        vocab = config.get("vocab_size")
+        if not isinstance(vocab, int) or isinstance(vocab, bool):
+            raise InterpError(
+                f"{str(d / 'config.json')!r} declares the word tokenizer but its vocab_size is "
+                f"{vocab!r}; give the vocabulary size as an integer"
+            )
+        return word_tokenizer(vocab)
+    save = (
+        "save the model's tokenizer into the folder (tokenizer.save_pretrained(folder)), "
+        f'or, for a toy model over the words t0 .. tN, add "{WORD_TOKENIZER_KEY}": "word" '
+        "to its config.json"
+    )
+    if not any((d / name).is_file() for name in TOKENIZER_FILES):
+        raise InterpError(
+            f"the model folder {str(d)!r} has no tokenizer files (none of "
+            f"{', '.join(TOKENIZER_FILES)}), so prompts cannot be encoded; {save}"
+        )
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - tokenizers, sentencepiece and HF each raise their own
+        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise InterpError(
+            f"cannot load the tokenizer in {str(d)!r} ({type(exc).__name__}: {first}); its "
+            f"tokenizer files are damaged or incomplete: {save}"
+        ) from None
+    if not list(tok("The cat sat", add_special_tokens=False)["input_ids"]):
+        raise InterpError(
+            f"the tokenizer in {str(d)!r} encodes text to no tokens (its vocabulary files are "
+            f"missing: it has only some of {', '.join(TOKENIZER_FILES)}); {save}"
+        )
+    return tok
+
+
 def _lm_class(config: dict[str, Any]) -> Any:
     """The Auto class to load ``config`` with: causal LM, or masked LM for encoders."""
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
@@ -274,19 +363,23 @@ def load_hf_dir(
     (the folder is incomplete); a missing language-model head flags the model
     ``interp_logits_meaningful = False`` (see the module docstring) and says so
     on stderr unless ``quiet`` (which also silences Hugging Face's load report).
-    A folder without tokenizer files gets :func:`word_tokenizer`.
+    The folder's tokenizer is read first (:func:`folder_tokenizer`), so a
+    folder without one is refused before its weights load.
 
     Raises:
         CheckpointError: for an unreadable config or weights (a truncated
             ``model.safetensors`` included), or weights missing from the base model.
-        InterpError: for a folder that is not a Hugging Face model, an
-            architecture TransformerLens cannot wrap, or a bridge whose logits
-            disagree with the Hugging Face model's.
+        InterpError: for a folder that is not a Hugging Face model, a folder
+            without a usable tokenizer (no tokenizer files, damaged ones, or one
+            that encodes text to nothing: the message names the files and the
+            fix, saving the tokenizer into the folder; a toy folder declares
+            ``"interp_tokenizer": "word"`` instead), an architecture
+            TransformerLens cannot wrap, or a bridge whose logits disagree with
+            the Hugging Face model's.
     """
-    from transformers import AutoTokenizer
-
     d = Path(path)
     config = read_config(d)
+    tok = folder_tokenizer(d, config)
     cls = _lm_class(config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     kwargs: dict[str, Any] = {"local_files_only": True, "output_loading_info": True}
@@ -316,10 +409,6 @@ def load_hf_dir(
             f"the checkpoint in {str(d)!r} is incomplete: {len(in_base)} weights of the model "
             f"body are missing (e.g. {in_base[0]}); restore the weights file"
         )
-    try:
-        tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
-    except (OSError, ValueError, TypeError):
-        tok = word_tokenizer(int(hf.config.vocab_size))
     verdict = d / VERDICT if verified_copy else None
     bridge = bridge_from_hf(
         hf, architecture_name=architecture_name or str(d), tokenizer=tok, verdict=verdict

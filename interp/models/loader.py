@@ -11,8 +11,10 @@ A name is resolved in this order, and each broken case gets its own message:
    weights and hash mismatches are reported as a damaged checkpoint); a
    Hugging Face folder (``config.json`` with ``model_type``) is loaded with the
    class its config names (:func:`interp.models.hf.load_hf_dir`: an encoder
-   without an LM head is flagged and loss metrics refuse it); anything else
-   is named as neither. A file is refused;
+   without an LM head is flagged and loss metrics refuse it; a folder without
+   its tokenizer is refused before its weights load, unless its config
+   declares the toy word vocabulary); anything else is named as neither. A
+   file is refused;
 3. something path-like that does not exist (``./x``, ``/x``, ``a/b/c``) is
    "not found";
 4. ``owner/name`` is a hub id: loaded through Hugging Face when the hub is
@@ -198,7 +200,16 @@ def load_model(
             dtype that is not floating, a device this machine lacks, ``device``
             together with ``device_map``, a hub id while the hub is unreachable
             (listing the offline aliases), an architecture TransformerLens cannot
-            wrap, or a bridge whose logits disagree with its Hugging Face model.
+            wrap, a bridge whose logits disagree with its Hugging Face model, or
+            a Hugging Face folder (or hub model) without a usable tokenizer: no
+            tokenizer files, damaged ones, or one that encodes text to nothing
+            (:func:`interp.models.hf.folder_tokenizer`; checked before the
+            weights load, and the fix is to save the tokenizer into the folder;
+            a toy folder over the words ``t0 .. tN`` declares
+            ``"interp_tokenizer": "word"`` in its config instead). Our
+            checkpoints have no tokenizer by design (prompts are token ids);
+            random models built in memory (:func:`interp.models.hf.random_gpt2`)
+            bring their word tokenizer.
         CheckpointError: for a damaged checkpoint or model folder.
     """
     kind = classify(name_or_path)
@@ -238,13 +249,28 @@ def load_model(
     return model.eval()
 
 
-def _load_hub(name: str, dtype: Any, device_map: Any) -> Any:
+def _hub_tokenizer(name: str) -> Any:
+    """The tokenizer of a hub model (the hub reachable, else the fast offline failure)."""
     if not _hub_reachable():
         raise InterpError(
             f"cannot fetch {name!r}: the model hub is unreachable (or HF_HUB_OFFLINE is set) "
             f"and no such folder exists; offline aliases: {', '.join(ALIASES)}"
         )
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except Exception as exc:  # noqa: BLE001 - HF raises OSError, ValueError, ... for no tokenizer
+        raise InterpError(
+            f"cannot load the tokenizer of {name!r} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}); prompts could not "
+            "be encoded: download the model with its tokenizer into a folder and pass the folder"
+        ) from None
+
+
+def _load_hub(name: str, dtype: Any, device_map: Any) -> Any:
+    tok = _hub_tokenizer(name)  # before the weights: it fails fast offline
+    from transformers import AutoModelForCausalLM
 
     from interp.models.hf import bridge_from_hf
 
@@ -252,7 +278,6 @@ def _load_hub(name: str, dtype: Any, device_map: Any) -> Any:
     if device_map is not None:
         kwargs["device_map"] = device_map
     hf = AutoModelForCausalLM.from_pretrained(name, **kwargs)
-    tok = AutoTokenizer.from_pretrained(name)
     return bridge_from_hf(hf, architecture_name=name, tokenizer=tok)
 
 
@@ -294,18 +319,27 @@ def load_tokenizer(name_or_path: str | os.PathLike[str]) -> Any:
 
     For checks that need only the tokenizer (is an answer one token? does a
     position fit the prompt?), so they run before the weights load:
-    ``induction-2l`` and our checkpoints have none (prompts are ids);
+    ``induction-2l`` and our checkpoints have none (prompts are ids); a hub
+    id's comes from the hub (the same fast failure as :func:`load_model` offline);
     ``smollm2-135m`` reads it from the converted copy (or the GGUF file when
-    there is no copy yet); a Hugging Face folder from its tokenizer files, or
-    the word tokenizer :func:`load_model` would give it.
+    there is no copy yet); a Hugging Face folder from its tokenizer files
+    (:func:`interp.models.hf.folder_tokenizer`: the word tokenizer only when
+    its config declares ``"interp_tokenizer": "word"``).
 
     Raises:
-        InterpError: as :func:`classify`, or for a missing weights package.
+        InterpError: as :func:`classify`, for a missing weights package, a hub
+            id while the hub is unreachable, or for a Hugging Face folder without
+            a usable tokenizer (no tokenizer files, damaged ones, or one that
+            encodes text to nothing; the message names the files and the fix):
+            the refusal :func:`load_model` gives, so it comes before any weights
+            load.
     """
     kind = classify(name_or_path)
     name = os.fspath(name_or_path)
-    if kind in ("checkpoint", "hub") or name == "induction-2l":
+    if kind == "checkpoint" or name == "induction-2l":
         return None
+    if kind == "hub":
+        return _hub_tokenizer(name)
     from transformers import AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -317,13 +351,9 @@ def load_tokenizer(name_or_path: str | os.PathLike[str]) -> Any:
         return AutoTokenizer.from_pretrained(
             pretrained.package_dir(name) / "model", local_files_only=True
         )
-    path = Path(name).expanduser()
-    try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError, TypeError):
-        from interp.models.hf import read_config, word_tokenizer
+    from interp.models.hf import folder_tokenizer
 
-        return word_tokenizer(int(read_config(path).get("vocab_size", 2)))
+    return folder_tokenizer(Path(name).expanduser())
 
 
 def prompt_ids(tokenizer: Any, text: str) -> Any:
