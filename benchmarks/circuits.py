@@ -61,11 +61,11 @@ def main() -> None:
         evaluate_circuit,
         path_patch,
     )
-    from interp.analysis.circuits.evaluation import top_edges
     from interp.analysis.circuits.edge_attribution import score_matrix
-    from interp.metrics import logit_diff_metric
+    from interp.analysis.circuits.evaluation import top_edges
     from interp.datasets import name_mover_prompts
     from interp.hooks import hook_name
+    from interp.metrics import logit_diff_metric
     from interp.models import load_model
 
     parser = argparse.ArgumentParser()
@@ -100,9 +100,11 @@ def main() -> None:
         f"[{n_s} x {width:,}] @ [{width:,} x {n_r}] {product:.2f} s = {product / fwd:.2f} fwd-eq"
     )
 
-    from interp.engine.tasks import prepare
+    from interp.engine.tasks import begin, check
 
-    base = timed(lambda: prepare(model, clean, ablation="patch", base_pass="metric", **kw), 2)[0]
+    base = timed(lambda: begin(check(model, clean, ablation="patch", **kw), base_pass="metric"), 2)[
+        0
+    ]
     print(
         f"circuit baselines (a plain clean forward; the corrupted run with every sender's "
         f"output): {base:.2f} s = {base / fwd:.2f} fwd-eq, once per task"

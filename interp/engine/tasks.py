@@ -6,7 +6,8 @@ the metric, the positions and the cache before any forward pass; verify once
 that this model's receivers can be given their own inputs exactly
 (:func:`interp.engine.edges.check_exact`); then run the base run (recording
 every sender's output and every receiver layer's input) and the source run.
-:func:`prepare` does all of it and returns an :class:`EdgeTask`.
+:func:`check` checks the inputs and builds the graph, so a caller can refuse
+work it cannot do before any pass; :func:`begin` then runs the first passes.
 
 The base run is the one whose edges are edited (:mod:`interp.engine.direction`):
 the clean run when noising (and for zero and mean ablation, and every circuit
@@ -16,9 +17,10 @@ Example:
     >>> import torch
     >>> from interp.metrics import logit_diff_metric
     >>> from interp.models import load_model
-    >>> task = prepare(load_model("induction-2l"), torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]]),
-    ...                corrupted_tokens=torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]]),
-    ...                metric=logit_diff_metric(8, 9), ablation="patch")
+    >>> task = check(load_model("induction-2l"), torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]]),
+    ...              corrupted_tokens=torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]]),
+    ...              metric=logit_diff_metric(8, 9), ablation="patch")
+    >>> task = begin(task)
     >>> task.base_value > 0 > task.source_value
     True
 """
@@ -246,32 +248,6 @@ def begin(
         elif task.base_out is not None:
             task.alt = replacement(task.ablation, task.base_out, task.seed)
     return task
-
-
-def prepare(
-    model: HookedModel,
-    tokens: Any,
-    *,
-    corrupted_tokens: Any,
-    metric: Any,
-    ablation: str,
-    positions: Any = None,
-    direction: str = "noising",
-    cache: Any = None,
-    seed: Any = 0,
-    base_pass: bool | Literal["metric"] = True,
-    each_for: str | None = None,
-) -> EdgeTask:
-    """:func:`check` every input, then :func:`begin` the task (options as those two).
-
-    Raises:
-        InterpError: as :func:`check` and :func:`begin`.
-    """
-    task = check(
-        model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation=ablation,
-        positions=positions, direction=direction, seed=seed, each_for=each_for,
-    )  # fmt: skip
-    return begin(task, cache=cache, base_pass=base_pass)
 
 
 def check_span(base: float, source: float, what: str) -> None:

@@ -1,28 +1,13 @@
-"""The computational graph circuits are made of: senders, receivers, and the edges between them.
+"""Circuits: sets of the graph's edges, the forms edges are given in, and circuit files.
 
-The residual stream is a sum: every component reads the sum of what earlier
-components wrote. An *edge* is one writer's contribution to one reader's
-input (Elhage et al. 2021; ACDC, Conmy et al. 2023; EAP, Syed et al. 2023).
-The graph itself (:class:`interp.engine.graph.Graph`) is the edge engine's;
-here are circuits, sets of its edges, and the forms edges are given in.
-
-* **Senders** write: the token embedding (``embed``), the positional
-  embedding (``pos_embed``, where the model has one), every head's output
-  (``L3H7``: ``z @ W_O`` of that head) and every MLP (``L3.mlp``).
-* **Receivers** read: every head's query input (``L3H7.q``), every key and
-  value input (``L3H7.k`` / ``.v``; on grouped-query models one per key/value
-  head, ``L3KV1.k``: SmolLM2 has 9 query heads but 3 key/value heads a layer,
-  so 3 key receivers, not 9 copies), every MLP's input (``L3.mlp``) and the
-  logits (``logits``: the stream the final norm reads).
-* A sender precedes a receiver when it writes before the receiver reads:
-  embeddings precede everything, a layer's heads precede later layers and its
-  own MLP, a layer's MLP precedes later layers.
-
-Edge labels read ``L0H1 -> L1H1.k``, ``embed -> L1H1.v``, ``L29H1 -> logits``,
-``L3.mlp -> L20H0.q``; tables have ``sender, receiver, receiver_input``
-(``q``, ``k``, ``v``, ``mlp``, ``logits``). A circuit is a set of edges
-(:class:`Circuit`); it is saved as JSON and loaded back with
-:func:`load_circuit` to be evaluated on other prompts.
+The graph (:mod:`interp.engine.graph`: senders, receivers, and which sender may
+feed which receiver) is the edge engine's; :func:`circuit_graph` gives it for a
+model. Edge labels read ``L0H1 -> L1H1.k``, ``embed -> L1H1.v``, ``L29H1 ->
+logits``; tables have ``sender, receiver, receiver_input`` (``q``, ``k``, ``v``,
+``mlp``, ``logits``). A circuit is a set of edges (:class:`Circuit`): edges are
+given as masks, tables, labels or pairs (:func:`edge_mask`; per position,
+:func:`position_edge_mask`), and a circuit is saved as JSON and loaded back
+with :func:`load_circuit` to be evaluated on other prompts.
 
 Example:
     >>> from interp.models import load_model
