@@ -258,7 +258,8 @@ def test_models_that_need_no_tokenizer_files_keep_loading(tmp_path):
 
 # ------------------------------------------------ 4. one rule for typed tokens
 def test_digits_only_is_an_id_and_anything_else_is_one_token_of_text():
-    from interp.cli.args import is_token_id, pair_arg, token_id
+    from interp.cli.args import is_token_id, pair_arg
+    from interp.cli.inputs import token_id
     from interp.models.hf import word_tokenizer
 
     tok = word_tokenizer(30)

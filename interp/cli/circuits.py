@@ -28,21 +28,21 @@ from interp.cli.args import (
     LOGIT_DIFF_PARTS,
     TOKEN_RULE,
     add_model,
-    answer_ids,
-    check_distinct,
     check_model_args,
-    check_out,
     check_prompt,
-    check_svg,
     count_arg,
-    encode,
-    export_to,
     load,
     pair_arg,
-    print_top,
     seed_arg,
+)
+from interp.cli.inputs import answer_ids, encode, tokenizer_of
+from interp.cli.outputs import (
+    check_distinct,
+    check_out,
+    check_svg,
+    export_to,
+    print_top,
     text_to,
-    tokenizer_of,
     write_outputs,
 )
 from interp.errors import InterpError

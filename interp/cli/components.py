@@ -18,22 +18,21 @@ from typing import Any
 from interp.cli.args import (
     TOKEN_RULE,
     add_model,
-    answer_ids,
-    check_distinct,
     check_model_args,
-    check_out,
-    check_positions_fit,
     check_prompt,
-    check_svg,
     count_arg,
-    encode,
-    export_to,
     heads_arg,
     load,
     positions_arg,
+)
+from interp.cli.inputs import answer_ids, check_positions_fit, encode, tokenizer_of
+from interp.cli.outputs import (
+    check_distinct,
+    check_out,
+    check_svg,
+    export_to,
     print_top,
     text_to,
-    tokenizer_of,
     write_outputs,
 )
 from interp.errors import InterpError

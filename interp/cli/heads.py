@@ -22,28 +22,27 @@ from typing import Any
 from interp.cli.args import (
     LOGIT_DIFF_PARTS,
     TOKEN_RULE,
-    add_inputs,
     add_model,
-    answer_ids,
-    check_inputs,
     check_model_args,
-    check_out,
-    check_positions_fit,
     check_prompt,
-    check_same_length,
     count_arg,
-    encode,
-    export_to,
     heads_arg,
-    inputs,
     is_token_id,
     load,
     pair_arg,
     positions_arg,
-    print_top,
-    tokenizer_of,
-    write_outputs,
 )
+from interp.cli.inputs import (
+    add_inputs,
+    answer_ids,
+    check_inputs,
+    check_positions_fit,
+    check_same_length,
+    encode,
+    inputs,
+    tokenizer_of,
+)
+from interp.cli.outputs import check_out, export_to, print_top, write_outputs
 from interp.errors import InterpError
 
 
