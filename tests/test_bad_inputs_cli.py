@@ -39,7 +39,7 @@ def gpt2_dir(folder, *, tokenizer=True, damaged=False, word_config=False):
     """A small GPT-2 folder as a user saves one; ``damaged`` truncates its weights."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from interp.models.hf import word_tokenizer
+    from interp.models.hf_tokenizers import word_tokenizer
 
     torch.manual_seed(0)
     config = GPT2Config(
@@ -260,7 +260,7 @@ def test_models_that_need_no_tokenizer_files_keep_loading(tmp_path):
 def test_digits_only_is_an_id_and_anything_else_is_one_token_of_text():
     from interp.cli.args import is_token_id, pair_arg
     from interp.cli.inputs import token_id
-    from interp.models.hf import word_tokenizer
+    from interp.models.hf_tokenizers import word_tokenizer
 
     tok = word_tokenizer(30)
     assert [is_token_id(t) for t in ("7", " 7 ", "-1", "7.0", "t7", "")] == [

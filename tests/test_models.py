@@ -83,7 +83,7 @@ def saved_gpt2(folder, tokenizer=True):
     """A small GPT-2 saved the way a user saves one (a plain Hugging Face model)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from interp.models.hf import word_tokenizer
+    from interp.models.hf_tokenizers import word_tokenizer
 
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(

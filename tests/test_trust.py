@@ -515,7 +515,7 @@ def _raise_cuda():  # pragma: no cover - only on machines with CUDA
 def _gpt2_dir(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from interp.models.hf import word_tokenizer
+    from interp.models.hf_tokenizers import word_tokenizer
 
     d = tmp_path / "gpt2"
     torch.manual_seed(0)

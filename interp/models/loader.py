@@ -203,7 +203,7 @@ def load_model(
             wrap, a bridge whose logits disagree with its Hugging Face model, or
             a Hugging Face folder (or hub model) without a usable tokenizer: no
             tokenizer files, damaged ones, or one that encodes text to nothing
-            (:func:`interp.models.hf.folder_tokenizer`; checked before the
+            (:func:`interp.models.hf_tokenizers.folder_tokenizer`; checked before the
             weights load, and the fix is to save the tokenizer into the folder;
             a toy folder over the words ``t0 .. tN`` declares
             ``"interp_tokenizer": "word"`` in its config instead). Our
@@ -323,7 +323,7 @@ def load_tokenizer(name_or_path: str | os.PathLike[str]) -> Any:
     id's comes from the hub (the same fast failure as :func:`load_model` offline);
     ``smollm2-135m`` reads it from the converted copy (or the GGUF file when
     there is no copy yet); a Hugging Face folder from its tokenizer files
-    (:func:`interp.models.hf.folder_tokenizer`: the word tokenizer only when
+    (:func:`interp.models.hf_tokenizers.folder_tokenizer`: the word tokenizer only when
     its config declares ``"interp_tokenizer": "word"``).
 
     Raises:
@@ -351,7 +351,7 @@ def load_tokenizer(name_or_path: str | os.PathLike[str]) -> Any:
         return AutoTokenizer.from_pretrained(
             pretrained.package_dir(name) / "model", local_files_only=True
         )
-    from interp.models.hf import folder_tokenizer
+    from interp.models.hf_tokenizers import folder_tokenizer
 
     return folder_tokenizer(Path(name).expanduser())
 
@@ -360,7 +360,7 @@ def prompt_ids(tokenizer: Any, text: str) -> Any:
     """``[1, pos]`` ids of ``text`` as a bridge's ``to_tokens`` gives them (with its BOS/CLS).
 
     Example:
-        >>> from interp.models.hf import word_tokenizer
+        >>> from interp.models.hf_tokenizers import word_tokenizer
         >>> prompt_ids(word_tokenizer(30), "t5 t12").tolist()
         [[0, 5, 12]]
     """
