@@ -9,7 +9,7 @@ tables, and the engine path. Cases: the shipped 2 x 2 induction model, a
 subsets from one layer, from three spread layers, and all 270 heads).
 
 The loop is the plain way to get the same table: one clean run (the table's
-``clean`` and ``delta`` need it) and one ``run_with_hooks`` per head. The
+``clean`` and ``effect`` need it) and one ``run_with_hooks`` per head. The
 bound counts work in block-units: the loop runs ``(N + 1) L`` blocks for ``N``
 heads; an exact sweep runs one clean pass (``L``), then for a head in layer
 ``l`` (0-based) the blocks after ``l`` on attention-only models (``L - 1 - l``;
@@ -37,7 +37,7 @@ def loop(model, tokens, heads, metric):
     """The plain way to get the same table: a clean run, then one run_with_hooks per head."""
     out = []
     with torch.no_grad():
-        out.append(float(metric(model(tokens), tokens)))  # clean, for the delta column
+        out.append(float(metric(model(tokens), tokens)))  # clean, for the effect column
         for l, h in heads:
 
             def hook(z, hook, h=h):

@@ -42,10 +42,10 @@ def main() -> None:
 def _row(name: str, model, kind: str) -> str:
     from transformer_lens.utilities.matrix import composition_scores as tl_scores
 
-    from interp.analysis.heads.composition import _factors, composition_tensor
+    from interp.analysis.heads.composition import composition_factors, composition_tensor
 
     with torch.no_grad():
-        left, right = _factors(model, kind)
+        left, right = composition_factors(model, kind)
         layer = torch.arange(model.cfg.n_layers)
         mask = layer[:, None, None, None] < layer[None, None, :, None]
 

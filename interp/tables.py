@@ -26,11 +26,11 @@ runs (its element ids come from the table's content, not a random uuid).
 Example:
     >>> import pandas as pd, tempfile, pathlib
     >>> df = pd.DataFrame({"layer": [0], "effect": [0.1]})
-    >>> df.attrs.update(method="zero ablation", seed=0)
+    >>> df.attrs.update(method="exact", ablation="zero", seed=0)
     >>> path = export(df, pathlib.Path(tempfile.mkdtemp()) / "t.csv")
     >>> back = read_table(path)
-    >>> back["effect"].tolist(), back.attrs["method"], "interp_version" in back.attrs
-    ([0.1], 'zero ablation', True)
+    >>> back["effect"].tolist(), back.attrs["ablation"], "interp_version" in back.attrs
+    ([0.1], 'zero', True)
 """
 
 from __future__ import annotations

@@ -142,11 +142,27 @@ def test_3_a_circuit_of_another_model_is_refused_unless_asked(model, saved, tmp_
             m, CLEAN, corrupted_tokens=CLEAN, metric=METRIC, scores=np.ones((6, 13))
         ),  # fmt: skip
         lambda m: A.attribute_edges(m, CLEAN, corrupted_tokens=CLEAN, metric=METRIC),
+        lambda m: A.patch_heads(m, CLEAN, corrupted_tokens=CLEAN, metric=METRIC),
+        lambda m: A.patch_components(
+            m, CLEAN, corrupted_tokens=CLEAN, metric=METRIC, component="z", by="head"
+        ),  # fmt: skip
+        lambda m: A.attribute_heads(
+            m, CLEAN, metric=METRIC, ablation="patch", corrupted_tokens=CLEAN
+        ),  # fmt: skip
     ],
-    ids=["path_patch", "evaluate_circuit", "circuit_curve", "find_circuit", "attribute_edges"],
+    ids=[
+        "path_patch",
+        "evaluate_circuit",
+        "circuit_curve",
+        "find_circuit",
+        "attribute_edges",
+        "patch_heads",
+        "patch_components",
+        "attribute_heads",
+    ],
 )
 def test_4_corrupted_tokens_equal_to_the_clean_ones_are_refused_first(model, call):
-    refused(lambda: call(model), r"corrupted_tokens are the clean tokens", model)
+    refused(lambda: call(model), r"corrupted tokens are the clean tokens", model)
 
 
 def test_4_runs_that_agree_are_refused_not_a_nan(model):
@@ -266,6 +282,16 @@ def test_11_unbounded_work_is_refused_with_its_estimate(model, monkeypatch):
         r"exact effects of 336 edges at each position",
         model,
     )
+    refused(  # the exact sweeps too: 2 heads x 8 positions, each rerunning a block or two
+        lambda: A.patch_components(model, CLEAN, **TASK, component="z", by="head_position"),
+        r"an exact sweep of 32 edits would run about .* fewer heads, components or positions",
+    )
+    monkeypatch.setenv("INTERP_WORK_LIMIT", "2")
+    refused(  # an ablation is refused before the pass its means come from
+        lambda: A.ablate_heads(model, CLEAN, ablation="mean"),
+        r"an exact sweep of 4 edits would run about 4 forward passes",
+        model,
+    )
     monkeypatch.delenv("INTERP_WORK_LIMIT")
     import interp.memory as M
 
@@ -347,3 +373,38 @@ def test_edge_errors_name_the_edge_and_floats_are_not_rounded(model):
             r"bracket must be an integer, got 1.0", model)  # fmt: skip
     refused(lambda: A.attribute_edges(model, CLEAN, **TASK, method="eap-ig", steps=2.0),
             r"steps must be an integer, got 2.0", model)  # fmt: skip
+
+
+# every public analysis: no model is one clear line, not an AttributeError ----------------
+def _takes_a_model(name):
+    import inspect
+
+    fn = getattr(A, name)
+    if not callable(fn) or isinstance(fn, type):
+        return False
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return bool(params) and params[0] == "model"
+
+
+MODEL_FUNCTIONS = sorted(n for n in A.__all__ if _takes_a_model(n))
+
+
+@pytest.mark.parametrize("name", MODEL_FUNCTIONS)
+def test_no_model_is_refused_by_every_analysis(name):
+    import inspect
+
+    fn = getattr(A, name)
+    sig = inspect.signature(fn)
+    args = [None] + [CLEAN] * sum(
+        p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty
+        for p in list(sig.parameters.values())[1:]
+    )
+    required = {
+        k: None
+        for k, p in sig.parameters.items()
+        if p.kind is p.KEYWORD_ONLY and p.default is p.empty
+    }
+    refused(lambda: fn(*args, **required), r"no model given|is not a hooked model")

@@ -29,3 +29,31 @@ def test_examples_are_not_skipped():
         if "doctest: +SKIP" in line
     ]
     assert skipped == []
+
+
+def test_cross_references_name_what_exists():
+    """Every ``:func:`interp.x.y``` (and :mod:, :class:, :data:) in a docstring or the README
+    names something importable: a function that moved leaves no stale pointer."""
+    import re
+
+    pattern = re.compile(r":(?:func|mod|class|data|meth|attr):`(interp\.[A-Za-z0-9_.]+)`")
+    texts = [p.read_text() for p in PKG.rglob("*.py")] + [(PKG.parent / "README.md").read_text()]
+    refs = sorted({r for t in texts for r in pattern.findall(t)})
+    assert refs
+    missing = []
+    for ref in refs:
+        parts = ref.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            try:
+                for attr in parts[i:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                missing.append(ref)
+            break
+        else:
+            missing.append(ref)
+    assert missing == []

@@ -1,6 +1,6 @@
 """Dependencies point one way, and no module reaches into another package's private parts.
 
-Layers, lowest first: errors / paths / files / tables / glossary, then hooks /
+Layers, lowest first: errors / paths / files / tables / glossary, then hooks / head_checks /
 protocol / memory / checks / metrics, then models, then the runtime (the one
 place that knows model kinds), then the engine, then analysis / datasets, then
 training / render / figures / labs, then the CLI. Every ``import`` in the package
@@ -15,7 +15,14 @@ PKG = Path(__file__).resolve().parents[1] / "interp"
 
 LAYERS = [
     ("interp", "interp.errors", "interp.paths", "interp.files", "interp.tables", "interp.glossary"),
-    ("interp.hooks", "interp.protocol", "interp.memory", "interp.checks", "interp.metrics"),
+    (
+        "interp.hooks",
+        "interp.protocol",
+        "interp.memory",
+        "interp.checks",
+        "interp.head_checks",
+        "interp.metrics",
+    ),
     ("interp.models",),
     ("interp.runtime",),
     ("interp.engine",),
@@ -94,3 +101,17 @@ def test_imports_point_down_and_respect_privacy():
 def test_every_module_is_in_a_layer():
     for module, _ in modules():
         layer_of(module)
+
+
+def test_every_package_folder_is_a_regular_package():
+    """setuptools' find_packages skips folders without __init__.py: a wheel would lack them."""
+    root = Path(__file__).resolve().parents[1] / "interp"
+    bare = [
+        str(d.relative_to(root.parent))
+        for d in [root, *root.rglob("*")]
+        if d.is_dir()
+        and d.name != "__pycache__"
+        and any(d.glob("*.py"))
+        and not (d / "__init__.py").is_file()
+    ]
+    assert bare == []

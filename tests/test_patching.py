@@ -81,7 +81,7 @@ def test_bad_input(setup):
     model, clean, corrupted, metric = setup
     with pytest.raises(InterpError, match="must have the same shape"):
         patch_heads(model, clean, corrupted_tokens=corrupted[:, :5], metric=metric)
-    with pytest.raises(InterpError, match="same metric"):
+    with pytest.raises(InterpError, match="corrupted tokens are the clean tokens"):
         patch_heads(model, clean, corrupted_tokens=clean, metric=metric)
     with pytest.raises(InterpError, match="outside the vocabulary"):
         patch_heads(model, clean, corrupted_tokens=corrupted, metric=logit_diff_metric(5, 999))

@@ -18,6 +18,7 @@ from conftest import native_bridge
 import interp.analysis as A
 from interp import runtime as R
 from interp.datasets import repeated_random_tokens
+from interp.errors import InterpError
 from interp.metrics import logit_diff_metric, loss_metric
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from interp.models.hf import random_gpt2, random_llama
@@ -82,6 +83,8 @@ def test_a_new_model_kind_is_one_runtime_registered_in_one_place():
     assert runtime_of(unknown).kind == "plain"  # nothing knows how to resume it yet
     plain = A.ablate_heads(unknown, data.tokens, metric=metric)
     assert plain.attrs["engine"] == "loop"
+    with pytest.raises(InterpError, match=r"correction='qk' .* cannot resume a forward pass"):
+        A.attribute_heads(unknown, data.tokens, metric=metric, correction="qk")
     R.register(ContinuingRuntime)
     try:
         _, fake = _models()  # a model seen after the kind is registered

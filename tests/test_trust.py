@@ -44,6 +44,15 @@ def _item_tokens(items):
 
 
 # name -> (model kind, call(model, data, cache)); data are [batch, pos] tokens or word items.
+def _twin(t):
+    """A corrupted prompt for ``t``: every token but the first shifted by one id. (Reordering
+    the batch would not do: a metric averaged over the batch gives the same value for both
+    runs, equal on some CPUs and a rounding apart on others.)"""
+    u = (t + 1) % 64
+    u[:, 0] = t[:, 0]
+    return u
+
+
 CASES = {
     "ablate_heads": ("ind", lambda m, t, c: A.ablate_heads(m, t, ablation="mean", cache=c)),
     "ablate_head_groups": (
@@ -71,7 +80,7 @@ CASES = {
     "patch_heads": (
         "ind",
         lambda m, t, c: A.patch_heads(
-            m, t, corrupted_tokens=t.flip(0), metric=A.logit_diff_metric(3, 4), cache=c
+            m, t, corrupted_tokens=_twin(t), metric=A.logit_diff_metric(3, 4), cache=c
         ),
     ),
     "direct_logit_attribution": (
@@ -84,7 +93,7 @@ CASES = {
         lambda m, t, c: A.patch_components(
             m,
             t,
-            corrupted_tokens=t.flip(0),
+            corrupted_tokens=_twin(t),
             component="resid_pre",
             by="layer",
             metric=A.logit_diff_metric(3, 4),
@@ -99,13 +108,13 @@ CASES = {
     "path_patch": (
         "ind",
         lambda m, t, c: A.path_patch(
-            m, t, corrupted_tokens=t.flip(0), metric=A.logit_diff_metric(3, 4), cache=c
+            m, t, corrupted_tokens=_twin(t), metric=A.logit_diff_metric(3, 4), cache=c
         ),
     ),
     "attribute_edges": (
         "ind",
         lambda m, t, c: A.attribute_edges(
-            m, t, corrupted_tokens=t.flip(0), metric=A.logit_diff_metric(3, 4), cache=c
+            m, t, corrupted_tokens=_twin(t), metric=A.logit_diff_metric(3, 4), cache=c
         ),
     ),
     "evaluate_circuit": (
@@ -291,6 +300,33 @@ def test_every_table_follows_the_schema(name, induction_model, gpt2):
     assert isinstance(a["description"], str) and a["description"]
     if a["ablation"] == "patch":
         assert a["direction"] is not None, f"{name}: a patch says which way it went"
+
+
+def test_the_cost_counts_every_pass_an_analysis_ran(induction_model):
+    """forward_equivalents count the ablation values' pass and the passes that complete a
+    cache, not only the sweep: counted on the model itself, one hook per pass."""
+    m = induction_model
+    t = repeated_random_tokens(4, 8, d_vocab=64, seed=0).tokens
+    passes = []
+    handle = m.blocks[0].register_forward_pre_hook(lambda mod, args: passes.append(1))
+    try:
+        A.ablate_heads(m, t, ablation="zero", heads=["L1H1"])  # once-per-model checks run here
+        passes[:] = []
+        zero = A.ablate_heads(m, t, ablation="zero", heads=["L1H1"])
+        n_zero, passes[:] = len(passes), []
+        mean = A.ablate_heads(m, t, ablation="mean", heads=["L1H1"])
+        assert len(passes) == n_zero + 1  # the pass the means come from
+        assert mean.attrs["forward_equivalents"] == zero.attrs["forward_equivalents"] + 1.0
+        _, embed_only = m.run_with_cache(t, names_filter=["hook_embed"])
+        passes[:] = []
+        dla = A.direct_logit_attribution(m, t, answer=3, cache=embed_only)
+        assert len(passes) == 1 and dla.attrs["forward_equivalents"] == 1.0  # completing it
+        _, full = m.run_with_cache(t)
+        passes[:] = []
+        dla = A.direct_logit_attribution(m, t, answer=3, cache=full)
+        assert passes == [] and dla.attrs["forward_equivalents"] == 0.0
+    finally:
+        handle.remove()
 
 
 def test_the_check_uses_a_token_dependent_activation(induction_model):

@@ -13,7 +13,7 @@ layered drawing if asked. ``interp paths`` path-patches every sender into the
 checked first (the labels' form, the prompts' lengths, each answer one token:
 with the tokenizer alone); bad input is one line on stderr and exit 2. The
 circuit, its table and its figure are computed first and then written
-together (:func:`interp.cli.args.write_outputs`), so Ctrl-C or a failure
+together (:func:`interp.cli.outputs.write_outputs`), so Ctrl-C or a failure
 leaves every earlier file as it was, or every new one.
 """
 
@@ -241,7 +241,7 @@ def run_circuit(args: argparse.Namespace) -> int:
     )  # fmt: skip
     a = scores.attrs
     n_edges = len(scores)
-    cost = a.get("passes") or f"{a.get('forward_equivalents', 0):g} forward-pass equivalents"
+    cost = f"{a.get('forward_equivalents', 0):g} forward-pass equivalents"
     print(f"scored {n_edges:,} edges by {args.method} ({cost}); clean {a['clean']:.4f}")
     circuit = find_circuit(
         model, clean, corrupted_tokens=corrupted, metric=metric, scores=scores,

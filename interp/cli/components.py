@@ -6,7 +6,7 @@ Every option is checked before any work (``--figure`` of ``interp dla`` needs
 encodes, each answer is one token, positions fit the prompt) before the
 weights load; bad input is one line on stderr and exit 2, and nothing is
 written. A table and its figure are written together once both are computed
-(:func:`interp.cli.args.write_outputs`): all new, or all as they were.
+(:func:`interp.cli.outputs.write_outputs`): all new, or all as they were.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def run_attention(args: argparse.Namespace) -> int:
     answer, wrong = _prechecked(args, None)
     from interp.analysis.heads.patterns import attention_patterns
     from interp.analysis.heads.scores import head_scores
-    from interp.checks import parse_heads
+    from interp.head_checks import parse_heads
     from interp.protocol import is_causal
     from interp.render import Report
 

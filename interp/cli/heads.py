@@ -7,7 +7,7 @@ the prompt? are a clean prompt and its corrupted twin of one length?) is
 checked with the tokenizer alone, before the weights load. It then loads the
 model with :func:`interp.models.load_model`, says how many passes it will run,
 and exports the table with :func:`interp.export` once everything is computed
-(its CSV sidecar beside it, all or nothing: :func:`interp.cli.args.write_outputs`).
+(its CSV sidecar beside it, all or nothing: :func:`interp.cli.outputs.write_outputs`).
 Inputs come from one of ``--tokens FILE`` (.npy integer array, or .txt with
 one sequence of ids per line), ``--prompt TEXT`` or ``--repeated N`` (BOS + N
 random ordinary tokens, twice); by default the model's standard repeated probe.

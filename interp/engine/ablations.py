@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 import torch
 
-from interp.engine.cache import CheckedCache, cache_of
+from interp.engine.batching import Cost
+from interp.engine.cache import CheckedCache, cache_of, pass_share
 from interp.errors import InterpError
 from interp.metrics import Metric, scalar
 from interp.protocol import HookedModel
@@ -119,25 +120,28 @@ def values_for(
     reference_tokens: torch.Tensor | None,
     cache: CheckedCache | None,
     seed: int,
+    cost: Cost | None = None,
 ) -> dict[str, torch.Tensor] | None:
     """Per hook in ``names``, the activation an ablation splices in (batch first).
 
     ``None`` for zero ablation; the mean over the batch (or the reference
     batch) for ``"mean"``; a seeded draw of another sequence for
     ``"resample"``. Reads the activations from ``cache`` (the checked cache
-    of ``tokens``) when there is no reference batch.
+    of ``tokens``) when there is no reference batch. A pass it runs is added to ``cost``
+    (one on the reference batch counts its size in batches of ``tokens``); completing
+    ``cache`` is counted by the cache (:attr:`CheckedCache.work`).
     """
     if ablation == "zero":
         return None
     names = list(dict.fromkeys(names))
-    if reference_tokens is not None:
-        ref = reference_tokens
-        acts = cache_of(model, ref, names)
-    elif cache is not None:
+    if cache is not None and reference_tokens is None:
         ref, acts = tokens, cache.complete(names)
     else:
-        ref = tokens
+        ref = tokens if reference_tokens is None else reference_tokens
         acts = cache_of(model, ref, names)
+        if cost is not None:
+            share = pass_share(model.cfg.n_layers, names)
+            cost.forward(ref.shape[0] / tokens.shape[0], stop=round(share * cost.n_layers))
     got = {n: acts[n] for n in names}
     if ablation == "mean":
         return {

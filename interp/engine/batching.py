@@ -25,8 +25,8 @@ from typing import Any
 
 MAX_COPIES = 32
 CPU_TOKENS_PER_PASS = 2048
-# Measured on SmolLM2, 32 x 15 tokens, a 20-circuit curve whose running passes re-read a
-# store of every sender's output: one copy a pass was fastest (more copies re-read more).
+# A store of senders' outputs larger than this is re-read by every copy of a pass, so such
+# passes run one copy each (benchmarks/circuits.py measures the choice).
 CPU_REREAD_BYTES = 64 << 20
 
 

@@ -104,6 +104,24 @@ def cache_of(
     return {n: acts[n] for n in names if n in acts}
 
 
+def pass_share(n_layers: int, names: Sequence[str]) -> float:
+    """The forward-equivalents of a :func:`cache_of` pass for ``names``: the share of the
+    blocks that run before the last of them fires (0 for the embedding, 1 past the last block).
+
+    Example:
+        >>> pass_share(4, ["hook_embed", "blocks.1.attn.hook_z"])
+        0.5
+        >>> pass_share(4, ["ln_final.hook_normalized"]), pass_share(4, ["hook_embed"])
+        (1.0, 0.0)
+    """
+    last = max((_stage(n) for n in names), default=(0, 0, 0))
+    if last[0] == 0:
+        return 0.0
+    if last[0] == 2:
+        return 1.0
+    return min(1.0, (last[1] + last[2]) / max(1, n_layers))
+
+
 def _stage(name: str) -> tuple[int, int, int]:
     """Sort key: how much of a forward pass runs before ``name`` fires (roughly)."""
     parts = name.split(".")
@@ -140,6 +158,8 @@ class CheckedCache:
         self.source = source
         self.evidence = evidence
         self.added: dict[str, torch.Tensor] = {}
+        # forward-equivalents run to check and complete it (analyses add them to their cost)
+        self.work = pass_share(model.cfg.n_layers, [evidence])
 
     def __contains__(self, name: str) -> bool:
         return name in self.added or name in self.source
@@ -149,6 +169,7 @@ class CheckedCache:
         missing = [n for n in names if n not in self]
         if missing:
             extra = cache_of(self.model, self.tokens, missing)
+            self.work += pass_share(self.model.cfg.n_layers, missing)
             lacking = [n for n in missing if n not in extra]
             if lacking:
                 raise InterpError(f"this model has no hook {lacking[0]}")
@@ -168,6 +189,11 @@ class CheckedCache:
                 f"{tuple(self.tokens.shape)}; pass the cache of these tokens"
             )
         return x.to(self.tokens.device)
+
+
+def cache_work(cache: CheckedCache | None) -> float:
+    """The forward-equivalents ``cache`` ran to check and complete itself (0 for ``None``)."""
+    return 0.0 if cache is None else round(cache.work, 3)
 
 
 def check_cache(

@@ -41,7 +41,7 @@ from interp.errors import InterpError
 
 Direction = Literal["noising", "denoising"]
 DIRECTIONS: tuple[str, ...] = ("noising", "denoising")
-DEFAULT_DIRECTION = "noising"
+SPAN_RTOL = 1e-5  # two runs' metrics closer than this (relative) are the same metric
 
 
 def check_direction(direction: Any) -> str:
@@ -63,6 +63,33 @@ def runs(direction: str, tokens: Any, corrupted_tokens: Any) -> tuple[Any, Any]:
     if direction == "noising":
         return tokens, corrupted_tokens
     return corrupted_tokens, tokens
+
+
+def clean_first(direction: str, base: Any, source: Any) -> tuple[Any, Any]:
+    """``(clean, corrupted)`` from the base run's and the source run's values.
+
+    Example:
+        >>> clean_first("denoising", base=-1.0, source=2.0)
+        (2.0, -1.0)
+    """
+    return (base, source) if direction == "noising" else (source, base)
+
+
+def check_span(base: float, source: float, what: str) -> None:
+    """Refuse a normalisation by ``source - base`` when the two runs agree, exactly or to
+    within float32 rounding (:data:`SPAN_RTOL` of their size): runs that agree in exact
+    arithmetic are bit-equal on one CPU and a rounding apart on another, and a table
+    normalised by rounding noise is not a result.
+
+    Raises:
+        InterpError: naming both values and what to change.
+    """
+    if abs(source - base) <= SPAN_RTOL * max(1.0, abs(base), abs(source)):
+        raise InterpError(
+            f"the two runs give the same metric ({base:.6g} and {source:.6g}, equal to float "
+            f"rounding), so {what} would divide by zero or by noise; pass prompts (or an "
+            "ablation) that change the metric"
+        )
 
 
 def effects(patched: Sequence[float], base: float) -> list[float]:

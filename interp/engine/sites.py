@@ -3,7 +3,7 @@
 An *edit* is a few sites changed together in one forward pass (one head's
 ``hook_z``; a position of ``hook_resid_pre``; a group of MLP neurons; every
 head of a layer). Each site's slice is replaced by zero or by the same slice of
-a given tensor (the clean run's activation, a mean, a resampled one).
+a given tensor (the source run's activation in a patch, a mean, a resampled one).
 :func:`edit_hooks` turns edits into hooks; a pass carrying several edits holds
 one copy of the batch per edit.
 
@@ -77,10 +77,11 @@ def mask_positions(positions: torch.Tensor | None) -> tuple[int, ...] | None:
     return tuple(int(i) for i in torch.nonzero(positions.cpu()).flatten())
 
 
-def head_edits(heads: Sequence[tuple[int, int]], positions: Any = None) -> list[list[Site]]:
-    """One edit per head: its ``hook_z`` (at ``positions``, a ``[pos]`` bool mask, if given)."""
-    pos = mask_positions(positions)
-    return [[site("z", l, head=h, positions=pos)] for l, h in heads]
+def head_edits(
+    heads: Sequence[tuple[int, int]], positions: Sequence[int] | None = None
+) -> list[list[Site]]:
+    """One edit per head: its ``hook_z``, at ``positions`` (every position if ``None``)."""
+    return [[site("z", l, head=h, positions=positions)] for l, h in heads]
 
 
 def edit_start(edit: Edit) -> int:

@@ -8,11 +8,11 @@ tokens, to 1e-5) before it is trusted; the table says which path ran.
 ``resume-after-block`` (attention-only models, edits of one layer's ``hook_z``
 only). A head's output enters the residual stream only as ``z_h @ W_O[l, h]``,
 and an attention-only block adds nothing after its attention, so the edited
-residual after block ``l`` is the clean one plus ``(z_new - z_h) @ W_O[l, h]``.
-One hooked clean pass keeps ``hook_z`` and ``hook_resid_post`` of each edited
+residual after block ``l`` is the base run's plus ``(z_new - z_h) @ W_O[l, h]``.
+One hooked pass of the base run keeps ``hook_z`` and ``hook_resid_post`` of each edited
 layer; each edit then runs only the blocks after ``l``.
 
-``resume-blocks`` (any model whose runtime resumes). One clean pass keeps what
+``resume-blocks`` (any model whose runtime resumes). One base pass keeps what
 enters each block; an edit starting in layer ``l`` then runs only blocks
 ``l ..`` (:meth:`interp.runtime.base.Runtime.run`).
 
@@ -31,7 +31,7 @@ Example:
     >>> model = load_model("induction-2l")
     >>> tokens = torch.tensor([[0, 5, 6, 7, 5, 6, 7]])
     >>> result = sweep(model, tokens, head_edits([(1, 1)]), loss_metric())
-    >>> result.path, result.values[0] > result.clean
+    >>> result.path, result.values[0] > result.base
     ('resume-after-block', True)
 """
 
@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from interp.engine.batching import Cost, copies_per_pass, pack
+from interp.engine.batching import Cost, check_work, copies_per_pass, pack
 from interp.engine.sites import Edit, edit_hooks, edit_start, site
 from interp.errors import InterpError
 from interp.hooks import hook_name
@@ -56,10 +56,12 @@ ATOL, RTOL = 1e-5, 1e-5  # a path must match the plain loop this closely to be u
 
 @dataclasses.dataclass(frozen=True)
 class SweepResult:
-    """Metric values, one per edit in the order given; the unedited value; which path ran."""
+    """Metric values, one per edit in the order given; the unedited (base) run's value; which
+    path ran. The base run is the run the edits edit: the clean run, or the corrupted one
+    when denoising (:mod:`interp.engine.direction`)."""
 
     values: list[float]
-    clean: float
+    base: float
     path: str
     note: str = ""
     passes: int = 0
@@ -119,7 +121,7 @@ class _AfterBlock:
             kept[hook.name] = x
 
         names = [n for l in sorted(layers) for n in (hook_name("z", l), hook_name("resid_post", l))]
-        self.clean_logits = rt.run(tokens, hooks=[(n, keep) for n in names])
+        self.base_logits = rt.run(tokens, hooks=[(n, keep) for n in names])
         self.kept = kept
         self.w_o = {l: rt.model.W_O[l].detach() for l in layers}
 
@@ -165,7 +167,7 @@ class _ResumeBlocks:
     def __init__(self, rt: Runtime, tokens: torch.Tensor, starts: set[int]):
         self.rt = rt
         self.tokens = tokens
-        self.clean_logits, self.kept = rt.block_inputs(tokens, starts - {0})
+        self.base_logits, self.kept = rt.block_inputs(tokens, starts - {0})
 
     def run(self, chunk, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
         k = len(chunk)
@@ -242,6 +244,21 @@ def plan(
     }
 
 
+def check_sweep_work(model: HookedModel, edits: Sequence[Edit]) -> float:
+    """The forward-equivalents a sweep of ``edits`` runs (each edit reruns the blocks after
+    the first it changes), refused past the work limit before any pass.
+
+    Raises:
+        InterpError: past :func:`interp.engine.batching.work_limit`, with the estimate.
+    """
+    L = runtime_of(model).n_layers
+    return check_work(
+        1 + sum(max(0, L - edit_start(e)) for e in edits) / L,
+        what=f"an exact sweep of {len(edits):,} edits",
+        fix="sweep fewer heads, components or positions, or estimate them first (attribute_heads)",
+    )
+
+
 def sweep(
     model: HookedModel,
     tokens: torch.Tensor,
@@ -263,7 +280,8 @@ def sweep(
     eval mode under no_grad and has validated its inputs.
 
     Raises:
-        InterpError: for an empty edit list, a bad batch size or budget, or a
+        InterpError: for an empty edit list, work past the work limit
+            (:func:`interp.engine.batching.check_work`), a bad batch size or budget, or a
             metric that returns a non-scalar or non-finite value.
     """
     from tqdm.auto import tqdm
@@ -271,10 +289,11 @@ def sweep(
     if not edits:
         raise InterpError("nothing to sweep: no edits given")
     rt = runtime_of(model)
+    starts = [edit_start(e) for e in edits]
+    check_sweep_work(model, edits)
     k = edits_per_pass(model, tokens, len(edits), batch_size, memory_budget)
     path, note = choose_path(model, tokens, edits)
     rows = metric.rows
-    starts = [edit_start(e) for e in edits]
     chunks = pack(starts, k, mixed=path == "loop")
     cost = Cost(rt.n_layers)
     bar = tqdm(total=len(chunks) + 1, disable=not progress, desc=desc, unit="pass")
@@ -282,20 +301,20 @@ def sweep(
     try:
         if path == _AfterBlock.name:
             engine: Any = _AfterBlock(rt, tokens, set(starts))
-            clean_logits, run = engine.clean_logits, engine.run
+            base_logits, run = engine.base_logits, engine.run
         elif path == _ResumeBlocks.name:
             engine = _ResumeBlocks(rt, tokens, set(starts))
-            clean_logits, run = engine.clean_logits, engine.run
+            base_logits, run = engine.base_logits, engine.run
         else:
-            clean_logits = rt.run(tokens)
+            base_logits = rt.run(tokens)
 
             def run(chunk, values, rows, cost):
                 return _loop_pass(rt, tokens, chunk, values, cost)  # rows: every row
 
         cost.forward()
         scored = tokens if score_tokens is None else score_tokens
-        clean = scalar(metric(clean_logits, scored), metric.name)
-        del clean_logits
+        base = scalar(metric(base_logits, scored), metric.name)
+        del base_logits
         bar.update(1)
         for chunk in chunks:
             outs = run([edits[i] for i in chunk], values, rows, cost)
@@ -307,7 +326,7 @@ def sweep(
         bar.close()
     return SweepResult(
         values=[results[i] for i in range(len(edits))],
-        clean=clean,
+        base=base,
         path=path,
         note=note,
         passes=len(chunks) + 1,

@@ -2,12 +2,13 @@
 
 Path patching, edge attribution and circuit evaluation all start the same way:
 check the model, the tokens (and the corrupted tokens for ``ablation="patch"``),
-the metric, the positions and the cache before any forward pass; verify once
+the metric and the positions before any forward pass, then the cache; verify once
 that this model's receivers can be given their own inputs exactly
 (:func:`interp.engine.edges.check_exact`); then run the base run (recording
 every sender's output and every receiver layer's input) and the source run.
 :func:`check` checks the inputs and builds the graph, so a caller can refuse
-work it cannot do before any pass; :func:`begin` then runs the first passes.
+work it cannot do before any pass; :func:`begin` then checks the cache (its one
+stopped pass) and runs the first passes.
 
 The base run is the one whose edges are edited (:mod:`interp.engine.direction`):
 the clean run when noising (and for zero and mean ablation, and every circuit
@@ -71,13 +72,6 @@ class EdgeTask:
     def clean_value(self) -> float:
         """The clean run's metric."""
         return self.base_value if self.direction == "noising" else float(self.source_value)
-
-    @property
-    def corrupted_value(self) -> float | None:
-        """The corrupted run's metric (``None`` without corrupted tokens)."""
-        if self.direction == "noising":
-            return self.source_value
-        return self.base_value
 
     def edge_run(self, masks: torch.Tensor, *, ref: torch.Tensor | None) -> EdgeRun:
         """The :class:`EdgeRun` for stacked ``masks``: ``ref=None`` edits against each pass's
@@ -148,11 +142,6 @@ def check(
                 "ablation='patch' needs corrupted_tokens (or use ablation='zero' or 'mean')"
             )
         tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens)
-        if torch.equal(tokens, corrupted_tokens):
-            raise InterpError(
-                "corrupted_tokens are the clean tokens: every edge carries the same output in "
-                "both runs, so there is nothing to patch; pass prompts that change the answer"
-            )
     else:
         if corrupted_tokens is not None:
             raise InterpError(f"corrupted_tokens are for ablation='patch', not {ablation!r}")
@@ -248,16 +237,3 @@ def begin(
         elif task.base_out is not None:
             task.alt = replacement(task.ablation, task.base_out, task.seed)
     return task
-
-
-def check_span(base: float, source: float, what: str) -> None:
-    """Refuse a normalisation by ``source - base`` when the two runs agree.
-
-    Raises:
-        InterpError: naming both values and what to change.
-    """
-    if base == source:
-        raise InterpError(
-            f"the two runs give the same metric ({base:.6g}), so {what} would divide by zero; "
-            "pass prompts (or an ablation) that change the metric"
-        )

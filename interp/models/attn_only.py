@@ -98,7 +98,7 @@ class AttnOnlyTransformer(HookedRootModule):
     def check_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Validate token ids and return them as a ``[batch, pos]`` long tensor.
 
-        The same checks every analysis runs (:func:`interp.protocol.check_tokens`).
+        The same checks every analysis runs (:func:`interp.checks.check_tokens`).
         """
         return check_tokens(self, tokens)
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from interp.errors import InterpError
-from interp.protocol import HookedModel
+from interp.protocol import HookedModel, hook_names
 from interp.runtime.norms import Norm
 
 Hooks = Sequence[tuple[str, Callable]]
@@ -126,8 +126,6 @@ class Runtime:
     @property
     def has_positional(self) -> bool:
         """Does ``hook_pos_embed`` carry a learned positional embedding (not rotary, not none)?"""
-        from interp.protocol import hook_names
-
         kind = str(getattr(self.cfg, "positional_embedding_type", "standard") or "standard")
         return "hook_pos_embed" in hook_names(self.model) and kind == "standard"
 
@@ -194,6 +192,23 @@ class Runtime:
         except (AttributeError, InterpError):
             return None
         return None if b is None else b.detach()
+
+    def output_bias(self) -> torch.Tensor | None:
+        """The attention output bias ``b_O`` (``[n_layers, d_model]``), or ``None``."""
+        try:
+            b = self.model.b_O
+        except (AttributeError, InterpError):
+            return None
+        return None if b is None else b.detach()
+
+    def head_input_hook(self, layer: int) -> str:
+        """The hook whose value ``layer``'s Q/K/V projections read: the output of its ``ln1``
+        (``hook_out`` on bridges, ``hook_normalized`` on our models), else ``hook_resid_pre``."""
+        names = hook_names(self.model)
+        for cand in (f"blocks.{layer}.ln1.hook_out", f"blocks.{layer}.ln1.hook_normalized"):
+            if cand in names:
+                return cand
+        return f"blocks.{layer}.hook_resid_pre"
 
     # ------------------------------------------------------- norms and weights
     def norm(self, stage: str, layer: int | None = None) -> Norm | None:

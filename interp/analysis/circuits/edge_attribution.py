@@ -96,8 +96,8 @@ def attribute_edges(
     receiver reads the sender's output: one row per edge and position, with a
     ``position`` column and labels ``"a -> b @p"`` (the rows of an edge sum to
     its score without positions; :func:`~interp.analysis.evaluate_circuit`
-    reads them back). ``df.attrs`` records the method, the base run's metric,
-    the passes and the graph's size.
+    reads them back). ``df.attrs`` records the method, the direction, the clean run's
+    metric (``clean``), the cost and the graph's size.
 
     Raises:
         InterpError: for an unknown method, ablation or direction, ``steps`` below 1,

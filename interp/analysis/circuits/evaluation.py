@@ -43,8 +43,9 @@ from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_finite, check_int, check_seed
 from interp.engine.batching import check_work
+from interp.engine.direction import check_span
 from interp.engine.edges import evaluate_masks
-from interp.engine.tasks import EdgeTask, begin, check, check_span
+from interp.engine.tasks import EdgeTask, begin, check
 from interp.errors import InterpError
 from interp.metrics import Metric
 from interp.protocol import HookedModel, model_name, positions_label
@@ -69,7 +70,7 @@ def _begin(task: EdgeTask, cache: Any) -> EdgeTask:
     return begin(task, cache=cache, base_pass="metric")
 
 
-def _baselines(model: HookedModel, prep: EdgeTask) -> tuple[float, float]:
+def _baselines(prep: EdgeTask) -> tuple[float, float]:
     """The clean metric and the metric with every edge replaced (with a corrupted prompt:
     the corrupted run's, from the pass that gave its outputs; else one circuit pass)."""
     if prep.source_value is not None:
@@ -129,7 +130,7 @@ def evaluate_circuit(
         valid = graph.valid
         keep = valid.copy() if edges is None else edge_mask(graph, edges)
     prep = _begin(task, cache)
-    corrupted = _baselines(model, prep)[1]  # refuses runs that agree, before the circuit's pass
+    corrupted = _baselines(prep)[1]  # refuses runs that agree, before the circuit's pass
     value = evaluate_masks(prep, [valid & ~keep])[0]
     df = pd.DataFrame(
         [
@@ -282,7 +283,7 @@ def circuit_curve(
         fix="use fewer points or random_draws",
     )
     prep = _begin(task, cache)
-    corrupted = _baselines(model, prep)[1]  # refuses runs that agree, before the curve
+    corrupted = _baselines(prep)[1]  # refuses runs that agree, before the curve
     rows, masks = [], []
     rng = np.random.default_rng(check_seed(seed))
     valid_idx = np.flatnonzero(graph.valid)
@@ -351,7 +352,7 @@ def find_circuit(
         if not lo < hi <= graph.n_edges:
             raise InterpError(f"bracket must be (lo, hi), 0 <= lo < hi <= {graph.n_edges}")
     prep = _begin(task, cache)
-    corrupted = _baselines(model, prep)[1]
+    corrupted = _baselines(prep)[1]
     tried: dict[int, tuple[float, np.ndarray]] = {}
 
     def faith(n: int) -> float:

@@ -1,4 +1,4 @@
-"""Exact path patching: a sender's corrupted output reaching only some receivers' inputs.
+"""Exact path patching: a sender's output from the source run reaching only some receivers.
 
 Path patching (Wang et al. 2022; Goldowsky-Dill et al. 2023) asks how much
 of a sender's effect goes through particular receivers: the source run's
@@ -42,9 +42,9 @@ import pandas as pd
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.engine.batching import check_work
-from interp.engine.direction import Direction, effects, normalized, runs
+from interp.engine.direction import Direction, check_span, clean_first, effects, normalized
 from interp.engine.edges import patch_cost, patch_edges
-from interp.engine.tasks import begin, check, check_span
+from interp.engine.tasks import begin, check
 from interp.errors import InterpError
 from interp.metrics import Metric
 from interp.protocol import HookedModel, positions_label
@@ -116,7 +116,7 @@ def path_patch(
     check_span(prep.base_value, float(prep.source_value), "the normalized column")
     patched = patch_edges(prep, edits, progress=progress, desc="path patching")
     base, source = prep.base_value, float(prep.source_value)  # read as the patched runs are
-    clean, corrupted = runs(prep.direction, base, source)  # (base, source) -> in order
+    clean, corrupted = clean_first(prep.direction, base, source)
     df = pd.DataFrame(
         {
             "sender": [graph.senders[s] for s in s_idx],

@@ -23,10 +23,18 @@ from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_seed, check_token_pair, check_tokens, position_mask
 from interp.engine.ablations import check_ablation, check_reference, source_run, values_for
-from interp.engine.cache import CheckedCache, check_cache
-from interp.engine.direction import check_direction, effects, normalized, runs
+from interp.engine.batching import Cost
+from interp.engine.cache import CheckedCache, cache_work, check_cache
+from interp.engine.direction import (
+    check_direction,
+    check_span,
+    clean_first,
+    effects,
+    normalized,
+    runs,
+)
 from interp.engine.sites import Site, mask_positions
-from interp.engine.sweep import sweep
+from interp.engine.sweep import check_sweep_work, sweep
 from interp.errors import InterpError
 from interp.metrics import Metric, prepare_metric
 from interp.protocol import HookedModel, check_model, eval_no_grad, positions_label
@@ -96,6 +104,8 @@ def ablate(
     at = mask_positions(a.positions)
     edits = [[s.at(at) for s in e] for e in edits]
     names = sorted({s.hook for e in edits for s in e})
+    check_sweep_work(model, edits)  # before the values' pass
+    cost = Cost(model.cfg.n_layers)
     with eval_no_grad(model):
         values = values_for(
             model,
@@ -105,6 +115,7 @@ def ablate(
             reference_tokens=a.reference_tokens,
             cache=a.cache,
             seed=a.seed,
+            cost=cost,
         )
         result = sweep(
             model,
@@ -118,9 +129,9 @@ def ablate(
             desc=f"{a.ablation} ablation",
         )
     df = rows.copy()
-    df["clean"] = result.clean
+    df["clean"] = result.base  # an ablation edits the clean run
     df["ablated"] = result.values
-    df["effect"] = effects(result.values, result.clean)
+    df["effect"] = effects(result.values, result.base)
     ref = a.reference_tokens
     df.attrs.update(
         table_attrs(
@@ -133,7 +144,7 @@ def ablate(
             model=model,
             positions=positions_label(a.positions),
             seed=a.seed,
-            forward_equivalents=result.cost,
+            forward_equivalents=result.cost + cost.forward_equivalents + cache_work(a.cache),
             engine=result.path,
             engine_note=result.note,
             reference="the tokens" if ref is None else f"{ref.shape[0]} sequences",
@@ -223,10 +234,9 @@ def patch(
             desc=f"patching ({p.direction})",
             score_tokens=p.tokens,
         )
-    base_value = result.clean
-    if base_value == source_value:
-        raise InterpError("clean and corrupted runs give the same metric; nothing to patch")
-    clean, corrupted = runs(p.direction, base_value, source_value)  # (base, source) -> in order
+    base_value = result.base
+    check_span(base_value, source_value, "the normalized effect")
+    clean, corrupted = clean_first(p.direction, base_value, source_value)
     df = rows.copy()
     df["clean"] = clean
     df["corrupted"] = corrupted
@@ -244,7 +254,7 @@ def patch(
             model=model,
             positions=positions_label(p.positions),
             seed=None,
-            forward_equivalents=result.cost + 1.0,
+            forward_equivalents=result.cost + 1.0 + cache_work(p.cache),
             engine=result.path,
             engine_note=result.note,
             **extra,

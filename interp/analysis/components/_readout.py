@@ -76,7 +76,7 @@ def read_positions(at: Any, n: int, *, default_all: bool) -> list[int]:
     the positions whose logits are read.
 
     Raises:
-        InterpError: as :func:`interp.protocol.position_mask`.
+        InterpError: as :func:`interp.checks.position_mask`.
     """
     from interp.checks import position_mask
 

@@ -41,9 +41,10 @@ import torch
 from interp.analysis.components._pipeline import ablate, check_ablating
 from interp.analysis.frames import rows_frame
 from interp.analysis.shapes import Mask, Tokens
-from interp.checks import check_tokens, parse_heads
-from interp.engine.sites import site
+from interp.checks import check_tokens
+from interp.engine.sites import head_edits, site
 from interp.errors import InterpError
+from interp.head_checks import parse_heads
 from interp.hooks import hook_name
 from interp.metrics import Metric
 from interp.protocol import HookedModel, check_model, eval_no_grad
@@ -119,7 +120,7 @@ def ablate_heads(
     return ablate(
         model,
         a,
-        [[site("z", l, head=h)] for l, h in chosen],
+        head_edits(chosen),
         rows_frame(chosen, {}),
         analysis="ablate_heads",
         description=f"the metric with each head's hook_z {a.ablation}-ablated alone, exactly",
@@ -155,6 +156,7 @@ def ablate_head_groups(
         InterpError: as :func:`ablate_heads`, for ``groups`` that is not a
             mapping of names to heads, or for an empty group.
     """
+    check_model(model)
     if not isinstance(groups, Mapping):
         raise InterpError(
             f"groups must be a mapping {{name: heads}}, got {type(groups).__name__}; e.g. "
@@ -210,4 +212,4 @@ def sweep_plan(
     tokens = check_tokens(model, tokens)
     chosen = sorted(parse_heads(model, heads))
     with eval_no_grad(model):
-        return plan(model, tokens, [[site("z", l, head=h)] for l, h in chosen], batch_size)
+        return plan(model, tokens, head_edits(chosen), batch_size)

@@ -64,20 +64,14 @@ from interp.analysis.components.ablation import MetricArg, ablate_heads
 from interp.analysis.components.patching import patch_heads
 from interp.analysis.frames import described, rows_frame, table_attrs
 from interp.analysis.shapes import Mask, Tokens
-from interp.checks import (
-    check_int,
-    check_seed,
-    check_token_pair,
-    check_tokens,
-    parse_heads,
-    position_mask,
-)
+from interp.checks import check_int, check_seed, check_token_pair, check_tokens, position_mask
 from interp.engine.ablations import check_ablation, check_reference, source_run, values_for
 from interp.engine.batching import CPU_TOKENS_PER_PASS, Cost
-from interp.engine.cache import check_cache
-from interp.engine.direction import Direction, check_direction, runs
+from interp.engine.cache import cache_work, check_cache
+from interp.engine.direction import Direction, check_direction, check_span, clean_first, runs
 from interp.engine.gradients import FrozenParams, head_gradients, pattern_at
 from interp.errors import InterpError
+from interp.head_checks import parse_heads
 from interp.hooks import hook_name
 from interp.metrics import prepare_metric
 from interp.protocol import HookedModel, check_model, eval_mode, eval_no_grad, positions_label
@@ -174,13 +168,22 @@ def attribute_heads(
         InterpError: for an unknown ablation, direction or correction,
             ``corrupted_tokens`` missing for ``"patch"`` (or given otherwise), shapes
             that do not fit, a metric that is not differentiable or needs an LM head
-            the model lacks, or a negative ``verify``.
+            the model lacks, a negative ``verify``, ``correction="qk"`` on a model that
+            cannot resume a forward pass at a block, or (after the passes) two runs
+            that give the same metric.
     """
     check_model(model)
     ablation = check_ablation(ablation)
     direction = check_direction(direction)
     if correction not in CORRECTIONS:
         raise InterpError(f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
+    rt = runtime_of(model)
+    if correction == "qk" and not rt.can_resume:
+        raise InterpError(
+            f"correction='qk' recomputes later layers' patterns from their block inputs, and "
+            f"{type(model).__name__} cannot resume a forward pass at a block; use "
+            "correction='none' on this model"
+        )
     tokens = check_tokens(model, tokens, min_len=2)
     patching = ablation == "patch"
     if patching:
@@ -204,7 +207,7 @@ def attribute_heads(
     layers = sorted({l for l, _ in chosen})
     names = [hook_name("z", l) for l in layers]
     base, source = runs(direction, tokens, corrupted_tokens) if patching else (tokens, None)
-    cost = Cost(runtime_of(model).n_layers)
+    cost = Cost(rt.n_layers)
     with eval_no_grad(model):
         cache = check_cache(model, tokens, cache)
         source_value = None
@@ -215,13 +218,10 @@ def attribute_heads(
         else:
             by_hook = values_for(
                 model, tokens, ablation, names, reference_tokens=reference_tokens, cache=cache,
-                seed=seed,
+                seed=seed, cost=cost,
             )  # fmt: skip
-            if by_hook is not None and cache is None:
-                cost.forward()
         target = None if by_hook is None else {l: by_hook[hook_name("z", l)] for l in layers}
-    pattern_layers = list(range(min(layers) + 1, model.cfg.n_layers)) if correction == "qk" else []
-    rt = runtime_of(model)
+    pattern_layers = list(range(min(layers) + 1, rt.n_layers)) if correction == "qk" else []
     value, z, g_z, g_p = head_gradients(rt, base, m, layers, pattern_layers, score_tokens=tokens)
     cost.forward()
     cost.backward()
@@ -254,16 +254,17 @@ def attribute_heads(
     ex_col = [exact.get(k, float("nan")) for k in chosen]
     if patching:
         span = source_value - value
-        clean, corrupted = runs(direction, value, source_value)
+        check_span(value, source_value, "the normalized estimate")
+        clean, corrupted = clean_first(direction, value, source_value)
         df = rows_frame(
             chosen,
             {
                 "clean": [clean] * len(chosen),
                 "corrupted": [corrupted] * len(chosen),
                 "estimate": est,
-                "estimate_normalized": [e / span if span else float("nan") for e in est],
+                "estimate_normalized": [e / span for e in est],
                 "exact": ex_col,
-                "exact_normalized": [x / span if span else float("nan") for x in ex_col],
+                "exact_normalized": [x / span for x in ex_col],
             },
         )
     else:
@@ -279,7 +280,7 @@ def attribute_heads(
             model=model,
             positions=positions_label(pos),
             seed=seed,
-            forward_equivalents=cost.forward_equivalents,
+            forward_equivalents=cost.forward_equivalents + cache_work(cache),
             correction=correction,
             verified=len(exact),
         )
@@ -293,7 +294,7 @@ def estimate_agreement(
     """How far an estimate ranks heads as the exact values do: one row per measure.
 
     ``exact`` and ``estimate`` hold one value per head, indexed by label, e.g.
-    ``patch_heads(...).set_index("label")["delta"]`` and
+    ``patch_heads(...).set_index("label")["effect"]`` and
     ``attribute_heads(...).set_index("label")["estimate"]``. Rows
     (``measure, value``): the Spearman rank correlation over all heads, then,
     for each ``k`` in ``within``, how many of the exact top ``top`` heads (by

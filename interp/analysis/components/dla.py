@@ -54,7 +54,7 @@ from interp.analysis.components._readout import (
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_not_padding, check_tokens
-from interp.engine.cache import check_cache
+from interp.engine.cache import cache_work, check_cache
 from interp.errors import InterpError
 from interp.hooks import head_label, hook_name
 from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
@@ -82,15 +82,6 @@ def _names(model: HookedModel) -> dict[str, Any]:
     if names["scale"] not in have:
         names["scale"] = None
     return names
-
-
-def _output_bias(model: HookedModel) -> torch.Tensor | None:
-    """``b_O`` ``[n_layers, d_model]``, or ``None`` for bias-free projections."""
-    try:
-        b = model.b_O
-    except (AttributeError, InterpError):
-        return None
-    return None if b is None else b.detach()
 
 
 def direct_logit_attribution(
@@ -137,6 +128,11 @@ def direct_logit_attribution(
     pos = read_positions(at, n, default_all=False)
     check_not_padding(model, tokens, pos, "direct logit attribution")
     names = _names(model)
+    if runtime_of(model).norm("final") is not None and names["scale"] is None:
+        raise InterpError(
+            "this model's final norm has no hook_scale, so its scale cannot be frozen and the "
+            "shares would not add up; direct logit attribution needs a model that hooks it"
+        )
     wanted = [names["embed"], names["final"], *names["z"], *names["mlp_out"]]
     wanted += [x for x in (names["pos_embed"], names["scale"]) if x]
     with eval_no_grad(model):
@@ -157,7 +153,7 @@ def direct_logit_attribution(
             metric="logit[answer] - logit[wrong]" if bad is not None else "logit[answer]",
             unit="logits",
             model=model,
-            forward_equivalents=0.0 if cache is not None else 1.0,
+            forward_equivalents=1.0 if cache is None else cache_work(acts),
             at=pos,
             by=by,
             sum_of_rows=float(df["value"].sum()),
@@ -221,7 +217,7 @@ def _decompose(model, acts, names, tokens, ans, bad, pos):
         if pe.shape == emb.shape:
             rows.append(("pos_embed", None, None, "pos_embed", share(pe)))
             built += pe
-    b_O = _output_bias(model)
+    b_O = rt.output_bias()
     for l in range(cfg.n_layers):
         W_O = rt.layer_weight("W_O", l).float()  # [head, d_head, d_model]
         z = acts[names["z"][l]][:, sel].float()  # [batch, P, head, d_head]

@@ -30,11 +30,12 @@ import pandas as pd
 from interp.analysis.components._pipeline import ablate, check_ablating
 from interp.analysis.components.ablation import Ablation, MetricArg
 from interp.analysis.shapes import Mask, Tokens
-from interp.checks import check_int, check_layer_head
+from interp.checks import check_int
 from interp.engine.sites import Site, site
 from interp.errors import InterpError
+from interp.head_checks import check_layer_head
 from interp.hooks import hook_name
-from interp.protocol import HookedModel, hook_names
+from interp.protocol import HookedModel, check_model, hook_names
 
 PARTS = ("attn", "mlp")
 
@@ -87,6 +88,7 @@ def ablate_mlps(
         InterpError: for a model without MLPs, ``neuron_groups`` below 1 or
             above ``d_mlp``, layers out of range, and as :func:`ablate_heads`.
     """
+    check_model(model)
     d_mlp = _check_mlps(model)
     chosen = _layers(model, layers)
     if neuron_groups is not None:
@@ -160,13 +162,14 @@ def ablate_layers(
         InterpError: for an unknown part, ``"mlp"`` on a model without MLPs,
             layers out of range, and as :func:`ablate_heads`.
     """
+    check_model(model)
     parts = tuple(parts) if not isinstance(parts, str) else (parts,)
     if not parts or any(p not in PARTS for p in parts):
         raise InterpError(f"parts must be a subset of {', '.join(PARTS)}, got {parts}")
     if "mlp" in parts:
         if hook_name("mlp_out", 0) not in hook_names(model) and parts == PARTS:
             parts = ("attn",)  # an attention-only model: its layers are their attention
-        elif "mlp" in parts:
+        else:
             _check_mlps(model)
     chosen = _layers(model, layers)
     a = check_ablating(

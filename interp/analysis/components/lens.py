@@ -42,7 +42,7 @@ from interp.analysis.components._readout import (
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_int, check_not_padding, check_tokens
-from interp.engine.cache import cache_of, check_cache
+from interp.engine.cache import cache_of, cache_work, check_cache, pass_share
 from interp.errors import InterpError
 from interp.hooks import hook_name, stage_names
 from interp.protocol import HookedModel, check_model, eval_no_grad
@@ -102,6 +102,7 @@ def logit_lens(
     rt = runtime_of(model)
     with eval_no_grad(model):
         acts = check_cache(model, tokens, cache, needs=names)
+        work = pass_share(L, names) if acts is None else cache_work(acts)
         if acts is None:
             acts = cache_of(model, tokens, names)
         sel = torch.tensor(pos, device=tokens.device)
@@ -157,7 +158,7 @@ def logit_lens(
             metric="next token" if target is None else "given target",
             unit="probability",
             model=model,
-            forward_equivalents=0.0 if cache is not None else 1.0,
+            forward_equivalents=work,
             at=pos,
             k=k,
             chunk_bytes=CHUNK_BYTES,

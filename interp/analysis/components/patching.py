@@ -34,9 +34,9 @@ from interp.analysis.components._pipeline import check_patching, patch
 from interp.analysis.components.ablation import MetricArg
 from interp.analysis.frames import rows_frame
 from interp.analysis.shapes import Tokens
-from interp.checks import parse_heads
 from interp.engine.direction import Direction
-from interp.engine.sites import mask_positions, site
+from interp.engine.sites import head_edits, mask_positions
+from interp.head_checks import parse_heads
 from interp.hooks import hook_name
 from interp.metrics import logit_diff_metric
 from interp.protocol import HookedModel
@@ -81,7 +81,7 @@ def patch_heads(
     at = mask_positions(p.positions)
 
     def cells(values: dict[str, torch.Tensor]) -> tuple[pd.DataFrame, list]:
-        return rows_frame(chosen, {}), [[site("z", l, head=h, positions=at)] for l, h in chosen]
+        return rows_frame(chosen, {}), head_edits(chosen, at)
 
     return patch(
         model,

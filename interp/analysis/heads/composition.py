@@ -42,7 +42,18 @@ from interp.runtime import head_weight
 Component = Literal["Q", "K", "V"]
 
 
-def _factors(model: HookedModel, component: Component) -> tuple[Any, Any]:
+def composition_factors(model: HookedModel, component: Component) -> tuple[Any, Any]:
+    """``(OV, other)``: every head's OV circuit and the circuit a later head composes through
+    (``"Q"``: its QK, ``"K"``: its QK transposed, ``"V"``: its OV), as TransformerLens
+    FactoredMatrix stacks ``[n_layers, n_heads, d_model, d_model]``, the inputs of
+    ``transformer_lens.utilities.composition_scores``.
+
+    Example:
+        >>> from interp.models import load_model
+        >>> ov, qk = composition_factors(load_model("induction-2l"), "K")
+        >>> tuple(ov.shape), tuple(qk.shape)
+        ((2, 2, 128, 128), (2, 2, 128, 128))
+    """
     from transformer_lens import FactoredMatrix
 
     W_V, W_O = head_weight(model, "W_V").float(), head_weight(model, "W_O").float()
@@ -130,7 +141,7 @@ def composition_tensor(model: HookedModel, *, component: Component = "K") -> tor
         raise InterpError(f"component must be 'Q', 'K' or 'V', got {component!r}")
     cfg = check_model(model)
     with torch.no_grad():
-        left, right = _factors(model, component)
+        left, right = composition_factors(model, component)
         scores = _pairwise_scores(left, right)
     layer = torch.arange(cfg.n_layers, device=scores.device)
     mask = layer[:, None, None, None] < layer[None, None, :, None]

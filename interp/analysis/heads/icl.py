@@ -64,11 +64,16 @@ def per_token_loss(model: HookedModel, tokens: Tokens, *, cache: Any = None) -> 
         else:
             last = cfg.n_layers - 1
             name = hook_name("resid_post", last)
-            resid = check_cache(model, tokens, cache, needs=[name])[name]
-            logits = runtime_of(model).run(tokens, start=last + 1, state=resid)
+            checked = check_cache(model, tokens, cache, needs=[name])
+            logits = runtime_of(model).run(tokens, start=last + 1, state=checked[name])
     if logits.shape[-1] != getattr(cfg, "d_vocab", logits.shape[-1]) or logits.ndim != 3:
         raise InterpError("model output is not vocabulary logits; it has no next-token loss")
     return next_token_nll(logits, tokens)
+
+
+def _has_last_resid(model: HookedModel, cache: Any) -> bool:
+    name = hook_name("resid_post", model.cfg.n_layers - 1)
+    return cache is not None and name in cache
 
 
 def in_context_learning_score(
@@ -117,5 +122,6 @@ def in_context_learning_score(
         metric="loss",
         unit="nats",
         model=model,
-        forward_equivalents=0.0 if cache is not None else 1.0,
+        # a cache holding the last residual stream leaves only the unembedding to run
+        forward_equivalents=0.0 if _has_last_resid(model, cache) else 1.0,
     )

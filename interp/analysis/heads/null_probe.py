@@ -40,41 +40,38 @@ from tqdm.auto import tqdm
 from interp.analysis.frames import described, head_frame
 from interp.analysis.heads.subspace import head_subspaces
 from interp.analysis.shapes import Tokens
-from interp.checks import (
-    check_finite,
-    check_int,
-    check_layer_head,
-    check_seed,
-    check_tokens,
-    position_mask,
-)
+from interp.checks import check_finite, check_int, check_seed, check_tokens, position_mask
 from interp.engine.batching import check_work
-from interp.engine.cache import cache_of, check_cache
+from interp.engine.cache import cache_of, cache_work, check_cache, pass_share
 from interp.errors import InterpError
+from interp.head_checks import check_layer_head
 from interp.hooks import head_label, hook_name
-from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
-from interp.runtime import per_query_heads
+from interp.protocol import HookedModel, check_model, eval_no_grad
+from interp.runtime import per_query_heads, runtime_of
 
 
 def head_input_hook(model: HookedModel, layer: int) -> str:
     """The hook whose value the layer's Q/K/V projections read (see module docstring)."""
-    names = hook_names(model)
-    for cand in (f"blocks.{layer}.ln1.hook_out", f"blocks.{layer}.ln1.hook_normalized"):
-        if cand in names:
-            return cand
-    return hook_name("resid_pre", layer)
+    return runtime_of(model).head_input_hook(layer)
 
 
 AUTO_PROGRESS_PASSES = 100
 
 
-def _input_vectors(model: HookedModel, tokens: Tokens, layer: int, cache: Any) -> torch.Tensor:
-    name = head_input_hook(model, layer)
+def _input_vectors(
+    model: HookedModel, tokens: Tokens, layers: list[int], cache: Any
+) -> tuple[dict[int, torch.Tensor], float]:
+    """Each layer's head input ``[batch, pos, d_model]``, from one pass (or the cache), and
+    the forward-equivalents it took."""
+    names = {l: head_input_hook(model, l) for l in layers}
     with torch.no_grad():
-        checked = check_cache(model, tokens, cache, needs=[name])
+        checked = check_cache(model, tokens, cache, needs=list(names.values()))
         if checked is None:
-            checked = cache_of(model, tokens, [name])
-    return checked[name].float()  # [batch, pos, d_model]
+            work = pass_share(model.cfg.n_layers, list(names.values()))
+            acts = cache_of(model, tokens, list(names.values()))
+        else:
+            work, acts = cache_work(checked), checked
+    return {l: acts[n].float() for l, n in names.items()}, work
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -290,7 +287,7 @@ def read_fraction(
     Raises:
         InterpError: for a head out of range, ``component`` not Q/K/V, or bad tokens.
     """
-    from interp.checks import parse_heads
+    from interp.head_checks import parse_heads
 
     cfg = check_model(model)
     _check_component(component)
@@ -301,8 +298,9 @@ def read_fraction(
         by_layer.setdefault(l, []).append(h)
     frac = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
     rank = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
+    inputs, work = _input_vectors(model, tokens, sorted(by_layer), cache)
     for l, heads_l in sorted(by_layer.items()):
-        X = _input_vectors(model, tokens, l, cache)
+        X = inputs[l]
         if exclude_bos and X.shape[1] > 1:
             X = X[:, 1:]
         X = X.reshape(-1, X.shape[-1]).double()
@@ -325,6 +323,6 @@ def read_fraction(
         method="exact",
         unit="fraction",
         model=model,
-        forward_equivalents=0.0 if cache is not None else 1.0,
+        forward_equivalents=work,
         component=component,
     )

@@ -22,9 +22,10 @@ from typing import Any
 import torch
 
 from interp.analysis.shapes import Patterns, Tokens
-from interp.checks import check_tokens, parse_heads
+from interp.checks import check_tokens
 from interp.engine.cache import cache_of, check_cache, with_batch
 from interp.errors import InterpError
+from interp.head_checks import parse_heads
 from interp.hooks import hook_name
 from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
 

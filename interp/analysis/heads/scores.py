@@ -87,7 +87,7 @@ def probe_tokens(
 
     Raises:
         InterpError: for ``n < 1``, ``half_len < 2``, a probe longer than the
-            context, or more probes than fit in memory (:func:`interp.protocol.check_memory`).
+            context, or more probes than fit in memory (:func:`interp.memory.check_memory`).
     """
     from interp.datasets import repeated_random_tokens
 

@@ -223,7 +223,7 @@ def head_subspaces(model: HookedModel, *, layer: int, head: int, component: str 
     Raises:
         InterpError: for a layer or head out of range, or an unknown ``component``.
     """
-    from interp.checks import check_layer_head
+    from interp.head_checks import check_layer_head
     from interp.runtime import head_weight
 
     layer, head = check_layer_head(model, layer, head)

@@ -46,10 +46,10 @@ import pandas as pd
 import torch
 
 from interp.analysis.frames import described, head_frame
-from interp.checks import check_layer_head, parse_heads
 from interp.errors import InterpError
+from interp.head_checks import check_layer_head, parse_heads
 from interp.protocol import HookedModel, check_model
-from interp.runtime import head_weight
+from interp.runtime import head_weight, runtime_of
 
 
 def _factored():
@@ -59,27 +59,13 @@ def _factored():
 
 
 def _ln_params(model: HookedModel, layer: int | None) -> tuple[str | None, torch.Tensor | None]:
-    """(normalization kind, weight) of the LayerNorm before ``layer``'s attention (None: final)."""
-    cfg = model.cfg
-    norm = getattr(cfg, "normalization_type", None)
+    """(normalization kind, weight) of the norm before ``layer``'s attention (None: the final
+    norm), by the runtime's one LayerNorm / RMSNorm rule; ``(None, None)`` where there is none.
+    """
+    norm = runtime_of(model).norm("final" if layer is None else "ln1", layer)
     if norm is None:
         return None, None
-    kind = "RMS" if "RMS" in str(norm).upper() else "LN"
-    blocks = getattr(model, "blocks", None)
-    module = (
-        getattr(model, "ln_final", None)
-        if layer is None
-        else getattr(blocks[layer], "ln1", None)
-        if blocks is not None
-        else None
-    )
-    w = None
-    for name in ("w", "weight"):
-        cand = getattr(module, name, None) if module is not None else None
-        if isinstance(cand, torch.Tensor):
-            w = cand
-            break
-    return kind, w
+    return ("LN" if norm.centred else "RMS"), norm.weight
 
 
 def _normalise_rows(X: torch.Tensor, kind: str | None, w: torch.Tensor | None) -> torch.Tensor:

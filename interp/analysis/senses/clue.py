@@ -34,7 +34,7 @@ import torch
 from interp.analysis.frames import described, head_frame
 from interp.analysis.senses.states import batches_by_length
 from interp.analysis.senses.words import WordTokens
-from interp.engine.cache import check_cache, run_until
+from interp.engine.cache import cache_work, check_cache, pass_share, run_until
 from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.protocol import HookedModel, check_model, eval_no_grad, is_causal, model_device
@@ -79,6 +79,7 @@ def clue_attention(
         raise InterpError(f"encode each sentence with clue=...: none given for {missing[0]!r}")
     L, H = cfg.n_layers, cfg.n_heads
     clue_sum = torch.zeros(L, H)
+    work = pass_share(L, [hook_name("pattern", L - 1)])  # no cache: passes over every item
     other_sum = torch.zeros(L, H)
     per_clue_token = torch.zeros(L, H)
     with eval_no_grad(model):
@@ -115,6 +116,7 @@ def clue_attention(
                 checked = check_cache(model, tokens.to(model_device(model)), cache, needs=names)
                 for l, name in enumerate(names):
                     add(l, checked[name])
+                work = cache_work(checked)
                 continue
 
             def grab(pattern: torch.Tensor, hook: Any, add=add) -> None:
@@ -134,5 +136,5 @@ def clue_attention(
         method="exact",
         unit="share of a query row's attention",
         model=model,
-        forward_equivalents=0.0 if cache is not None else 1.0,
+        forward_equivalents=work,  # every item's passes, in passes over all the items
     )

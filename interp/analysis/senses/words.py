@@ -170,6 +170,7 @@ def ordinary_word_ids(model: HookedModel, *, min_chars: int = 3) -> torch.Tensor
     Raises:
         InterpError: for a model without a tokenizer, or a vocabulary with no such tokens.
     """
+    check_model(model)
     tok = getattr(model, "tokenizer", None)
     if tok is None:
         raise InterpError("this model has no tokenizer; pass token ids explicitly")

@@ -136,17 +136,17 @@ class InductionFindings:
             ),
             ("repeated-half loss", self.losses["repeated"], "near 0"),
             (
-                "ablate induction head: delta loss",
+                "ablate induction head: effect on the loss",
                 float(abl.loc[self.induction_label, "effect"]),
                 "> 1 nat",
             ),
             (
-                "ablate previous-token head: delta loss",
+                "ablate previous-token head: effect on the loss",
                 float(abl.loc[self.prev_label, "effect"]),
                 "> 1 nat",
             ),
             (
-                f"ablate least important head ({least}): delta loss",
+                f"ablate least important head ({least}): effect on the loss",
                 float(abl.loc[least, "effect"]),
                 "much less than 1 nat",
             ),

@@ -184,7 +184,7 @@ def summary(f: InductionFindings) -> list[str]:
         f"(score {f.score_of(f.induction_head, 'induction'):.3f})",
         f"loss: first half {f.losses['first_half']:.3f} nats, repeated half "
         f"{f.losses['repeated']:.3f} nats",
-        "ablation delta (nats): " + ", ".join(f"{k} {v:+.3f}" for k, v in abl.items()),
+        "ablation effect on the loss (nats): " + ", ".join(f"{k} {v:+.3f}" for k, v in abl.items()),
         "logit lens, repeated half, P(next token) by stage: "
         + ", ".join(
             f"{r.stage_name} {r.next_token_p:.2f}"
