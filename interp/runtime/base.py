@@ -185,21 +185,21 @@ class Runtime:
         out = x @ self.model.W_U
         return out if b is None else out + b
 
-    def unembed_bias(self) -> torch.Tensor | None:
-        """``b_U`` (``[d_vocab]``), or ``None`` when the model has none."""
+    def _bias(self, name: str) -> torch.Tensor | None:
+        """``model.<name>`` detached; ``None`` where the model has none (bridges raise)."""
         try:
-            b = self.model.b_U
+            b = getattr(self.model, name)
         except (AttributeError, InterpError):
             return None
         return None if b is None else b.detach()
 
+    def unembed_bias(self) -> torch.Tensor | None:
+        """``b_U`` (``[d_vocab]``), or ``None`` when the model has none."""
+        return self._bias("b_U")
+
     def output_bias(self) -> torch.Tensor | None:
         """The attention output bias ``b_O`` (``[n_layers, d_model]``), or ``None``."""
-        try:
-            b = self.model.b_O
-        except (AttributeError, InterpError):
-            return None
-        return None if b is None else b.detach()
+        return self._bias("b_O")
 
     def head_input_hook(self, layer: int) -> str:
         """The hook whose value ``layer``'s Q/K/V projections read: the output of its ``ln1``
