@@ -20,23 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from interp.errors import InterpError
-
-
-def _cfg(model: Any) -> Any:
-    """``model.cfg`` (a model, or :class:`~interp.protocol.Sizes` where only sizes are known).
-
-    Raises:
-        InterpError: for no model, or an object without a ``cfg``.
-    """
-    if model is None:
-        raise InterpError("no model given: pass a hooked model (interp.models.load_model(...))")
-    cfg = getattr(model, "cfg", None)
-    if cfg is None:
-        raise InterpError(
-            f"{type(model).__name__} is not a hooked model: it has no .cfg (use "
-            "interp.models.load_model, or a transformer_lens TransformerBridge)"
-        )
-    return cfg
+from interp.protocol import model_cfg
 
 
 def check_layer_head(model: Any, layer: Any, head: Any = None) -> tuple[int, int | None]:
@@ -48,7 +32,7 @@ def check_layer_head(model: Any, layer: Any, head: Any = None) -> tuple[int, int
         InterpError: for a layer or head that is not an integer (a type error,
             e.g. ``"1"``), or one out of range.
     """
-    cfg = _cfg(model)
+    cfg = model_cfg(model)
     for what, value in (("layer", layer), ("head", head)):
         if what == "head" and value is None:
             continue
@@ -120,7 +104,7 @@ def parse_heads(model: Any, heads: Any) -> list[tuple[int, int]]:
         InterpError: for anything that is not an iterable of heads, a head out
             of range, or no heads at all.
     """
-    cfg = _cfg(model)
+    cfg = model_cfg(model)
     if heads is None:
         return [(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
     if isinstance(heads, (str, bytes)):

@@ -60,21 +60,37 @@ class Sizes:
         return self
 
 
-def check_model(model: Any) -> Any:
-    """Return ``model.cfg``, raising unless ``model`` looks like a :class:`HookedModel`.
+def _not_hooked(model: Any) -> InterpError:
+    return InterpError(
+        f"{type(model).__name__} is not a hooked model: it needs .cfg and .run_with_cache "
+        "(use interp.models.load_model, or a transformer_lens TransformerBridge)"
+    )
+
+
+def model_cfg(model: Any) -> Any:
+    """``model.cfg``, of a model or of a :class:`Sizes` stand-in (checks that need only sizes).
 
     Raises:
-        InterpError: for an object without ``cfg`` and ``run_with_cache``, or a
-            ``cfg`` without integer ``n_layers`` and ``n_heads``.
+        InterpError: for no model, or an object without a ``cfg``.
     """
     if model is None:
         raise InterpError("no model given: pass a hooked model (interp.models.load_model(...))")
     cfg = getattr(model, "cfg", None)
-    if cfg is None or not hasattr(model, "run_with_cache"):
-        raise InterpError(
-            f"{type(model).__name__} is not a hooked model: it needs .cfg and .run_with_cache "
-            "(use interp.models.load_model, or a transformer_lens TransformerBridge)"
-        )
+    if cfg is None:
+        raise _not_hooked(model)
+    return cfg
+
+
+def check_model(model: Any) -> Any:
+    """Return ``model.cfg``, raising unless ``model`` looks like a :class:`HookedModel`.
+
+    Raises:
+        InterpError: for no model, an object without ``cfg`` and ``run_with_cache``, or a
+            ``cfg`` without integer ``n_layers`` and ``n_heads``.
+    """
+    cfg = model_cfg(model)
+    if not hasattr(model, "run_with_cache"):
+        raise _not_hooked(model)
     for field in ("n_layers", "n_heads"):
         if not isinstance(getattr(cfg, field, None), int):
             raise InterpError(f"model.cfg has no integer {field}")

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import torch
 
 from interp.engine.batching import Cost
-from interp.engine.cache import CheckedCache, cache_of, pass_share
+from interp.engine.cache import CheckedCache, blocks_before, cache_of
 from interp.errors import InterpError
 from interp.metrics import Metric, scalar
 from interp.protocol import HookedModel
@@ -140,8 +140,8 @@ def values_for(
         ref = tokens if reference_tokens is None else reference_tokens
         acts = cache_of(model, ref, names)
         if cost is not None:
-            share = pass_share(model.cfg.n_layers, names)
-            cost.forward(ref.shape[0] / tokens.shape[0], stop=round(share * cost.n_layers))
+            stop = blocks_before(cost.n_layers, names)
+            cost.forward(ref.shape[0] / tokens.shape[0], stop=stop)
     got = {n: acts[n] for n in names}
     if ablation == "mean":
         return {

@@ -104,22 +104,33 @@ def cache_of(
     return {n: acts[n] for n in names if n in acts}
 
 
+def blocks_before(n_layers: int, names: Sequence[str]) -> int:
+    """How many blocks a :func:`cache_of` pass for ``names`` runs before the last of them
+    fires (0 for the embedding, every block for a hook past the last one).
+
+    Example:
+        >>> blocks_before(4, ["hook_embed", "blocks.1.attn.hook_z"])
+        2
+        >>> blocks_before(4, ["ln_final.hook_normalized"]), blocks_before(4, ["hook_embed"])
+        (4, 0)
+    """
+    last = max((_stage(n) for n in names), default=(0, 0, 0))
+    if last[0] == 0:
+        return 0
+    if last[0] == 2:
+        return n_layers
+    return min(n_layers, last[1] + last[2])
+
+
 def pass_share(n_layers: int, names: Sequence[str]) -> float:
     """The forward-equivalents of a :func:`cache_of` pass for ``names``: the share of the
-    blocks that run before the last of them fires (0 for the embedding, 1 past the last block).
+    blocks it runs (:func:`blocks_before`).
 
     Example:
         >>> pass_share(4, ["hook_embed", "blocks.1.attn.hook_z"])
         0.5
-        >>> pass_share(4, ["ln_final.hook_normalized"]), pass_share(4, ["hook_embed"])
-        (1.0, 0.0)
     """
-    last = max((_stage(n) for n in names), default=(0, 0, 0))
-    if last[0] == 0:
-        return 0.0
-    if last[0] == 2:
-        return 1.0
-    return min(1.0, (last[1] + last[2]) / max(1, n_layers))
+    return blocks_before(n_layers, names) / max(1, n_layers)
 
 
 def _stage(name: str) -> tuple[int, int, int]:

@@ -70,20 +70,20 @@ def _begin(task: EdgeTask, cache: Any) -> EdgeTask:
     return begin(task, cache=cache, base_pass="metric")
 
 
-def _baselines(prep: EdgeTask) -> tuple[float, float]:
-    """The clean metric and the metric with every edge replaced (with a corrupted prompt:
-    the corrupted run's, from the pass that gave its outputs; else one circuit pass)."""
+def _corrupted(prep: EdgeTask) -> float:
+    """The metric with every edge replaced (with a corrupted prompt: the corrupted run's,
+    from the pass that gave its outputs; else one circuit pass), refused when it equals the
+    clean metric."""
     if prep.source_value is not None:
         corrupted = prep.source_value
     else:
         corrupted = evaluate_masks(prep, [prep.graph.valid])[0]
     check_span(prep.base_value, corrupted, "faithfulness")
-    return prep.base_value, corrupted
+    return corrupted
 
 
 def _faith(value: float, clean: float, corrupted: float) -> float:
-    span = clean - corrupted
-    return (value - corrupted) / span if span else float("nan")
+    return (value - corrupted) / (clean - corrupted)  # _corrupted refused equal runs
 
 
 def evaluate_circuit(
@@ -130,7 +130,7 @@ def evaluate_circuit(
         valid = graph.valid
         keep = valid.copy() if edges is None else edge_mask(graph, edges)
     prep = _begin(task, cache)
-    corrupted = _baselines(prep)[1]  # refuses runs that agree, before the circuit's pass
+    corrupted = _corrupted(prep)  # refuses runs that agree, before the circuit's pass
     value = evaluate_masks(prep, [valid & ~keep])[0]
     df = pd.DataFrame(
         [
@@ -283,7 +283,7 @@ def circuit_curve(
         fix="use fewer points or random_draws",
     )
     prep = _begin(task, cache)
-    corrupted = _baselines(prep)[1]  # refuses runs that agree, before the curve
+    corrupted = _corrupted(prep)  # refuses runs that agree, before the curve
     rows, masks = [], []
     rng = np.random.default_rng(check_seed(seed))
     valid_idx = np.flatnonzero(graph.valid)
@@ -352,7 +352,7 @@ def find_circuit(
         if not lo < hi <= graph.n_edges:
             raise InterpError(f"bracket must be (lo, hi), 0 <= lo < hi <= {graph.n_edges}")
     prep = _begin(task, cache)
-    corrupted = _baselines(prep)[1]
+    corrupted = _corrupted(prep)
     tried: dict[int, tuple[float, np.ndarray]] = {}
 
     def faith(n: int) -> float:

@@ -199,10 +199,8 @@ def _decompose(model, acts, names, tokens, ans, bad, pos):
         u = u - u.mean(-1, keepdim=True)  # (c - mean c) . w*d = c . (w*d - mean(w*d))
     if norm is None:
         scale = torch.ones(final.shape[:2] + (1,), device=final.device)
-    elif names["scale"] is not None:
+    else:  # its hook_scale was checked before the forward pass
         scale = acts[names["scale"]][:, sel].float()  # [batch, P, 1]
-    else:
-        raise InterpError("this model's final norm has no hook_scale; its scale cannot be frozen")
 
     def share(vec: torch.Tensor) -> torch.Tensor:  # [batch, P, d_model] -> [batch, P]
         return torch.einsum("bpd,bd->bp", vec.float(), u) / scale[..., 0]
