@@ -63,6 +63,12 @@ GLOSSARY: dict[str, str] = {
     "``'head'``, ``'head_position'``; k/v cells are key/value heads on grouped-query models), "
     "or a DLA row (``'head'``, ``'component'``, ``'layer'``)",
     "embedding": "``'token'`` or ``'positional'``, for weight-based circuit matrices",
+    "offset": "how many positions a key is behind its query (``0`` = the same position); "
+    "the QK circuit of a rotary model exists only at an offset",
+    "query_positions, key_positions": "the attending and the attended positions of a head's "
+    "scores (ints, negative from the end); read, not edited",
+    "contrast": "two key positions ``(a, b)`` (one for all sequences or one per sequence): "
+    "the score of ``a`` minus the score of ``b`` is attributed",
     "senders, receivers": "edge ends: ``embed``, ``pos_embed``, ``L0H1``, ``L3.mlp`` send; "
     "``L1H1.q``/``.k``/``.v`` (``L1KV0.k`` on grouped-query models; ``L1H1`` = its three "
     "inputs), ``L3.mlp``, ``logits`` receive",

@@ -90,7 +90,7 @@ def test_circuits_and_patching_run_on_smollm(smollm):
     from interp.analysis import copying_scores, ov_circuit, patch_heads, qk_circuit
 
     d_vocab = smollm.cfg.d_vocab
-    assert qk_circuit(smollm, layer=18, head=6).shape == (d_vocab, d_vocab)
+    assert qk_circuit(smollm, layer=18, head=6, offset=1).shape == (d_vocab, d_vocab)
     assert ov_circuit(smollm, layer=18, head=6).shape == (d_vocab, d_vocab)
     copy = copying_scores(smollm, heads=["L18H6", "L0H0"], top1=False)
     assert len(copy) == 2 and copy["copying_score"].between(-1, 1).all()

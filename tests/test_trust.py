@@ -88,6 +88,11 @@ CASES = {
         lambda m, t, c: A.direct_logit_attribution(m, t, answer=3, wrong=4, cache=c),
     ),
     "logit_lens": ("ind", lambda m, t, c: A.logit_lens(m, t, at=[-1], cache=c)),
+    "qk_attribution": ("ind", lambda m, t, c: A.qk_attribution(m, t, layer=1, head=1, cache=c)),
+    "qk_interventions": (
+        "ind",
+        lambda m, t, c: A.qk_interventions(m, t, layer=1, head=1, top=1, cache=c),
+    ),
     "patch_components": (
         "ind",
         lambda m, t, c: A.patch_components(

@@ -53,6 +53,8 @@ _EXPORTS = {
     "diagonal_fraction": "interp.analysis.heads.weights",
     "previous_position_attention": "interp.analysis.heads.weights",
     "composition_scores": "interp.analysis.heads.composition",
+    "qk_attribution": "interp.analysis.heads.qk_attribution",
+    "qk_interventions": "interp.analysis.heads.qk_attribution",
     "per_token_loss": "interp.analysis.heads.icl",
     "in_context_learning_score": "interp.analysis.heads.icl",
     "Metric": "interp.metrics",

@@ -32,6 +32,7 @@ import torch
 
 from interp.errors import InterpError
 from interp.protocol import HookedModel, hook_names
+from interp.runtime.attention import QKGeometry, default_scale
 from interp.runtime.norms import Norm
 
 Hooks = Sequence[tuple[str, Callable]]
@@ -213,15 +214,19 @@ class Runtime:
     # ------------------------------------------------------- norms and weights
     def norm(self, stage: str, layer: int | None = None) -> Norm | None:
         """The norm before a layer's attention (``"ln1"``), its MLP (``"ln2"``) or the
-        unembedding (``"final"``), or None where the model normalises nothing there."""
+        unembedding (``"final"``), or after its attention or MLP (``"ln1_post"``,
+        ``"ln2_post"``: Gemma-2's sandwich norms), or None where the model normalises nothing
+        there."""
         key = (stage, layer)
         if key not in self._norms:
             if stage == "final":
                 module = getattr(self.model, "ln_final", None)
-            elif stage in ("ln1", "ln2"):
+            elif stage in ("ln1", "ln2", "ln1_post", "ln2_post"):
                 module = getattr(self.model.blocks[layer], stage, None)
             else:
-                raise InterpError(f"unknown norm stage {stage!r}; use ln1, ln2 or final")
+                raise InterpError(
+                    f"unknown norm stage {stage!r}; use ln1, ln2, ln1_post, ln2_post or final"
+                )
             kind = getattr(self.cfg, "normalization_type", None)
             if module is None or (stage == "final" and not kind):
                 self._norms[key] = None
@@ -253,6 +258,30 @@ class Runtime:
         if isinstance(w, torch.Tensor) and w.ndim == 3:
             return w.detach()
         return getattr(self.model, name)[layer].detach()
+
+    def qk_geometry(self, layer: int) -> QKGeometry:
+        """How ``layer`` turns projected queries and keys into scores (scale, rotary
+        embedding, QK-norms, soft cap, window: :mod:`interp.runtime.attention`).
+
+        Raises:
+            InterpError: for a rotary model of a kind whose rotation this runtime cannot read.
+        """
+        kind = str(getattr(self.cfg, "positional_embedding_type", "standard") or "standard")
+        if kind == "rotary":
+            raise InterpError(
+                f"{type(self.model).__name__} applies rotary embeddings this toolkit cannot read "
+                "from it; load the model with interp.models.load_model (a TransformerBridge)"
+            )
+        d_head = int(self.cfg.d_head)
+        use = bool(getattr(self.cfg, "use_attn_scale", True))
+        given = getattr(self.cfg, "attn_scale", None)
+        if not use:
+            scale = 1.0
+        elif given is not None and float(given) > 0:
+            scale = 1.0 / float(given)
+        else:
+            scale = default_scale(d_head)
+        return QKGeometry(scale=scale)
 
     # ------------------------------------------------------------ verdicts
     def verdict(self, name: str, check: Callable[[], Any]) -> Any:

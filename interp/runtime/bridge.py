@@ -28,7 +28,9 @@ from typing import Any
 import torch
 
 from interp.protocol import HookedModel
+from interp.runtime.attention import QKGeometry, default_scale, rotary_from_hf
 from interp.runtime.base import Hooks, Runtime, kept_rows, repeat_copies, scatter_rows
+from interp.runtime.norms import Norm
 
 
 @contextmanager
@@ -117,6 +119,42 @@ class BridgeRuntime(Runtime):
         finally:
             for h in handles:
                 h.remove()
+
+    def qk_geometry(self, layer: int) -> QKGeometry:
+        """Read from the wrapped Hugging Face attention module: its ``scaling``, rotary
+        embedding, ``q_norm``/``k_norm``, ``attn_logit_softcapping`` and ``sliding_window``."""
+        attn = self.model.blocks[layer].attn
+        hf_attn = getattr(attn, "original_component", None)
+        hf = getattr(self.model, "interp_hf_model", None)
+        if hf_attn is None or hf is None:
+            return super().qk_geometry(layer)
+        d_head = int(self.cfg.d_head)
+        scale = getattr(hf_attn, "scaling", None)
+        if scale is None:
+            scale = default_scale(d_head)  # GPT-2, GPT-J: 1/sqrt(d_head), unless told otherwise
+            if getattr(getattr(hf, "config", None), "scale_attn_weights", True) is False:
+                scale = 1.0
+        rotary = None
+        if str(getattr(self.cfg, "positional_embedding_type", "")) == "rotary":
+            rotary = rotary_from_hf(hf)
+        norms = {}
+        for side in ("q", "k"):
+            mod = getattr(hf_attn, f"{side}_norm", None)
+            if mod is not None:
+                eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", self.eps))
+                norms[side] = Norm(
+                    mod, kind="RMS" if "rms" in type(mod).__name__.lower() else "LN", eps=float(eps)
+                )
+        cap = getattr(getattr(hf, "config", None), "attn_logit_softcapping", None)
+        window = getattr(hf_attn, "sliding_window", None)
+        return QKGeometry(
+            scale=float(scale),
+            rotary=rotary,
+            q_norm=norms.get("q"),
+            k_norm=norms.get("k"),
+            softcap=float(cap) if cap else None,
+            window=int(window) if window else None,
+        )
 
     def readout(self, resid: torch.Tensor) -> torch.Tensor:
         ln = getattr(self.model, "ln_final", None)

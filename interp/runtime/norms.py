@@ -85,6 +85,45 @@ class Norm:
         b = _param(self.module, "bias", "b")
         return None if b is None else b.detach()
 
+    @property
+    def gain(self) -> torch.Tensor | None:
+        """``[d]``: the elementwise factor after normalising, ``weight`` or (Gemma's rule)
+        ``1 + weight``, whichever reproduces the module (checked once on a probe); None when
+        neither does (the norm is not a LayerNorm / RMSNorm with a gain)."""
+        if not hasattr(self, "_gain"):
+            self._gain = None
+            w = self.weight
+            if w is not None:
+                gen = torch.Generator().manual_seed(0)
+                probe = torch.randn(4, w.shape[-1], generator=gen).to(w.device, w.dtype)
+                want = self.module(probe).float()
+                for g in (w.float(), 1.0 + w.float()):
+                    if torch.allclose(
+                        self._normalised(probe) * g, want - self._bias_f(), atol=ATOL, rtol=RTOL
+                    ):
+                        self._gain = g
+                        break
+        return self._gain
+
+    def _bias_f(self) -> torch.Tensor | float:
+        b = self.bias
+        return 0.0 if b is None else b.float()
+
+    def _normalised(self, x: torch.Tensor) -> torch.Tensor:
+        """``(x - mean?) / sqrt(mean(x^2) + eps)`` in float32."""
+        return self.centre(x) * self.inverse_scale(x)
+
+    def centre(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` minus its mean over the last dimension for LayerNorm; ``x`` for RMSNorm
+        (float32): the linear part of the norm before its scale."""
+        xf = x.float()
+        return xf - xf.mean(-1, keepdim=True) if self.centred else xf
+
+    def inverse_scale(self, x: torch.Tensor) -> torch.Tensor:
+        """``[..., 1]``: ``1 / sqrt(mean(centre(x)^2) + eps)``, the factor a frozen norm
+        multiplies every piece of ``x`` by."""
+        return torch.rsqrt(self.centre(x).pow(2).mean(-1, keepdim=True) + self.eps)
+
     # ------------------------------------------------------------------ forward
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """The norm of ``x`` (``[..., d_model]``, any leading dims), exactly the module's."""

@@ -68,13 +68,15 @@ def _ln_params(model: HookedModel, layer: int | None) -> tuple[str | None, torch
     return ("LN" if norm.centred else "RMS"), norm.weight
 
 
-def _normalise_rows(X: torch.Tensor, kind: str | None, w: torch.Tensor | None) -> torch.Tensor:
-    if kind is None:
+def _normalise_rows(model: HookedModel, X: torch.Tensor, layer: int) -> torch.Tensor:
+    """Rows of ``X`` through ``layer``'s ``ln1`` exactly as the model computes it (its epsilon,
+    its gain: ``weight``, or Gemma's ``1 + weight``), its bias dropped."""
+    norm = runtime_of(model).norm("ln1", layer)
+    if norm is None:
         return X
-    if kind == "LN":
-        X = X - X.mean(-1, keepdim=True)
-    X = X / X.pow(2).mean(-1, keepdim=True).clamp_min(1e-12).sqrt()
-    return X * w if w is not None else X
+    gain = norm.gain if norm.gain is not None else norm.weight
+    X = norm.centre(X) * norm.inverse_scale(X)
+    return X * gain.float() if gain is not None else X
 
 
 Embedding = Literal["token", "positional"]
@@ -104,8 +106,7 @@ def effective_embedding(
         raise InterpError(f"embedding must be 'token' or 'positional', got {embedding!r}")
     if not fold_ln:
         return X.detach().float()
-    norm, w = _ln_params(model, layer)
-    return _normalise_rows(X.detach().float(), norm, None if w is None else w.detach().float())
+    return _normalise_rows(model, X.detach().float(), layer)
 
 
 def _unembed(model: HookedModel, fold_ln: bool) -> torch.Tensor:
@@ -128,18 +129,38 @@ def qk_circuit(
     head: int,
     embedding: Embedding = "token",
     fold_ln: bool = True,
+    offset: int | None = None,
 ) -> Any:
     """The head's full QK circuit as a ``FactoredMatrix`` (query rows, key columns).
 
     ``embedding="positional"`` gives the ``[n_ctx, n_ctx]`` positional circuit.
+    On a rotary model the token-token score depends on how far the key is behind
+    the query, so ``offset=d`` is required: the circuit ``E W_Q R_-d W_K^T E^T``
+    of a query ``d`` positions after its key, in the model's own rotation
+    (half-split or interleaved pairs, partial rotary, scaled frequencies) and
+    through its QK-norms, row by row. ``offset`` on a model without rotary
+    embeddings is refused (its circuit does not depend on it).
+
+    Example:
+        >>> from interp.models.hf import random_llama
+        >>> m = random_llama(1, vocab=20)
+        >>> tuple(qk_circuit(m, layer=0, head=0, offset=3).shape)
+        (20, 20)
 
     Raises:
-        InterpError: for a layer or head out of range, or an unknown embedding.
+        InterpError: for a layer or head out of range, an unknown embedding, no
+            ``offset`` on a rotary model (or one on a model without rotary
+            embeddings), or ``embedding="positional"`` on a rotary model.
     """
+    from interp.analysis.heads.rotary import rotary_keys, rotary_of
+
     layer, head = check_layer_head(model, layer, head)
+    rotary = rotary_of(model, layer, offset, embedding)
     E = effective_embedding(model, layer=layer, embedding=embedding, fold_ln=fold_ln)
     Q = E @ _head_w(model, "W_Q", layer, head)  # [n, d_head]
     K = E @ _head_w(model, "W_K", layer, head)  # [n, d_head]
+    if rotary is not None:
+        Q, K = rotary_keys(model, layer, Q, K, int(offset))
     return _factored()(Q, K.T)
 
 
