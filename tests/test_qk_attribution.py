@@ -257,3 +257,20 @@ def test_bad_inputs_are_named_before_the_forward():
             A.qk_attribution(model, t, **kw)
     with pytest.raises(InterpError, match="top must be a positive int"):
         A.qk_interventions(model, t, layer=1, head=1, top=0)
+
+
+@pytest.mark.parametrize("kind", ["llama (GQA, rotary)", "gpt-neox (partial rotary)"])
+def test_rotary_bands_add_up_to_the_scores(kind):
+    model = KINDS[kind]()
+    tokens = _tokens(model)
+    bands = A.rotary_bands(model, tokens, layer=2, head=1)
+    whole = A.qk_attribution(model, tokens, layer=2, head=1, by="layer")
+    n_keys = whole["key_position"].nunique()
+    assert abs(bands["value"].sum() * n_keys - whole["value"].sum()) < 1e-5 * max(
+        1.0, float(whole["value"].abs().sum())
+    )
+    rotary = runtime_of(model).qk_geometry(2).rotary
+    assert (bands["band"] == "unrotated").any() == (rotary.dims < model.cfg.d_head)
+    assert bands["frequency"].iloc[0] == pytest.approx(1.0)  # the fastest band first
+    with pytest.raises(InterpError, match="no rotary embeddings"):
+        A.rotary_bands(load_model("induction-2l"), _tokens(model), layer=1, head=1)

@@ -89,6 +89,7 @@ CASES = {
     ),
     "logit_lens": ("ind", lambda m, t, c: A.logit_lens(m, t, at=[-1], cache=c)),
     "qk_attribution": ("ind", lambda m, t, c: A.qk_attribution(m, t, layer=1, head=1, cache=c)),
+    "rotary_bands": ("llama", lambda m, t, c: A.rotary_bands(m, t, layer=1, head=0, cache=c)),
     "qk_interventions": (
         "ind",
         lambda m, t, c: A.qk_interventions(m, t, layer=1, head=1, top=1, cache=c),
@@ -189,7 +190,17 @@ def gpt2():
     return random_gpt2(2, vocab=30)
 
 
+@functools.lru_cache(maxsize=1)
+def _llama():
+    from interp.models.hf import random_llama
+
+    return random_llama(2, vocab=30)
+
+
 def _setup(kind, induction_model, gpt2):
+    if kind == "llama":  # a rotary model, for the analyses that need one
+        t = torch.randint(2, 30, (3, 8), generator=torch.Generator().manual_seed(1))
+        return _llama(), t, t, (t + 1) % 30
     if kind == "ind":
         t = repeated_random_tokens(4, 10, d_vocab=64, seed=1).tokens
         other = repeated_random_tokens(4, 10, d_vocab=64, seed=2).tokens

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 import torch
 
+from interp.analysis.frames import table_attrs
+from interp.analysis.heads.qk_attribution import needed_hooks, qk_attribution, side_pieces
+from interp.checks import check_tokens
+from interp.engine.cache import check_cache
 from interp.errors import InterpError
-from interp.protocol import HookedModel
+from interp.protocol import HookedModel, check_model, eval_no_grad
 from interp.runtime import runtime_of
 from interp.runtime.attention import Rotary
 
@@ -69,3 +74,107 @@ def rotary_keys(
             Q, K = (x, K) if side == "q" else (Q, x)
     K = geometry.rotary.rotate(K[None], torch.tensor([-offset]), pos_dim=0)[0]
     return Q, K
+
+
+def rotary_bands(
+    model: HookedModel,
+    tokens: Any,
+    *,
+    layer: int,
+    head: int,
+    query_positions: Any = -1,
+    key_positions: Any = None,
+    cache: Any = None,
+) -> Any:
+    """Each pre-softmax score of a head split exactly over its rotary frequency pairs.
+
+    A rotated query and key meet pair by pair: ``s = scale * sum_i (q_a k_a + q_b k_b)``
+    over the pairs ``(a, b)`` of band ``i`` (and the unrotated dimensions of a
+    partial rotary model, band ``"unrotated"``), so a table says which bands carry
+    the head: positional heads live in the fast bands, content in the slow ones
+    (Barbero et al. 2025). Columns ``layer, head, label, band, frequency``
+    (radians per position), ``wavelength`` (positions), ``value`` (the band's
+    mean share of the scores of ``query_positions`` x ``key_positions``, default
+    the last query and every key it may see) and ``magnitude`` (the mean absolute
+    share). The rows sum to the mean score, checked against the model's own.
+
+    Example:
+        >>> from interp.models.hf import random_llama
+        >>> import torch
+        >>> m = random_llama(1, vocab=20)
+        >>> df = rotary_bands(m, torch.randint(0, 20, (2, 6)), layer=0, head=0)
+        >>> len(df), bool(abs(df["value"].sum() - df.attrs["total"]) < 1e-5)
+        (4, True)
+
+    Raises:
+        InterpError: as :func:`interp.analysis.qk_attribution`, and for a model
+            without rotary embeddings.
+    """
+    check_model(model)
+    if str(getattr(model.cfg, "positional_embedding_type", "")) != "rotary":
+        raise InterpError("this model has no rotary embeddings; rotary_bands needs a rotary model")
+    df = qk_attribution(
+        model,
+        tokens,
+        layer=layer,
+        head=head,
+        query_positions=query_positions,
+        key_positions=key_positions,
+        by="layer",
+        cache=cache,
+    )
+    geometry = runtime_of(model).qk_geometry(layer)
+
+    tokens = check_tokens(model, tokens)
+    n = tokens.shape[1]
+    cells = sorted(set(zip(df["query_position"], df["key_position"], strict=True)))
+    qpos = sorted({int(c[0]) for c in cells})
+    with eval_no_grad(model):
+        acts = check_cache(model, tokens, cache, needs=needed_hooks(model, layer))
+        if acts is None:
+            keep = set(needed_hooks(model, layer))
+            _, acts = model.run_with_cache(tokens, names_filter=lambda name: name in keep)
+        _, _, q = side_pieces(
+            model, acts, layer=layer, head=head, side="q", rows=qpos, geometry=geometry
+        )
+        _, _, k = side_pieces(
+            model, acts, layer=layer, head=head, side="k", rows=list(range(n)), geometry=geometry
+        )
+    qi = torch.tensor([qpos.index(int(c[0])) for c in cells])
+    ki = torch.tensor([int(c[1]) for c in cells])
+    prod = q[:, qi] * k[:, ki] * geometry.scale  # [batch, cell, d_head]
+    d_head = prod.shape[-1]
+    band = geometry.rotary.band_of_dims(d_head)
+    n_b = geometry.rotary.n_pairs + (1 if bool((band == geometry.rotary.n_pairs).any()) else 0)
+    per = torch.zeros(prod.shape[:2] + (n_b,), dtype=prod.dtype).index_add_(-1, band, prod)
+    freqs = geometry.rotary.freqs.tolist() + ([0.0] if n_b > geometry.rotary.n_pairs else [])
+    rows = []
+    for i in range(n_b):
+        f = float(freqs[i])
+        rows.append(
+            {
+                "band": str(i) if i < geometry.rotary.n_pairs else "unrotated",
+                "frequency": f,
+                "wavelength": (2 * 3.141592653589793 / f) if f > 0 else float("inf"),
+                "value": float(per[..., i].mean()),
+                "magnitude": float(per[..., i].abs().mean()),
+            }
+        )
+    out = pd.DataFrame(rows)
+    out.insert(0, "label", f"L{layer}H{head}")
+    out.insert(0, "head", head)
+    out.insert(0, "layer", layer)
+    out.attrs.update(
+        table_attrs(
+            "rotary_bands",
+            description="each rotary frequency pair's exact share of a head's pre-softmax scores",
+            method="exact",
+            metric="attention score",
+            unit="score (pre-softmax, after the model's scale)",
+            model=model,
+            forward_equivalents=2.0 if cache is None else float(df.attrs["forward_equivalents"]),
+            total=float(per.sum(-1).mean()),
+            score_gap=df.attrs["score_gap"],
+        )
+    )
+    return out
