@@ -230,6 +230,33 @@ def qk_attribution(
             frozen, or rows that do not reproduce the model's scores (above
             :data:`CHECK_RTOL`).
     """
+    return attribute_scores(
+        model,
+        tokens,
+        layer=layer,
+        head=head,
+        query_positions=query_positions,
+        key_positions=key_positions,
+        contrast=contrast,
+        by=by,
+        cache=cache,
+    )[0]
+
+
+def attribute_scores(
+    model: HookedModel,
+    tokens: Tokens,
+    *,
+    layer: int,
+    head: int,
+    query_positions: Any = -1,
+    key_positions: Any = None,
+    contrast: Any = None,
+    by: str = "component",
+    cache: Any = None,
+) -> tuple[pd.DataFrame, Any]:
+    """:func:`qk_attribution`'s table and the activations it read (for the analyses built on
+    it, so that they run no second forward pass)."""
     check_model(model)
     layer, head = check_layer_head(model, layer, head)
     if by not in BYS:
@@ -239,15 +266,8 @@ def qk_attribution(
     qpos = read_positions(query_positions, n, "query_positions")
     geometry = runtime_of(model).qk_geometry(layer)
     pairs = _key_plan(qpos, key_positions, contrast, n, bsz, geometry)
-    wanted = needed_hooks(model, layer)
     with eval_no_grad(model):
-        acts = check_cache(model, tokens, cache, needs=wanted)
-        work = 1.0
-        if acts is None:
-            keep = set(wanted)
-            _, acts = model.run_with_cache(tokens, names_filter=lambda name: name in keep)
-        else:
-            work = cache_work(acts)
+        acts, work = head_inputs(model, tokens, cache, layer)
         keys = list(range(n))  # every key: the check below needs whole rows
         qn, Q, _ = side_pieces(
             model, acts, layer=layer, head=head, side="q", rows=qpos, geometry=geometry
@@ -326,7 +346,7 @@ def qk_attribution(
             else [list(map(int, x)) for x in _contrast_index(contrast, n, bsz)],
         )
     )
-    return df
+    return df, acts
 
 
 def _grouping(labels: list[str]) -> tuple[list[str], torch.Tensor]:
@@ -378,6 +398,21 @@ def _capped(s: torch.Tensor, geometry: QKGeometry) -> torch.Tensor:
     if geometry.softcap:
         return geometry.softcap * torch.tanh(s / geometry.softcap)
     return s
+
+
+def head_inputs(
+    model: HookedModel, tokens: torch.Tensor, cache: Any, layer: int
+) -> tuple[Any, float]:
+    """The activations a QK analysis of ``layer`` reads, and their cost in forward passes:
+    ``cache`` checked against ``tokens`` and completed, else one forward pass keeping only
+    :func:`needed_hooks`."""
+    wanted = needed_hooks(model, layer)
+    acts = check_cache(model, tokens, cache, needs=wanted)
+    if acts is not None:
+        return acts, cache_work(acts)
+    keep = set(wanted)
+    _, acts = model.run_with_cache(tokens, names_filter=lambda name: name in keep)
+    return acts, 1.0
 
 
 def needed_hooks(model: HookedModel, layer: int) -> list[str]:

@@ -18,10 +18,9 @@ import pandas as pd
 import torch
 
 from interp.analysis.frames import table_attrs
-from interp.analysis.heads.qk_attribution import needed_hooks, qk_attribution, residual_pieces
+from interp.analysis.heads.qk_attribution import attribute_scores, residual_pieces
 from interp.analysis.shapes import Tokens
 from interp.checks import check_tokens
-from interp.engine.cache import check_cache
 from interp.errors import InterpError
 from interp.head_checks import check_layer_head
 from interp.hooks import head_label, hook_name
@@ -67,7 +66,7 @@ def qk_interventions(
     """
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise InterpError(f"top must be a positive int, got {top!r}")
-    df = qk_attribution(
+    df, acts = attribute_scores(
         model,
         tokens,
         layer=layer,
@@ -89,12 +88,7 @@ def qk_interventions(
     cells = list(zip(df["query_position"], df["key_position"], strict=True))
     cells = sorted(set(cells))
     n_cells = len(cells)
-    wanted = needed_hooks(model, layer)
     with eval_no_grad(model):
-        acts = check_cache(model, tokens, cache, needs=wanted)
-        if acts is None:
-            keep = set(wanted)
-            _, acts = model.run_with_cache(tokens, names_filter=lambda name: name in keep)
         terms = {t[0]: t[3] for t in residual_pieces(model, acts, layer)}
         base_s, base_p = _read_cells(model, tokens, layer, head, cells, [], geometry)
         for side in ("q", "k"):  # the no-op edit reproduces the clean run

@@ -20,9 +20,8 @@ import pandas as pd
 import torch
 
 from interp.analysis.frames import table_attrs
-from interp.analysis.heads.qk_attribution import needed_hooks, qk_attribution, side_pieces
+from interp.analysis.heads.qk_attribution import attribute_scores, side_pieces
 from interp.checks import check_tokens
-from interp.engine.cache import check_cache
 from interp.errors import InterpError
 from interp.protocol import HookedModel, check_model, eval_no_grad
 from interp.runtime import runtime_of
@@ -113,7 +112,7 @@ def rotary_bands(
     check_model(model)
     if str(getattr(model.cfg, "positional_embedding_type", "")) != "rotary":
         raise InterpError("this model has no rotary embeddings; rotary_bands needs a rotary model")
-    df = qk_attribution(
+    df, acts = attribute_scores(
         model,
         tokens,
         layer=layer,
@@ -130,10 +129,6 @@ def rotary_bands(
     cells = sorted(set(zip(df["query_position"], df["key_position"], strict=True)))
     qpos = sorted({int(c[0]) for c in cells})
     with eval_no_grad(model):
-        acts = check_cache(model, tokens, cache, needs=needed_hooks(model, layer))
-        if acts is None:
-            keep = set(needed_hooks(model, layer))
-            _, acts = model.run_with_cache(tokens, names_filter=lambda name: name in keep)
         _, _, q = side_pieces(
             model, acts, layer=layer, head=head, side="q", rows=qpos, geometry=geometry
         )
@@ -172,7 +167,7 @@ def rotary_bands(
             metric="attention score",
             unit="score (pre-softmax, after the model's scale)",
             model=model,
-            forward_equivalents=2.0 if cache is None else float(df.attrs["forward_equivalents"]),
+            forward_equivalents=float(df.attrs["forward_equivalents"]),
             total=float(per.sum(-1).mean()),
             score_gap=df.attrs["score_gap"],
         )
