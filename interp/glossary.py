@@ -84,8 +84,14 @@ GLOSSARY: dict[str, str] = {
     "token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks are "
     "computed by one forward pass",
     "seed": "every random draw; the same seed gives the same numbers",
-    "batch_size, memory_budget": "how many edits share a forward pass, and the bytes a pass "
-    "may use (default: a quarter of the free memory)",
+    "batch_size, memory_budget": "how many edits share a forward pass, and the bytes an "
+    "analysis may hold beyond the model's weights: its prompts run in chunks, and its edits "
+    "share passes, to stay under it (default: a quarter of the memory free on the model's "
+    "device); chunks give the numbers of one batch for every metric that is a mean over "
+    "prompts, and any other metric is refused when the prompts must be split",
+    "estimate": "``True``: return an ``Estimate`` (chunks, peak bytes over the weights, "
+    "forward-equivalents) instead of running; work that cannot fit is refused with it",
+    "progress": "show a progress bar over chunks and passes, with an ETA",
 }
 
 # Words that had a second meaning once; no public parameter may use them again.

@@ -76,6 +76,18 @@ def forward_bytes(model: Any, batch: int, pos: int) -> int:
     return 4 * int(batch) * int(pos) * per_pos
 
 
+def element_bytes(model: Any) -> int:
+    """Bytes of one activation element: the model's dtype (float32 unless it says otherwise)."""
+    import torch
+
+    dtype = getattr(model.cfg, "dtype", None)
+    if not isinstance(dtype, torch.dtype):
+        for p in model.parameters() if hasattr(model, "parameters") else ():
+            dtype = p.dtype
+            break
+    return int(torch.empty((), dtype=dtype).element_size()) if dtype is not None else 4
+
+
 def check_memory(model: Any, batch: int, pos: int, *, copies: float = 1.0, what: str = "") -> int:
     """Refuse work whose estimated peak memory exceeds what the model's device has free.
 

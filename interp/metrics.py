@@ -13,7 +13,15 @@ model *before* any forward pass:
   means something on a causal model: an encoder sees the token it would
   "predict", so the next-token loss is refused there;
 * :meth:`Metric.check` validates token ids and masks against the model and
-  the tokens.
+  the tokens;
+* :meth:`Metric.chunk`: the metric of a slice of the prompts and its weight,
+  so that an analysis that splits its prompts into chunks (to stay under a
+  memory budget, :mod:`interp.engine.chunks`) combines the chunks' values into
+  exactly the value of one batch: ``m(all) = sum_c w_c m(c) / sum_c w_c``. The
+  built-in metrics are means (over prompts, or over the predictions a loss mask
+  counts); a metric of your own is combined only when it says it is a mean over
+  prompts (``Metric(fn, mean_over_prompts=True)``), and is otherwise refused
+  when the prompts must be split, never silently averaged.
 
 Any plain callable ``metric(logits, tokens)`` is accepted too; it is wrapped
 with ``needs_lm_head=False`` (it is the caller's metric).
@@ -56,6 +64,9 @@ class Metric:
     checker: Callable[[Any, torch.Tensor], None] | None = None
     next_token: bool = False
     unit: str = ""  # what one unit of the value is, e.g. "nats" (exported tables say it)
+    # the metric of the prompts in a slice, and its weight in the mean over every prompt
+    part: Callable[[slice], tuple[Metric, float]] | None = None
+    mean_over_prompts: bool = False  # a caller's metric that is a plain mean over its prompts
 
     def __call__(self, logits: torch.Tensor, tokens: torch.Tensor) -> Any:
         return self.fn(logits, tokens)
@@ -81,6 +92,34 @@ class Metric:
             )
         if self.checker is not None:
             self.checker(model, tokens)
+
+    @property
+    def chunkable(self) -> bool:
+        """Whether values of this metric on chunks of the prompts combine into its value on
+        all of them (:meth:`chunk`)."""
+        return self.part is not None or self.mean_over_prompts
+
+    def chunk(self, rows: slice) -> tuple[Metric, float]:
+        """This metric on the prompts ``rows`` of the batch, and its weight ``w`` in the mean
+        over every prompt: ``m(all) = sum_c w_c m(c) / sum_c w_c`` over the chunks ``c``.
+
+        A weight of 0 means the chunk counts nothing (a loss mask that selects none of its
+        predictions); its value is not computed.
+
+        Raises:
+            InterpError: for a metric that does not say how its chunks combine.
+        """
+        if self.part is not None:
+            return self.part(rows)
+        if self.mean_over_prompts:
+            return self, float(rows.stop - rows.start)
+        raise InterpError(
+            f"metric {self.name!r} is not known to be a mean over prompts, so its values on "
+            "chunks of the prompts cannot be combined into its value on all of them; wrap it as "
+            "interp.metrics.Metric(fn, name=..., mean_over_prompts=True) if it is a mean over "
+            "the batch, or pass fewer prompts or a larger memory_budget so that one chunk holds "
+            "them all"
+        )
 
 
 def as_metric(metric: Any) -> Metric:
@@ -168,7 +207,14 @@ def loss_metric(loss_mask: torch.Tensor | None = None) -> Metric:
     rows = None
     if isinstance(mask, torch.Tensor) and mask.ndim == 2:
         rows = tuple(int(i) for i in torch.nonzero(mask[:, :-1].any(0)).flatten())
-    return Metric(
+
+    def part(sl: slice) -> tuple[Metric, float]:
+        if not isinstance(mask, torch.Tensor):  # every prediction of every prompt counts
+            return whole, float(sl.stop - sl.start)
+        sub = mask[sl]
+        return loss_metric(sub), float(sub[:, :-1].sum())
+
+    whole = Metric(
         fn=fn,
         name="loss",
         needs_lm_head=True,
@@ -176,7 +222,9 @@ def loss_metric(loss_mask: torch.Tensor | None = None) -> Metric:
         checker=checker,
         next_token=True,
         unit="nats (mean next-token cross-entropy)",
+        part=part,
     )
+    return whole
 
 
 def _ids(value: Any, name: str) -> int | torch.Tensor:
@@ -228,6 +276,11 @@ def logit_diff_metric(answer: Any, wrong: Any, *, at: int = -1) -> Metric:
             raise InterpError(f"at={pos} is out of range for sequences of length {length}")
         check_not_padding(model, tokens, [pos], "logit_diff_metric")
 
+    def part(sl: slice) -> tuple[Metric, float]:
+        a = c[sl] if isinstance(c, torch.Tensor) else c
+        b = i[sl] if isinstance(i, torch.Tensor) else i
+        return logit_diff_metric(a, b, at=pos), float(sl.stop - sl.start)
+
     return Metric(
         fn=fn,
         name="logit_diff",
@@ -235,6 +288,7 @@ def logit_diff_metric(answer: Any, wrong: Any, *, at: int = -1) -> Metric:
         rows=(pos,),
         checker=checker,
         unit=f"logit difference at position {pos}",
+        part=part,
     )
 
 

@@ -95,7 +95,7 @@ def test_attribute_and_scores(tmp_path, capsys):
     assert df.attrs["ablation"] == "zero" and df.attrs["method"] == "attribution"
     assert df.attrs["metric"] == "loss"
     assert df.attrs["inputs"] == "--repeated 20" and df.attrs["model"] == "induction-2l"
-    assert main(["ablate", "--estimate", "--out", str(out), "--repeated", "20", "--top", "0"]) == 0
+    assert main(["ablate", "--first-order", "--out", str(out), "--repeated", "20", "--top", "0"]) == 0
     assert interp.read_table(out)["exact"].isna().all()
     for convention in ("interp", "transformer_lens", "arena"):
         sout = tmp_path / f"s-{convention}.csv"
@@ -160,7 +160,7 @@ ERRORS = [
     (["ablate", "--out", "{d}/t.csv", "--model", "nope"], "unknown model 'nope'"),
     (["ablate", "--out", "{d}/t.csv", "--model", "{d}/nowhere"], "not found"),
     (["ablate", "--out", "{d}/t.csv", "--model", "{d}/afile"], "is a file"),
-    (["ablate", "--out", "{d}/t.csv", "--verify", "3"], "--verify goes with --estimate"),
+    (["ablate", "--out", "{d}/t.csv", "--verify", "3"], "--verify goes with --first-order"),
     (
         [
             "patch",

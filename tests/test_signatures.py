@@ -39,8 +39,8 @@ DATA_POSITIONALS = {
     "load_circuit": ["path", "model"],
     "loss_metric": ["loss_mask"],
     "logit_diff_metric": ["answer", "wrong"],
-    "estimate_agreement": ["exact", "estimate"],
-    "edge_agreement": ["exact", "estimate"],
+    "estimate_agreement": ["exact", "estimated"],
+    "edge_agreement": ["exact", "estimated"],
 }
 WEIGHT_ONLY = {
     "qk_circuit",

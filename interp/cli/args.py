@@ -87,6 +87,45 @@ def add_model(p: argparse.ArgumentParser, default: str | None = "induction-2l") 
     )
 
 
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]i?B|B)?\s*", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+
+
+def memory_arg(text: str) -> int:
+    """A memory size in bytes: ``16GiB``, ``500MB``, ``2.5GiB`` or a plain number of bytes."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a size like 16GiB, 500MiB or 2000000000 (bytes), got {text!r}"
+        )
+    value = float(match.group(1)) * _UNITS[(match.group(2) or "b").lower()]
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return int(value)
+
+
+def add_cost(p: argparse.ArgumentParser) -> None:
+    """``--memory`` (the work's memory budget) and ``--estimate`` (say the cost, run nothing)."""
+    p.add_argument(
+        "--memory",
+        type=memory_arg,
+        help="memory budget beyond the weights, e.g. 16GiB (default: a quarter of the free "
+        "memory); prompts run in chunks to stay under it",
+    )
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print the cost (chunks, peak memory, forward passes) and stop, writing nothing",
+    )
+
+
+def announce(*estimates: Any) -> None:
+    """Print what a run will cost, before it starts (:class:`interp.engine.chunks.Estimate`)."""
+    for est in estimates:
+        print(f"estimate: {est}")
+
+
 def load(args: argparse.Namespace) -> Any:
     """The model of ``--model``, on ``--device`` in ``--dtype``."""
     from interp.models.loader import load_model

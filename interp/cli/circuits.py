@@ -27,7 +27,9 @@ from typing import Any
 from interp.cli.args import (
     LOGIT_DIFF_PARTS,
     TOKEN_RULE,
+    add_cost,
     add_model,
+    announce,
     check_model_args,
     check_prompt,
     count_arg,
@@ -77,6 +79,7 @@ def add_parsers(sub: Any) -> None:
     ci.add_argument("--out", required=True, help="the circuit (.json)")
     ci.add_argument("--table", help="also every edge's score: .csv .parquet .md .html .json")
     ci.add_argument("--figure", help="also the circuit as a layered graph (.svg)")
+    add_cost(ci)
     ci.set_defaults(func=run_circuit)
 
     pa = sub.add_parser("paths", help="path patching: each sender's effect through a receiver")
@@ -97,6 +100,7 @@ def add_parsers(sub: Any) -> None:
     )
     pa.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
     pa.add_argument("--top", type=count_arg(0), default=10, help="senders to print")
+    add_cost(pa)
     pa.set_defaults(func=run_paths)
 
 
@@ -229,24 +233,34 @@ def run_circuit(args: argparse.Namespace) -> int:
     if not 0 < args.target <= 1:
         raise InterpError(f"--target must be in (0, 1], got {args.target}")
     _prechecked(args)
+    import numpy as np
+
+    from interp.analysis.circuits.circuit import circuit_graph
     from interp.analysis.circuits.edge_attribution import attribute_edges
     from interp.analysis.circuits.evaluation import find_circuit
 
     model = load(args)
     clean, corrupted, metric, what = _task(args, model)
     print(f"task: {what}; {clean.shape[0]} x {clean.shape[1]} tokens")
-    scores = attribute_edges(
-        model, clean, corrupted_tokens=corrupted, metric=metric, method=args.method,
-        steps=args.steps,
+    options = dict(corrupted_tokens=corrupted, metric=metric, memory_budget=args.memory)
+    blank = np.zeros(circuit_graph(model).valid.shape)  # the search's cost needs no scores
+    announce(
+        attribute_edges(model, clean, **options, method=args.method, steps=args.steps,
+                        estimate=True),
+        find_circuit(model, clean, **options, scores=blank, target=args.target, estimate=True),
     )  # fmt: skip
+    if args.estimate:
+        return 0
+    scores = attribute_edges(
+        model, clean, **options, method=args.method, steps=args.steps, progress=True
+    )
     a = scores.attrs
     n_edges = len(scores)
     cost = f"{a.get('forward_equivalents', 0):g} forward-pass equivalents"
     print(f"scored {n_edges:,} edges by {args.method} ({cost}); clean {a['clean']:.4f}")
     circuit = find_circuit(
-        model, clean, corrupted_tokens=corrupted, metric=metric, scores=scores,
-        target=args.target, progress=True,
-    )  # fmt: skip
+        model, clean, **options, scores=scores, target=args.target, progress=True
+    )
     info = circuit.info
     circuit.info.update(task=what, method=args.method, seed=args.seed if not args.clean else None)
     print(
@@ -288,10 +302,14 @@ def run_paths(args: argparse.Namespace) -> int:
     model = load(args)
     clean, corrupted, metric, what = _task(args, model)
     print(f"task: {what}; {clean.shape[0]} x {clean.shape[1]} tokens")
-    df = path_patch(
-        model, clean, corrupted_tokens=corrupted, metric=metric, senders=senders,
-        receivers=receivers, direction=args.direction, progress=True,
+    options = dict(
+        corrupted_tokens=corrupted, metric=metric, senders=senders, receivers=receivers,
+        direction=args.direction, memory_budget=args.memory,
     )  # fmt: skip
+    announce(path_patch(model, clean, **options, estimate=True))
+    if args.estimate:
+        return 0
+    df = path_patch(model, clean, **options, progress=True)
     print(f"path patching ({args.direction}) into {', '.join(receivers)} ({len(df)} senders)")
     print_top(df, "normalized", args.top)
     df.attrs.update(model=args.model, inputs=what)

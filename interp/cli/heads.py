@@ -22,7 +22,9 @@ from typing import Any
 from interp.cli.args import (
     LOGIT_DIFF_PARTS,
     TOKEN_RULE,
+    add_cost,
     add_model,
+    announce,
     check_model_args,
     check_prompt,
     count_arg,
@@ -75,11 +77,14 @@ def add_parsers(sub: Any) -> None:
     _add_metric(ab, "loss")
     ab.add_argument("--top", type=count_arg(0), default=10, help="heads to print, by |effect|")
     ab.add_argument(
-        "--estimate",
+        "--first-order",
         action="store_true",
         help="first-order estimate for every head (interp attribute) instead of the exact sweep",
     )
-    ab.add_argument("--verify", type=count_arg(0), default=0, help="with --estimate: exact top K")
+    ab.add_argument(
+        "--verify", type=count_arg(0), default=0, help="with --first-order: exact top K"
+    )
+    add_cost(ab)
     ab.set_defaults(func=run_ablate)
 
     at = sub.add_parser(
@@ -101,6 +106,7 @@ def add_parsers(sub: Any) -> None:
         help="qk: AtP*'s fix for effects through later heads' queries and keys (slower)",
     )
     at.add_argument("--top", type=count_arg(0), default=10, help="heads to print, by |estimate|")
+    add_cost(at)
     at.set_defaults(func=run_attribute)
 
     pa = sub.add_parser(
@@ -124,6 +130,7 @@ def add_parsers(sub: Any) -> None:
     )
     pa.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
     pa.add_argument("--top", type=count_arg(0), default=10, help="heads to print, by |normalized|")
+    add_cost(pa)
     pa.set_defaults(func=run_patch)
 
     sc = sub.add_parser("scores", help="induction / previous-token / duplicate-token head scores")
@@ -217,32 +224,28 @@ def run_ablate(args: argparse.Namespace) -> int:
     out = check_out(args.out)  # before any heavy work
     heads, positions = heads_arg(args.heads), positions_arg(args.positions)
     _check_metric_args(args)
-    if args.verify and not args.estimate:
-        raise InterpError("--verify goes with --estimate (the exact sweep is exact already)")
+    if args.verify and not args.first_order:
+        raise InterpError("--verify goes with --first-order (the exact sweep is exact already)")
     given = check_inputs(args)
     check_model_args(args)
     prompts = [(args.prompt, "prompt")] if args.prompt is not None else []
     _tokenizer_checks(args, prompts, positions)
     if given is not None:
         check_positions_fit(positions, given.shape[1], "--tokens sequences")
-    if args.estimate:
+    if args.first_order:
         return _attribute(args, out, heads, positions, given)
     from interp.analysis.components.ablation import ablate_heads
 
     model = load(args)
     tokens, mask = inputs(model, args, given)
     metric = _metric(model, args, mask)
+    options = dict(ablation=args.ablation, metric=metric, heads=heads, positions=positions,
+                   seed=args.seed, memory_budget=args.memory)  # fmt: skip
+    announce(ablate_heads(model, tokens, **options, estimate=True))
+    if args.estimate:
+        return 0
     _announce(model, tokens, heads, f"{args.ablation} ablation")
-    df = ablate_heads(
-        model,
-        tokens,
-        ablation=args.ablation,
-        metric=metric,
-        heads=heads,
-        positions=positions,
-        seed=args.seed,
-        progress=True,
-    )
+    df = ablate_heads(model, tokens, **options, progress=True)
     print_top(df, "effect", args.top)
     write_outputs({out: export_to(_describe(df, args))})
     print(f"wrote {out}")
@@ -262,25 +265,27 @@ def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any, 
     else:
         tokens, mask = inputs(model, args, given)
     metric = _metric(model, args, mask)
+    options = dict(
+        metric=metric,
+        ablation=args.ablation,
+        corrupted_tokens=corrupted,
+        direction=getattr(args, "direction", "noising"),  # interp ablate --first-order: none
+        heads=heads,
+        positions=positions,
+        verify=args.verify,
+        seed=args.seed,
+        correction=getattr(args, "correction", "none"),  # interp ablate --first-order: none
+        memory_budget=args.memory,
+    )
+    announce(attribute_heads(model, tokens, **options, estimate=True))
+    if args.estimate:
+        return 0
     then = f", then the exact value of the top {args.verify}" if args.verify else ""
     passes = 3 if corrupted is not None else 2
     print(
         f"attribution ({args.ablation}): every head from {passes} passes (forward + backward){then}"
     )
-    df = attribute_heads(
-        model,
-        tokens,
-        metric=metric,
-        ablation=args.ablation,
-        corrupted_tokens=corrupted,
-        direction=getattr(args, "direction", "noising"),  # interp ablate --estimate has none
-        heads=heads,
-        positions=positions,
-        verify=args.verify,
-        seed=args.seed,
-        progress=True,
-        correction=getattr(args, "correction", "none"),  # interp ablate --estimate has none
-    )
+    df = attribute_heads(model, tokens, **options, progress=True)
     print_top(df, "estimate", args.top)
     write_outputs({out: export_to(_describe(df, args))})
     print(f"wrote {out} (estimates and exact values are in separate columns)")
@@ -334,17 +339,14 @@ def run_patch(args: argparse.Namespace) -> int:
     if args.component is not None:
         return _patch_grid(args, model, clean, corrupted, positions, out)
     base = clean if args.direction == "noising" else corrupted
+    options = dict(corrupted_tokens=corrupted, direction=args.direction, heads=heads,
+                   metric=_metric(model, args, None), positions=positions,
+                   memory_budget=args.memory)  # fmt: skip
+    announce(patch_heads(model, clean, **options, estimate=True))
+    if args.estimate:
+        return 0
     _announce(model, base, heads, f"patching ({args.direction})")
-    df = patch_heads(
-        model,
-        clean,
-        corrupted_tokens=corrupted,
-        direction=args.direction,
-        metric=_metric(model, args, None),
-        heads=heads,
-        positions=positions,
-        progress=True,
-    )
+    df = patch_heads(model, clean, **options, progress=True)
     return _write_patching(df, args, out)
 
 
@@ -401,16 +403,12 @@ def _patch_grid(args: argparse.Namespace, model: Any, clean: Any, corrupted: Any
     from interp.analysis.components.component_patching import LAYER_COMPONENTS, patch_components
 
     by = args.by or ("layer_position" if args.component in LAYER_COMPONENTS else "head")
+    options = dict(corrupted_tokens=corrupted, direction=args.direction, by=by,
+                   component=args.component, metric=_metric(model, args, None),
+                   positions=positions, memory_budget=args.memory)  # fmt: skip
+    announce(patch_components(model, clean, **options, estimate=True))
+    if args.estimate:
+        return 0
     print(f"patching {args.component} by {by} on {clean.shape[1]} tokens ({args.direction})")
-    df = patch_components(
-        model,
-        clean,
-        corrupted_tokens=corrupted,
-        direction=args.direction,
-        component=args.component,
-        by=by,
-        metric=_metric(model, args, None),
-        positions=positions,
-        progress=True,
-    )
+    df = patch_components(model, clean, **options, progress=True)
     return _write_patching(df, args, out)

@@ -152,6 +152,83 @@ def values_for(
     return {n: x[idx] for n, x in got.items()}
 
 
+class Replacements:
+    """What an ablation splices in, chunk by chunk (:mod:`interp.engine.chunks`): built once
+    for every prompt, so that chunks give the numbers of one batch.
+
+    ``"zero"``: nothing (``None``); ``"mean"``: the mean over the whole batch (or the
+    reference batch), computed once, a chunk of prompts at a time; ``"resample"``: one seeded
+    draw for the whole batch, and each chunk's rows then run (or are read from the cache)
+    on the sequences drawn for them. One chunk is :func:`values_for` exactly.
+    """
+
+    def __init__(
+        self,
+        model: HookedModel,
+        tokens: torch.Tensor,
+        ablation: str,
+        names: Sequence[str],
+        *,
+        reference_tokens: torch.Tensor | None,
+        cache: CheckedCache | None,
+        seed: int,
+        cost: Cost,
+        chunks: Sequence[slice],
+    ):
+        self.model, self.tokens, self.ablation = model, tokens, ablation
+        self.names = list(dict.fromkeys(names))
+        self.reference, self.cache, self.cost = reference_tokens, cache, cost
+        self.whole: dict[str, torch.Tensor] | None = None
+        self.means: dict[str, torch.Tensor] = {}
+        if len(chunks) == 1 or ablation == "zero":
+            self.whole = values_for(
+                model, tokens, ablation, self.names, reference_tokens=reference_tokens,
+                cache=cache, seed=seed, cost=cost,
+            ) if len(chunks) == 1 else None  # fmt: skip
+            self.single = True
+            return
+        self.single = False
+        source = tokens if reference_tokens is None else reference_tokens
+        if ablation == "mean":
+            if cache is not None and reference_tokens is None:
+                got = cache.complete(self.names)
+                self.means = {n: got[n].mean(0, keepdim=True) for n in self.names}
+            else:
+                self.means = self._mean(source, max(s.stop - s.start for s in chunks))
+        else:
+            n_ref = None if reference_tokens is None else source.shape[0]
+            self.index = resample_index(tokens.shape[0], n_ref, seed, device=tokens.device)
+            self.source = source
+
+    def _mean(self, source: torch.Tensor, size: int) -> dict[str, torch.Tensor]:
+        total: dict[str, torch.Tensor] = {}
+        stop = blocks_before(self.cost.n_layers, self.names)
+        for start in range(0, source.shape[0], size):
+            acts = cache_of(self.model, source[start : start + size], self.names)
+            for n in self.names:
+                part = acts[n].double().sum(0, keepdim=True)
+                total[n] = part if n not in total else total[n] + part
+            self.cost.forward(min(size, source.shape[0] - start) / self.tokens.shape[0], stop=stop)
+        dtype = {n: acts[n].dtype for n in self.names}
+        return {n: (t / source.shape[0]).to(dtype[n]) for n, t in total.items()}
+
+    def rows(self, rows: slice) -> dict[str, torch.Tensor] | None:
+        """The replacement values of the prompts ``rows`` (batch first)."""
+        if self.single or self.ablation == "zero":
+            return self.whole
+        n = rows.stop - rows.start
+        if self.ablation == "mean":
+            return {k: m.expand(n, *m.shape[1:]) for k, m in self.means.items()}
+        idx = self.index[rows]
+        if self.cache is not None and self.reference is None:
+            got = self.cache.complete(self.names)
+            return {k: got[k][idx] for k in self.names}
+        acts = cache_of(self.model, self.source[idx], self.names)
+        stop = blocks_before(self.cost.n_layers, self.names)
+        self.cost.forward(n / self.tokens.shape[0], stop=stop)
+        return {k: acts[k] for k in self.names}
+
+
 def source_run(
     model: HookedModel,
     tokens: torch.Tensor,

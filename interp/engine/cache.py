@@ -202,6 +202,34 @@ class CheckedCache:
         return x.to(self.tokens.device)
 
 
+class _Rows(CheckedCache):
+    """The prompts ``rows`` of a checked cache (a chunk of its batch): activations are read
+    from the whole cache and sliced, never recomputed."""
+
+    def __init__(self, whole: CheckedCache, rows: slice):
+        self.model, self.whole, self.rows_of = whole.model, whole, rows
+        self.tokens = whole.tokens[rows]
+        self.evidence, self.added, self.work = whole.evidence, {}, 0.0
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.whole
+
+    def complete(self, names: Sequence[str]) -> CheckedCache:
+        self.whole.complete(names)
+        return self
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.whole[name][self.rows_of]
+
+
+def cache_rows(cache: CheckedCache | None, rows: slice) -> CheckedCache | None:
+    """``cache`` restricted to the prompts ``rows`` (a chunk of the batch); ``None`` stays
+    ``None``."""
+    if cache is None or (rows.start in (0, None) and rows.stop >= cache.tokens.shape[0]):
+        return cache
+    return _Rows(cache, rows)
+
+
 def cache_work(cache: CheckedCache | None) -> float:
     """The forward-equivalents ``cache`` ran to check and complete itself (0 for ``None``)."""
     return 0.0 if cache is None else round(cache.work, 3)

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from interp.engine.batching import Cost, check_work, copies_per_pass, pack
+from interp.engine.chunks import Footprint
 from interp.engine.sites import Edit, edit_hooks, edit_start, site
 from interp.errors import InterpError
 from interp.hooks import hook_name
@@ -73,6 +74,21 @@ def bytes_per_copy(model: HookedModel, tokens: torch.Tensor) -> int:
     from interp.memory import forward_bytes
 
     return forward_bytes(model, *tokens.shape)
+
+
+def footprint(
+    model: HookedModel, pos: int, edits: Sequence[Edit], names: Sequence[str] = ()
+) -> Footprint:
+    """The memory a sweep holds per prompt (:mod:`interp.engine.chunks`): one forward copy,
+    the residual stream at each block an edit resumes from, and the values spliced in at
+    ``names`` (more copies share a pass only where the budget leaves room)."""
+    from interp.memory import element_bytes, forward_bytes
+
+    rt = runtime_of(model)
+    starts = {edit_start(e) for e in edits} - {0}
+    kept = (len(starts) + 1) * pos * rt.d_model * element_bytes(model)
+    values = sum(rt.activation_bytes(n, pos) for n in dict.fromkeys(names))
+    return Footprint(fixed=0, per_prompt=forward_bytes(model, 1, pos) + kept + values)
 
 
 def edits_per_pass(

@@ -29,11 +29,13 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
 
 from interp.engine.batching import Cost
+from interp.engine.chunks import Footprint
 from interp.engine.edge_run import EdgeRun
 from interp.engine.edges import check_exact, input_hooks, layer_parts, sender_outputs
 from interp.engine.graph import Graph, build_graph
@@ -67,6 +69,12 @@ class EdgeTask:
     cum: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # shared prefix sums
     cost: Cost = dataclasses.field(default_factory=lambda: Cost(1))
     rt: Runtime | None = None  # the model's runtime: every pass of the task runs through it
+    # a chunk of a larger batch (interp.engine.chunks): the whole batch's mean outputs (mean
+    # ablation), the sequences this chunk's rows resample from (resample ablation)
+    mean_out: torch.Tensor | None = None  # [sender, 1, pos, d_model]
+    resample_tokens: torch.Tensor | None = None
+    resample_index: torch.Tensor | None = None  # the whole batch's draw (chunked resample)
+    memory_budget: Any = None  # bytes the task's passes may use (None: the default budget)
 
     @property
     def clean_value(self) -> float:
@@ -86,6 +94,31 @@ class EdgeTask:
             self.positions,
             self.cum,
         )
+
+    def replacement(self, outputs: torch.Tensor) -> torch.Tensor:
+        """The senders' replacement outputs for this task's zero, mean or resample ablation,
+        from the base run's ``outputs``; in a chunk of a larger batch, the whole batch's mean,
+        or the outputs of the sequences drawn for this chunk's rows (one more pass)."""
+        if self.ablation == "mean" and self.mean_out is not None:
+            return self.mean_out.expand_as(outputs).contiguous()
+        if self.ablation == "resample" and self.resample_tokens is not None:
+            alt, _ = sender_outputs(self.rt, self.graph, self.resample_tokens, parts=self.parts)
+            self.cost.forward()
+            return alt
+        return replacement(self.ablation, outputs, self.seed)
+
+    def rows(self, rows: slice, metric: Any) -> EdgeTask:
+        """This checked task on the prompts ``rows`` (a chunk of the batch, not begun),
+        scored by ``metric`` (that chunk's: :meth:`interp.metrics.Metric.chunk`)."""
+        sub = dataclasses.replace(
+            self, tokens=self.tokens[rows], base=self.base[rows], metric=metric,
+            corrupted=None if self.corrupted is None else self.corrupted[rows],
+            base_out=None, alt=None, base_value=float("nan"), base_inputs={}, source_value=None,
+            cum={}, cost=Cost(self.cost.n_layers), parts=[],
+        )  # fmt: skip
+        if self.resample_index is not None:
+            sub.resample_tokens = self.tokens[self.resample_index[rows]]
+        return sub
 
 
 def replacement(ablation: str, outputs: torch.Tensor, seed: int = 0) -> torch.Tensor:
@@ -235,5 +268,76 @@ def begin(
             task.source_value = scalar(m(logits, tokens), m.name)
             task.cost.forward()
         elif task.base_out is not None:
-            task.alt = replacement(task.ablation, task.base_out, task.seed)
+            task.alt = task.replacement(task.base_out)
     return task
+
+
+def chunk_tasks(
+    task: EdgeTask,
+    chunks: Any,
+    *,
+    cache: Any = None,
+    progress: bool = False,
+    desc: str = "chunks",
+) -> Iterator[tuple[EdgeTask, Any, float]]:
+    """A checked task's chunks (a :class:`interp.engine.chunks.Plan`): ``(sub-task, checked
+    cache of its rows, weight)`` each, the sub-task not begun (:func:`begin` it with that
+    cache). The cache is checked once against every prompt. With several chunks, mean
+    ablation first takes the senders' mean outputs over every prompt (one pass, a chunk at
+    a time) and resample ablation draws once for the whole batch, so the chunks give the
+    numbers of one batch. Each sub-task's passes are added to ``task.cost``, in
+    forward-equivalents of every prompt, once the caller is done with it.
+
+    Raises:
+        InterpError: for a cache of other tokens, or a metric that cannot be combined over
+            chunks.
+    """
+    from interp.engine.ablations import resample_index
+    from interp.engine.cache import cache_rows, check_cache
+    from interp.protocol import eval_no_grad
+
+    rt = task.rt
+    with eval_no_grad(rt.model):
+        checked = check_cache(rt.model, task.tokens, cache)
+        if chunks.split and task.ablation == "mean":
+            total = None
+            for sl in chunks.chunks:
+                out, _ = sender_outputs(rt, task.graph, task.base[sl])
+                part = out.double().sum(1, keepdim=True)
+                total = part if total is None else total + part
+                task.cost.forward(chunks.share(sl))
+            task.mean_out = (total / task.tokens.shape[0]).float()
+        elif chunks.split and task.ablation == "resample":
+            task.resample_index = resample_index(task.tokens.shape[0], None, task.seed)
+    for sl, metric, weight in chunks.parts(task.metric, progress=progress, desc=desc):
+        sub = task.rows(sl, metric) if chunks.split else task
+        yield sub, cache_rows(checked, sl), weight
+        if sub is not task:
+            task.cost.add(sub.cost.total * chunks.share(sl))
+
+
+def edge_footprint(task: EdgeTask, kind: str) -> Footprint:
+    """The memory an edge analysis holds (:mod:`interp.engine.chunks`), from the model's
+    config, the graph and the prompts' length: ``kind`` ``"patch"`` (path patching and exact
+    edges: the base and replacement outputs of every sender, each receiver layer's input and
+    the states a pass resumes from), ``"circuit"`` (circuit evaluation: the replacement
+    outputs, and the outputs of the running pass every later receiver reads back) or
+    ``"eap"`` (edge attribution: the senders' outputs, their replacement and difference, every
+    receiver's gradient and a backward pass's activations); plus one forward copy. The
+    fixed part is the graph's masks and scores."""
+    from interp.memory import forward_bytes
+
+    rt, graph = task.rt, task.graph
+    P = int(task.tokens.shape[1])
+    S, R, L = len(graph.senders), len(graph.receivers), graph.n_layers
+    stream = P * rt.d_model * 4  # one prompt's residual-width float32 tensor
+    fwd = forward_bytes(rt.model, 1, P)
+    heads = 3 * max(graph.n_heads, 1) * stream  # a layer's per-receiver inputs, per copy
+    if kind == "eap":
+        per = (3 * S + R) * stream + 3 * fwd + 6 * L * stream
+    elif kind == "circuit":
+        per = 2 * S * stream + (2 * L + 1) * stream + heads + fwd
+    else:
+        per = 2 * S * stream + (3 * L + 1) * stream + heads + fwd
+    fixed = S * R * (P if task.each else 1) * 8 * 4
+    return Footprint(fixed=int(fixed), per_prompt=int(per))

@@ -135,6 +135,39 @@ class Runtime:
         """Whether :meth:`run` can unembed only some positions (else it unembeds all)."""
         return False
 
+    def activation_shape(self, name: str, pos: int) -> tuple[int, ...]:
+        """The shape of one prompt's activation at hook ``name``, by the hook's kind: a
+        residual-width stream ``[pos, d_model]``, per-head vectors ``[pos, head, d_head]``
+        (key and value heads on grouped-query models), a ``[head, pos, pos]`` pattern, MLP
+        neurons ``[pos, d_mlp]``."""
+        cfg = self.cfg
+        n_heads = int(cfg.n_heads)
+        d_head = int(getattr(cfg, "d_head", 0) or self.d_model // n_heads)
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in ("hook_pattern", "hook_attn_scores"):
+            return (n_heads, pos, pos)
+        if leaf in ("hook_q", "hook_z", "hook_rot_q"):
+            return (pos, n_heads, d_head)
+        if leaf in ("hook_k", "hook_v", "hook_rot_k"):
+            return (pos, self.n_kv_heads, d_head)
+        if leaf == "hook_result":
+            return (pos, n_heads, self.d_model)
+        if leaf in ("hook_pre", "hook_post", "hook_pre_linear"):
+            return (pos, int(getattr(cfg, "d_mlp", 0) or 4 * self.d_model))
+        if leaf == "hook_scale":
+            return (pos, 1)
+        return (pos, self.d_model)
+
+    def activation_bytes(self, name: str, pos: int) -> int:
+        """Bytes of one prompt's activation at hook ``name`` (:meth:`activation_shape`), in
+        the model's dtype."""
+        from interp.memory import element_bytes
+
+        n = 1
+        for d in self.activation_shape(name, pos):
+            n *= int(d)
+        return element_bytes(self.model) * n
+
     # ------------------------------------------------------------ passes
     def run(
         self,

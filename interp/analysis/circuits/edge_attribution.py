@@ -52,10 +52,11 @@ from interp.analysis.shapes import Tokens
 from interp.checks import check_int
 from interp.engine.batching import check_work
 from interp.engine.cache import activation_of
+from interp.engine.chunks import Estimate, WeightedMean, plan
 from interp.engine.direction import Direction
 from interp.engine.edges import patch_cost, patch_edges
 from interp.engine.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
-from interp.engine.tasks import EdgeTask, begin, check, replacement
+from interp.engine.tasks import EdgeTask, begin, check, chunk_tasks, edge_footprint
 from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.memory import check_table
@@ -80,8 +81,10 @@ def attribute_edges(
     positions: Any = None,
     cache: Any = None,
     seed: int = 0,
+    memory_budget: int | None = None,
     progress: bool = False,
-) -> pd.DataFrame:
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """One row per edge: ``sender, receiver, receiver_input, label`` and ``estimate`` (EAP,
     EAP-IG) or ``exact`` (module docstring): the effect on the metric of patching that edge.
 
@@ -97,7 +100,10 @@ def attribute_edges(
     ``position`` column and labels ``"a -> b @p"`` (the rows of an edge sum to
     its score without positions; :func:`~interp.analysis.evaluate_circuit`
     reads them back). ``df.attrs`` records the method, the direction, the clean run's
-    metric (``clean``), the cost and the graph's size.
+    metric (``clean``), the cost and the graph's size. The prompts run in chunks under
+    ``memory_budget`` (:mod:`interp.engine.chunks`; the scores of a metric that is a mean
+    over prompts are the same as one batch's); ``estimate=True`` returns the run's
+    :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for an unknown method, ablation or direction, ``steps`` below 1,
@@ -126,50 +132,69 @@ def attribute_edges(
         wanted = graph.valid if edges is None else edge_mask(graph, edges)
     rows = int(wanted.sum())
     check_table(rows, task.tokens.device, what=f"a table of {rows:,} edge scores")
+    replaced = int(ablation == "patch")  # the source run's pass
     if method == "exact":
         where = np.nonzero(wanted)
         edits = [[idx] for idx in zip(*(w.tolist() for w in where))]
-        check_work(
-            patch_cost(task, edits) + 2,
+        work = check_work(
+            patch_cost(task, edits) + 1 + replaced,
             what=f"exact effects of {len(edits):,} edges"
             + (" at each position" if task.each else ""),
             fix="pass edges= (say the top few hundred by EAP-IG), or estimate them "
             "(method='eap' or 'eap-ig')",
         )
-    else:
-        check_work(
-            1 + 3 * (1 if method == "eap" else steps),
+    else:  # a forward and a backward pass per step
+        work = check_work(
+            replaced + 3 * (1 if method == "eap" else steps),
             what=f"{method} with {steps} steps" if method == "eap-ig" else "eap",
             fix="use fewer steps (5 is EAP-IG's usual number)",
         )
-    # estimates take the base outputs from their own pass
-    prep = begin(task, cache=cache, base_pass=method == "exact")
-    if method == "exact":
-        values = patch_edges(prep, edits, progress=progress, desc="exact edges")
-        scores = np.zeros(wanted.shape)
-        scores[where] = np.asarray(values) - prep.base_value
-        column = "exact"
-    else:
-        scores = _estimate(prep, method, steps).numpy()
-        column = "estimate"
+    pl = plan(
+        model, *task.tokens.shape, edge_footprint(task, "patch" if method == "exact" else "eap"),
+        memory_budget=memory_budget, analysis="attribute_edges", forward_equivalents=0.0,
+        fix="use shorter prompts, or whole edges (positions=None)" if task.each
+        else "use shorter prompts",
+    )  # fmt: skip
+    # a split batch's mean or resample ablation: one more pass for the replacement outputs
+    pl = pl.costing(work + (pl.split and ablation in ("mean", "resample")))
+    if estimate:
+        return pl.estimate
+    scored, clean = WeightedMean(), WeightedMean()
+    for sub, checked, w in chunk_tasks(task, pl, cache=cache, progress=progress, desc="edges"):
+        # estimates take the base outputs from their own pass
+        prep = begin(sub, cache=checked, base_pass=method == "exact")
+        if method == "exact":
+            values = patch_edges(
+                prep, edits, progress=progress and not pl.split, desc="exact edges"
+            )
+            part = np.zeros(wanted.shape)
+            part[where] = np.asarray(values) - prep.base_value
+        else:
+            part = _estimate(prep, method, steps).numpy()
+        scored.add(part, w)
+        clean.add(prep.clean_value, w)
+        del prep
+    scores = scored.value
+    column = "exact" if method == "exact" else "estimate"
     df = _table(graph, wanted, scores, column)
     df.attrs.update(
         table_attrs(
             "attribute_edges",
             description="the effect on the metric of patching each edge alone "
-            f"({prep.direction}, {method})",
+            f"({task.direction}, {method})",
             method=method,
             ablation=ablation,
-            direction=prep.direction,
-            metric=prep.metric,
+            direction=task.direction,
+            metric=task.metric,
             model=model,
-            positions="each" if prep.each else positions_label(prep.positions),
-            seed=prep.seed if ablation == "resample" else None,
-            forward_equivalents=prep.cost.forward_equivalents,
+            positions="each" if task.each else positions_label(task.positions),
+            seed=task.seed if ablation == "resample" else None,
+            forward_equivalents=task.cost.forward_equivalents,
             engine="edges",
             steps=steps if method == "eap-ig" else None,
-            clean=prep.clean_value,
+            clean=float(clean.value),
             graph=graph.describe(),
+            chunks=len(pl.chunks),
         )
     )
     return df
@@ -197,11 +222,16 @@ def _estimate(prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
         prep.cost.backward()
         if diff is None:  # alpha = 1: the base run
             prep.base_out, prep.base_value = grads.senders, grads.value
-            if prep.alt is None:
-                prep.alt = replacement(prep.ablation, prep.base_out, prep.seed)
-            diff = prep.alt - prep.base_out  # [sender, batch, pos, d_model]
+            grads.senders = None
+            if prep.ablation == "zero":  # no replacement to hold: the difference is -base
+                diff = prep.base_out.neg_()
+            else:
+                if prep.alt is None:
+                    prep.alt = prep.replacement(prep.base_out)
+                diff = prep.alt.sub_(prep.base_out)  # in place: the outputs are not needed after
+            prep.alt = prep.base_out = None  # [sender, batch, pos, d_model] held once, as diff
             if prep.positions is not None:
-                diff = diff * prep.positions.float()[None, None, :, None]
+                diff.mul_(prep.positions.float()[None, None, :, None])
         # the mean gradient over the steps, then one product with the senders' differences
         G = receiver_gradient_matrix(prep.graph, prep.parts, grads, G, 1.0 / len(alphas))
         del grads
@@ -297,10 +327,10 @@ def _series(x: Any, name: str) -> pd.Series:
     return values.astype(float)
 
 
-def edge_agreement(exact: pd.Series, estimate: pd.Series, *, threshold: float) -> pd.DataFrame:
+def edge_agreement(exact: pd.Series, estimated: pd.Series, *, threshold: float) -> pd.DataFrame:
     """How well an estimate finds the edges that matter: one row per measure.
 
-    ``exact`` and ``estimate`` hold one value per edge, indexed by label (or are
+    ``exact`` and ``estimated`` hold one value per edge, indexed by label (or are
     :func:`attribute_edges` tables: their ``exact`` / ``estimate`` column). The
     edges that matter are those with ``|exact| > threshold``; rows: ROC AUC of
     ``|estimate|`` for telling them apart from the rest (the probability that a
@@ -321,11 +351,11 @@ def edge_agreement(exact: pd.Series, estimate: pd.Series, *, threshold: float) -
     """
     from interp.checks import check_finite
 
-    exact, estimate = _series(exact, "exact"), _series(estimate, "estimate")
+    exact, estimated = _series(exact, "exact"), _series(estimated, "estimated")
     threshold = check_finite(threshold, "threshold")
-    if set(exact.index) != set(estimate.index):
-        raise InterpError("exact and estimate must hold the same edges (index by label)")
-    est = estimate.reindex(exact.index)
+    if set(exact.index) != set(estimated.index):
+        raise InterpError("exact and estimated must hold the same edges (index by label)")
+    est = estimated.reindex(exact.index)
     matters = (exact.abs() > threshold).to_numpy()
     if matters.all() or not matters.any():
         raise InterpError(

@@ -30,6 +30,8 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -43,9 +45,10 @@ from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_finite, check_int, check_seed
 from interp.engine.batching import check_work
+from interp.engine.chunks import Estimate, Plan, WeightedMean, plan
 from interp.engine.direction import check_span
 from interp.engine.edges import evaluate_masks
-from interp.engine.tasks import EdgeTask, begin, check
+from interp.engine.tasks import EdgeTask, begin, check, chunk_tasks, edge_footprint
 from interp.errors import InterpError
 from interp.metrics import Metric
 from interp.protocol import HookedModel, model_name, positions_label
@@ -70,15 +73,16 @@ def _begin(task: EdgeTask, cache: Any) -> EdgeTask:
     return begin(task, cache=cache, base_pass="metric")
 
 
-def _corrupted(prep: EdgeTask) -> float:
+def _corrupted(prep: EdgeTask, *, check: bool = True) -> float:
     """The metric with every edge replaced (with a corrupted prompt: the corrupted run's,
     from the pass that gave its outputs; else one circuit pass), refused when it equals the
-    clean metric."""
+    clean metric (``check``; a chunk's is checked once every chunk is in)."""
     if prep.source_value is not None:
         corrupted = prep.source_value
     else:
         corrupted = evaluate_masks(prep, [prep.graph.valid])[0]
-    check_span(prep.base_value, corrupted, "faithfulness")
+    if check:
+        check_span(prep.base_value, corrupted, "faithfulness")
     return corrupted
 
 
@@ -97,7 +101,10 @@ def evaluate_circuit(
     positions: Any = None,
     cache: Any = None,
     seed: int = 0,
-) -> pd.DataFrame:
+    memory_budget: int | None = None,
+    progress: bool = False,
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """The metric with only ``edges`` kept (module docstring): one row with ``n_edges,
     fraction_of_edges, metric, clean, corrupted, faithfulness``.
 
@@ -112,7 +119,9 @@ def evaluate_circuit(
     ``n_edges`` counts edge-positions. Costs the two baselines (a plain clean
     forward; the corrupted run, which also records the senders' outputs) and one
     pass for the circuit; :func:`circuit_curve` shares the baselines and packs
-    several circuits into each pass.
+    several circuits into each pass. The prompts run in chunks under ``memory_budget``
+    (:mod:`interp.engine.chunks`); ``estimate=True`` returns the run's
+    :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for edges not in the graph, an unknown ablation, tokens
@@ -129,40 +138,87 @@ def evaluate_circuit(
     else:
         valid = graph.valid
         keep = valid.copy() if edges is None else edge_mask(graph, edges)
-    prep = _begin(task, cache)
-    corrupted = _corrupted(prep)  # refuses runs that agree, before the circuit's pass
-    value = evaluate_masks(prep, [valid & ~keep])[0]
+    values, clean, corrupted, pl = _measure(
+        task, [valid & ~keep], cache=cache, memory_budget=memory_budget, progress=progress,
+        estimate=estimate, analysis="evaluate_circuit",
+    )  # fmt: skip
+    if estimate:
+        return pl.estimate
+    value = values[0]
     df = pd.DataFrame(
         [
             {
                 "n_edges": int(keep.sum()),
                 "fraction_of_edges": float(keep.sum() / valid.sum()),
                 "metric": value,
-                "clean": prep.base_value,
+                "clean": clean,
                 "corrupted": corrupted,
-                "faithfulness": _faith(value, prep.base_value, corrupted),
+                "faithfulness": _faith(value, clean, corrupted),
             }
         ]
     )
-    df.attrs.update(_attrs(model, prep, "evaluate_circuit"))
+    df.attrs.update(_attrs(model, task, "evaluate_circuit", pl))
     return df
 
 
-def _attrs(model: HookedModel, prep: EdgeTask, analysis: str) -> dict[str, Any]:
+def _measure(
+    task: EdgeTask,
+    masks: Sequence[np.ndarray],
+    *,
+    cache: Any,
+    memory_budget: Any,
+    progress: bool,
+    estimate: bool,
+    analysis: str,
+    extra_work: float = 0.0,
+) -> tuple[list[float], float, float, Plan]:
+    """The metric with each mask's edges carrying the replacement, and the clean and
+    corrupted metrics, over every prompt, a chunk at a time (:mod:`interp.engine.chunks`):
+    ``(values, clean, corrupted, plan)``; with ``estimate``, only the plan (values empty).
+
+    Raises:
+        InterpError: when the clean and corrupted runs agree.
+    """
+    pl = plan(
+        task.rt.model, *task.tokens.shape, edge_footprint(task, "circuit"),
+        memory_budget=memory_budget, analysis=analysis, forward_equivalents=0.0,
+        fix="use shorter prompts",
+    )  # fmt: skip
+    # the clean metric, the corrupted one (its pass, or a circuit of every edge), the circuits
+    work = 2 + len(masks) + (task.ablation in ("mean", "resample") and pl.split)
+    pl = pl.costing(work + extra_work)
+    if estimate:
+        return [], math.nan, math.nan, pl
+    values, clean, corrupted = WeightedMean(), WeightedMean(), WeightedMean()
+    for sub, checked, w in chunk_tasks(task, pl, cache=cache, progress=progress, desc=analysis):
+        prep = _begin(sub, checked)
+        corrupted.add(_corrupted(prep, check=not pl.split), w)
+        values.add(np.asarray(evaluate_masks(
+            prep, masks, progress=progress and not pl.split, desc=analysis,
+        ), dtype=float), w)  # fmt: skip
+        clean.add(prep.base_value, w)
+        del prep
+    base, worst = float(clean.value), float(corrupted.value)
+    check_span(base, worst, "faithfulness")
+    return list(values.value), base, worst, pl
+
+
+def _attrs(model: HookedModel, task: EdgeTask, analysis: str, pl: Plan) -> dict[str, Any]:
     return table_attrs(
         analysis,
         description="the metric with only a circuit's edges kept: every other edge carries the "
         "replacement, per receiver",
         method="exact",
-        ablation=prep.ablation,
+        ablation=task.ablation,
         direction="noising",
-        metric=prep.metric,
+        metric=task.metric,
         model=model,
-        positions="each" if prep.each else positions_label(prep.positions),
-        seed=prep.seed if prep.ablation == "resample" else None,
-        forward_equivalents=prep.cost.forward_equivalents,
+        positions="each" if task.each else positions_label(task.positions),
+        seed=task.seed if task.ablation == "resample" else None,
+        forward_equivalents=task.cost.forward_equivalents,
         engine="edges",
-        graph=prep.graph.describe(),
+        graph=task.graph.describe(),
+        chunks=len(pl.chunks),
     )
 
 
@@ -240,8 +296,10 @@ def circuit_curve(
     ablation: Ablation = "patch",
     seed: int = 0,
     cache: Any = None,
+    memory_budget: int | None = None,
     progress: bool = False,
-) -> pd.DataFrame:
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """Faithfulness of the top-``n`` edges by ``|score|`` for each size ``n`` (module docstring).
 
     ``scores``: an :func:`interp.analysis.attribute_edges` table or a
@@ -250,7 +308,9 @@ def circuit_curve(
     random circuits of each size (seeded) as a baseline; ``cache`` (of the
     clean tokens) is checked against them. Rows: ``kind``
     (``top`` or ``random``), ``draw``, ``n_edges``, ``fraction_of_edges``,
-    ``metric``, ``faithfulness``. Circuits are evaluated several to a pass.
+    ``metric``, ``faithfulness``. Circuits are evaluated several to a pass, the prompts in
+    chunks under ``memory_budget``; ``estimate=True`` returns the run's
+    :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: as :func:`evaluate_circuit`, for sizes out of range, or
@@ -282,8 +342,6 @@ def circuit_curve(
         what=f"a curve of {len(sizes) * (1 + draws):,} circuits",
         fix="use fewer points or random_draws",
     )
-    prep = _begin(task, cache)
-    corrupted = _corrupted(prep)  # refuses runs that agree, before the curve
     rows, masks = [], []
     rng = np.random.default_rng(check_seed(seed))
     valid_idx = np.flatnonzero(graph.valid)
@@ -296,14 +354,19 @@ def circuit_curve(
             pick[rng.choice(valid_idx, size=n, replace=False)] = True
             rows.append({"kind": "random", "draw": d, "n_edges": n})
             masks.append(graph.valid & ~pick.reshape(graph.valid.shape))
-    values = evaluate_masks(prep, masks, progress=progress, desc="faithfulness curve")
+    values, clean, corrupted, pl = _measure(
+        task, masks, cache=cache, memory_budget=memory_budget, progress=progress,
+        estimate=estimate, analysis="circuit_curve",
+    )  # fmt: skip
+    if estimate:
+        return pl.estimate
     df = pd.DataFrame(rows)
     df["fraction_of_edges"] = df["n_edges"] / graph.n_edges
     df["metric"] = values
-    df["faithfulness"] = [_faith(v, prep.base_value, corrupted) for v in values]
-    df.attrs.update(_attrs(model, prep, "circuit_curve"))
-    df.attrs["seed"] = prep.seed  # the random circuits' draws
-    df.attrs.update(clean=prep.base_value, corrupted=corrupted, circuits=len(masks))
+    df["faithfulness"] = [_faith(v, clean, corrupted) for v in values]
+    df.attrs.update(_attrs(model, task, "circuit_curve", pl))
+    df.attrs["seed"] = task.seed  # the random circuits' draws
+    df.attrs.update(clean=clean, corrupted=corrupted, circuits=len(masks))
     return df
 
 
@@ -319,8 +382,10 @@ def find_circuit(
     ablation: Ablation = "patch",
     cache: Any = None,
     seed: int = 0,
+    memory_budget: int | None = None,
     progress: bool = False,
-) -> Circuit:
+    estimate: bool = False,
+) -> Circuit | Estimate:
     """The smallest top-``n`` circuit (by ``|score|``, then pruned to edges connected to both
     the input and the logits) whose exact faithfulness reaches ``target``.
 
@@ -330,8 +395,11 @@ def find_circuit(
     there instead, ``hi`` a size known to reach the target (say the first
     point of a :func:`circuit_curve` that does, ``lo`` the one before), so a
     dip in faithfulness between doublings is not mistaken for the answer.
-    ``cache`` (of the clean tokens) is checked.
-    The :class:`Circuit`'s ``info`` records its faithfulness, size, fraction
+    ``cache`` (of the clean tokens) is checked. When the prompts need several chunks
+    under ``memory_budget`` (:mod:`interp.engine.chunks`), each candidate is measured over
+    every chunk, its baselines run again; ``estimate=True`` returns the run's
+    :class:`~interp.engine.chunks.Estimate` (about two candidates per doubling of ``n``)
+    instead. The :class:`Circuit`'s ``info`` records its faithfulness, size, fraction
     of all edges, the target, the evaluations and how scores were made;
     ``circuit.save(path)`` writes it as JSON.
 
@@ -351,15 +419,37 @@ def find_circuit(
         lo, hi = (check_int(n, "bracket", minimum=0) for n in bracket)
         if not lo < hi <= graph.n_edges:
             raise InterpError(f"bracket must be (lo, hi), 0 <= lo < hi <= {graph.n_edges}")
-    prep = _begin(task, cache)
-    corrupted = _corrupted(prep)
+    evaluations = 2 * max(1, math.ceil(math.log2(max(2, graph.n_edges))))
+    pl = plan(
+        model, *task.tokens.shape, edge_footprint(task, "circuit"), memory_budget=memory_budget,
+        analysis="find_circuit", forward_equivalents=0.0, fix="use shorter prompts",
+    )  # fmt: skip
+    per = 3 + (1 if ablation != "patch" else 0) if pl.split else 1  # a candidate's passes
+    work = 3 + evaluations * per
+    if estimate:
+        return dataclasses.replace(pl.estimate, forward_equivalents=float(work))
     tried: dict[int, tuple[float, np.ndarray]] = {}
+    if pl.split:
+        clean = corrupted = math.nan
+
+        def measure(mask: np.ndarray) -> float:
+            nonlocal clean, corrupted
+            (value,), clean, corrupted, _ = _measure(
+                task, [mask], cache=cache, memory_budget=memory_budget, progress=progress,
+                estimate=False, analysis="find_circuit",
+            )  # fmt: skip
+            return _faith(value, clean, corrupted)
+    else:
+        prep = _begin(task, cache)
+        clean, corrupted = prep.base_value, _corrupted(prep)
+
+        def measure(mask: np.ndarray) -> float:
+            return _faith(evaluate_masks(prep, [mask])[0], clean, corrupted)
 
     def faith(n: int) -> float:
         if n not in tried:
             keep = prune(graph, top_edges(sc, n))
-            value = evaluate_masks(prep, [graph.valid & ~keep])[0]
-            tried[n] = (_faith(value, prep.base_value, corrupted), keep)
+            tried[n] = (measure(graph.valid & ~keep), keep)
         return tried[n][0]
 
     if bracket is not None and faith(hi) < target:
@@ -387,10 +477,10 @@ def find_circuit(
         "n_edges": int(keep.sum()),
         "fraction_of_edges": float(keep.sum() / graph.n_edges),
         "faithfulness": value,
-        "clean": prep.base_value,
+        "clean": clean,
         "corrupted": corrupted,
         "ablation": ablation,
-        "metric": prep.metric.name,
+        "metric": task.metric.name,
         "evaluations": {str(n): round(f, 6) for n, (f, _) in sorted(tried.items())},
         "scores": getattr(scores, "attrs", {}).get("method", "given"),
     }

@@ -37,14 +37,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.engine.batching import check_work
+from interp.engine.chunks import Estimate, WeightedMean, plan
 from interp.engine.direction import Direction, check_span, clean_first, effects, normalized
 from interp.engine.edges import patch_cost, patch_edges
-from interp.engine.tasks import begin, check
+from interp.engine.tasks import begin, check, chunk_tasks, edge_footprint
 from interp.errors import InterpError
 from interp.metrics import Metric
 from interp.protocol import HookedModel, positions_label
@@ -61,8 +63,10 @@ def path_patch(
     receivers: Sequence[str] | None = None,
     positions: Any = None,
     cache: Any = None,
+    memory_budget: int | None = None,
     progress: bool = False,
-) -> pd.DataFrame:
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """One row per sender: the metric when its source-run output reaches only ``receivers``.
 
     ``senders``: labels (``"L0H1"``, ``"L3.mlp"``, ``"embed"``) or ``(layer,
@@ -73,6 +77,8 @@ def path_patch(
     ``normalized`` (``effect / (source run - base run)``: 1 means the path
     carries the whole difference between the runs). ``positions`` restricts
     where the senders' outputs change. ``cache`` is the clean run's (checked).
+    The prompts run in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`);
+    ``estimate=True`` returns the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for unknown senders or receivers, a sender that does not
@@ -107,16 +113,31 @@ def path_patch(
                 f"{graph.senders[s]} does not precede {late[0]}: it writes after the receiver reads"
             )
         edits.append([(s, j) for j in r_idx])
-    check_work(
+    work = check_work(
         patch_cost(task, edits) + 2,
         what=f"path patching {len(edits)} senders",
         fix="pass fewer senders",
     )
-    prep = begin(task, cache=cache)
-    check_span(prep.base_value, float(prep.source_value), "the normalized column")
-    patched = patch_edges(prep, edits, progress=progress, desc="path patching")
-    base, source = prep.base_value, float(prep.source_value)  # read as the patched runs are
-    clean, corrupted = clean_first(prep.direction, base, source)
+    pl = plan(
+        model, *task.tokens.shape, edge_footprint(task, "patch"), memory_budget=memory_budget,
+        analysis="path_patch", forward_equivalents=work, fix="use shorter prompts",
+    )  # fmt: skip
+    if estimate:
+        return pl.estimate
+    base_m, source_m, patched_m = WeightedMean(), WeightedMean(), WeightedMean()
+    for sub, checked, w in chunk_tasks(task, pl, cache=cache, progress=progress, desc="paths"):
+        prep = begin(sub, cache=checked)
+        if not pl.split:  # one batch: refuse equal runs before the senders' passes
+            check_span(prep.base_value, float(prep.source_value), "the normalized column")
+        values = patch_edges(prep, edits, progress=progress and not pl.split, desc="path patching")
+        base_m.add(prep.base_value, w)
+        source_m.add(float(prep.source_value), w)
+        patched_m.add(np.asarray(values, dtype=float), w)
+        del prep
+    base, source = float(base_m.value), float(source_m.value)
+    check_span(base, source, "the normalized column")
+    patched = list(patched_m.value)
+    clean, corrupted = clean_first(task.direction, base, source)
     df = pd.DataFrame(
         {
             "sender": [graph.senders[s] for s in s_idx],
@@ -132,16 +153,17 @@ def path_patch(
         table_attrs(
             "path_patch",
             description="the metric when each sender's source-run output reaches only the "
-            f"receivers ({prep.direction})",
+            f"receivers ({task.direction})",
             method="exact",
             ablation="patch",
-            direction=prep.direction,
-            metric=prep.metric,
+            direction=task.direction,
+            metric=task.metric,
             model=model,
-            positions=positions_label(prep.positions),
-            forward_equivalents=prep.cost.forward_equivalents,
+            positions=positions_label(task.positions),
+            forward_equivalents=task.cost.forward_equivalents,
             engine="edges",
             receivers=[graph.receivers[j] for j in r_idx],
+            chunks=len(pl.chunks),
         )
     )
     return df

@@ -16,15 +16,17 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_seed, check_token_pair, check_tokens, position_mask
-from interp.engine.ablations import check_ablation, check_reference, source_run, values_for
+from interp.engine.ablations import Replacements, check_ablation, check_reference, source_run
 from interp.engine.batching import Cost
-from interp.engine.cache import CheckedCache, cache_work, check_cache
+from interp.engine.cache import CheckedCache, cache_rows, cache_work, check_cache
+from interp.engine.chunks import Estimate, WeightedMean, plan
 from interp.engine.direction import (
     check_direction,
     check_span,
@@ -34,10 +36,11 @@ from interp.engine.direction import (
     runs,
 )
 from interp.engine.sites import Site, mask_positions
-from interp.engine.sweep import check_sweep_work, sweep
+from interp.engine.sweep import check_sweep_work, footprint, sweep
 from interp.errors import InterpError
 from interp.metrics import Metric, prepare_metric
 from interp.protocol import HookedModel, check_model, eval_no_grad, positions_label
+from interp.runtime import runtime_of
 
 ABLATING = ("zero", "mean", "resample")
 
@@ -98,40 +101,51 @@ def ablate(
     batch_size: Any,
     memory_budget: Any,
     progress: bool,
-) -> pd.DataFrame:
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """``rows`` (one per edit) with ``clean, ablated, effect``: each edit's sites at
-    ``a.positions``, replaced by ``a.ablation``'s values, in one exact sweep."""
+    ``a.positions``, replaced by ``a.ablation``'s values, in one exact sweep per chunk of
+    prompts (:mod:`interp.engine.chunks`); ``estimate=True`` returns the run's
+    :class:`~interp.engine.chunks.Estimate` instead."""
     at = mask_positions(a.positions)
     edits = [[s.at(at) for s in e] for e in edits]
     names = sorted({s.hook for e in edits for s in e})
-    check_sweep_work(model, edits)  # before the values' pass
+    work = check_sweep_work(model, edits)  # before the values' pass
+    n, pos = a.tokens.shape
+    extra = 0.0 if a.ablation == "zero" or a.cache is not None else 1.0
+    pl = plan(
+        model, n, pos, footprint(model, pos, edits, names), memory_budget=memory_budget,
+        analysis=analysis, forward_equivalents=work + extra, what=f"{analysis} ({a.ablation})",
+        fix="ablate at fewer positions or use shorter prompts",
+    )  # fmt: skip
+    if estimate:
+        return pl.estimate
     cost = Cost(model.cfg.n_layers)
+    base, ablated = WeightedMean(), WeightedMean()
     with eval_no_grad(model):
-        values = values_for(
-            model,
-            a.tokens,
-            a.ablation,
-            names,
-            reference_tokens=a.reference_tokens,
-            cache=a.cache,
-            seed=a.seed,
-            cost=cost,
-        )
-        result = sweep(
-            model,
-            a.tokens,
-            edits,
-            a.metric,
-            values=values,
-            batch_size=batch_size,
-            memory_budget=memory_budget,
-            progress=progress,
-            desc=f"{a.ablation} ablation",
-        )
+        replace = Replacements(
+            model, a.tokens, a.ablation, names, reference_tokens=a.reference_tokens,
+            cache=a.cache, seed=a.seed, cost=cost, chunks=pl.chunks,
+        )  # fmt: skip
+        for sl, m, w in pl.parts(a.metric, progress=progress, desc=analysis):
+            result = sweep(
+                model,
+                a.tokens[sl],
+                edits,
+                m,
+                values=replace.rows(sl),
+                batch_size=batch_size,
+                memory_budget=memory_budget,
+                progress=progress and not pl.split,
+                desc=f"{a.ablation} ablation",
+            )
+            base.add(result.base, w)
+            ablated.add(np.asarray(result.values, dtype=float), w)
+            cost.add(result.cost * pl.share(sl))
     df = rows.copy()
-    df["clean"] = result.base  # an ablation edits the clean run
-    df["ablated"] = result.values
-    df["effect"] = effects(result.values, result.base)
+    df["clean"] = float(base.value)  # an ablation edits the clean run
+    df["ablated"] = ablated.value
+    df["effect"] = effects(list(ablated.value), float(base.value))
     ref = a.reference_tokens
     df.attrs.update(
         table_attrs(
@@ -144,10 +158,11 @@ def ablate(
             model=model,
             positions=positions_label(a.positions),
             seed=a.seed,
-            forward_equivalents=result.cost + cost.forward_equivalents + cache_work(a.cache),
+            forward_equivalents=cost.forward_equivalents + cache_work(a.cache),
             engine=result.path,
             engine_note=result.note,
             reference="the tokens" if ref is None else f"{ref.shape[0]} sequences",
+            chunks=len(pl.chunks),
         )
     )
     return df
@@ -209,39 +224,62 @@ def patch(
     batch_size: Any,
     memory_budget: Any,
     progress: bool,
+    estimate: bool = False,
     **extra: Any,
-) -> pd.DataFrame:
+) -> pd.DataFrame | Estimate:
     """The source run's activations at ``names`` spliced into the base run, one cell at a
     time: ``cells(values)`` gives the table's rows and one edit per row. Columns ``clean,
-    corrupted, patched, effect, normalized`` (:mod:`interp.engine.direction`).
+    corrupted, patched, effect, normalized`` (:mod:`interp.engine.direction`). The prompts
+    run in chunks under the memory budget (:mod:`interp.engine.chunks`); ``estimate=True``
+    returns the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: when the clean and corrupted runs give the same metric.
     """
+    n, pos = p.tokens.shape
+    rt = runtime_of(model)
+    shapes = {k: torch.empty(1, *rt.activation_shape(k, pos), device="meta") for k in names}
+    rows, edits = cells(shapes)  # the cells read only the activations' shapes
+    work = check_sweep_work(model, edits)
+    pl = plan(
+        model, n, pos, footprint(model, pos, edits, names), memory_budget=memory_budget,
+        analysis=analysis, forward_equivalents=work + 1.0, what=analysis,
+        fix="patch fewer cells (fewer positions or a coarser by=) or use shorter prompts",
+    )  # fmt: skip
+    if estimate:
+        return pl.estimate
+    cost = Cost(model.cfg.n_layers)
+    base, source, patched = WeightedMean(), WeightedMean(), WeightedMean()
     with eval_no_grad(model):
-        source_cache = p.cache if p.direction == "denoising" else None  # the clean run's
-        source_value, values = source_run(model, p.source, p.metric, names, source_cache, p.tokens)
-        rows, edits = cells(values)
-        result = sweep(
-            model,
-            p.base,
-            edits,
-            p.metric,
-            values=values,
-            batch_size=batch_size,
-            memory_budget=memory_budget,
-            progress=progress,
-            desc=f"patching ({p.direction})",
-            score_tokens=p.tokens,
-        )
-    base_value = result.base
+        for sl, m, w in pl.parts(p.metric, progress=progress, desc=analysis):
+            # the clean run's cache serves as the source only when denoising
+            source_cache = cache_rows(p.cache, sl) if p.direction == "denoising" else None
+            value, values = source_run(model, p.source[sl], m, names, source_cache, p.tokens[sl])
+            result = sweep(
+                model,
+                p.base[sl],
+                edits,
+                m,
+                values=values,
+                batch_size=batch_size,
+                memory_budget=memory_budget,
+                progress=progress and not pl.split,
+                desc=f"patching ({p.direction})",
+                score_tokens=p.tokens[sl],
+            )
+            del values
+            base.add(result.base, w)
+            source.add(value, w)
+            patched.add(np.asarray(result.values, dtype=float), w)
+            cost.add((result.cost + 1.0) * pl.share(sl))
+    base_value, source_value = float(base.value), float(source.value)
     check_span(base_value, source_value, "the normalized effect")
     clean, corrupted = clean_first(p.direction, base_value, source_value)
     df = rows.copy()
     df["clean"] = clean
     df["corrupted"] = corrupted
-    df["patched"] = result.values
-    df["effect"] = effects(result.values, base_value)
+    df["patched"] = patched.value
+    df["effect"] = effects(list(patched.value), base_value)
     df["normalized"] = normalized(df["effect"], base=base_value, source=source_value)
     df.attrs.update(
         table_attrs(
@@ -254,9 +292,10 @@ def patch(
             model=model,
             positions=positions_label(p.positions),
             seed=None,
-            forward_equivalents=result.cost + 1.0 + cache_work(p.cache),
+            forward_equivalents=cost.forward_equivalents + cache_work(p.cache),
             engine=result.path,
             engine_note=result.note,
+            chunks=len(pl.chunks),
             **extra,
         )
     )

@@ -42,6 +42,7 @@ from interp.analysis.components._pipeline import ablate, check_ablating
 from interp.analysis.frames import rows_frame
 from interp.analysis.shapes import Mask, Tokens
 from interp.checks import check_tokens
+from interp.engine.chunks import Estimate
 from interp.engine.sites import head_edits, site
 from interp.errors import InterpError
 from interp.head_checks import parse_heads
@@ -95,7 +96,8 @@ def ablate_heads(
     memory_budget: int | None = None,
     seed: int = 0,
     progress: bool = False,
-) -> pd.DataFrame:
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """Ablate each head alone: columns ``layer, head, label, clean, ablated, effect``.
 
     ``effect = ablated - clean``; rows are layer-major, for ``heads`` (all by
@@ -127,6 +129,7 @@ def ablate_heads(
         batch_size=batch_size,
         memory_budget=memory_budget,
         progress=progress,
+        estimate=estimate,
     )
 
 
@@ -145,7 +148,8 @@ def ablate_head_groups(
     memory_budget: int | None = None,
     seed: int = 0,
     progress: bool = False,
-) -> pd.DataFrame:
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """Ablate named sets of heads together: one row per group.
 
     Columns: ``group, heads, n_heads, clean, ablated, effect``, e.g. "top-6
@@ -186,6 +190,7 @@ def ablate_head_groups(
         batch_size=batch_size,
         memory_budget=memory_budget,
         progress=progress,
+        estimate=estimate,
     )
 
 

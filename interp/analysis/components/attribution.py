@@ -57,6 +57,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -65,14 +66,16 @@ from interp.analysis.components.patching import patch_heads
 from interp.analysis.frames import described, rows_frame, table_attrs
 from interp.analysis.shapes import Mask, Tokens
 from interp.checks import check_int, check_seed, check_token_pair, check_tokens, position_mask
-from interp.engine.ablations import check_ablation, check_reference, source_run, values_for
+from interp.engine.ablations import Replacements, check_ablation, check_reference, source_run
 from interp.engine.batching import CPU_TOKENS_PER_PASS, Cost
-from interp.engine.cache import cache_work, check_cache
+from interp.engine.cache import cache_rows, cache_work, check_cache
+from interp.engine.chunks import Estimate, Footprint, WeightedMean, plan
 from interp.engine.direction import Direction, check_direction, check_span, clean_first, runs
 from interp.engine.gradients import FrozenParams, head_gradients, pattern_at
 from interp.errors import InterpError
 from interp.head_checks import parse_heads
 from interp.hooks import hook_name
+from interp.memory import forward_bytes
 from interp.metrics import prepare_metric
 from interp.protocol import HookedModel, check_model, eval_mode, eval_no_grad, positions_label
 from interp.runtime import Runtime, head_weight, runtime_of
@@ -133,7 +136,10 @@ def _first_order(
     chosen: list[tuple[int, int]], diff: dict[int, torch.Tensor], g_z: dict[int, torch.Tensor]
 ) -> dict[tuple[int, int], float]:
     """``sum (z' - z) * dM/dz`` per head."""
-    return {(l, h): float((diff[l][:, :, h] * g_z[l][:, :, h]).sum()) for l, h in chosen}
+    return {  # summed in float64: chunks of a batch add the same products in other orders
+        (l, h): float((diff[l][:, :, h].double() * g_z[l][:, :, h].double()).sum())
+        for l, h in chosen
+    }
 
 
 def attribute_heads(
@@ -152,8 +158,10 @@ def attribute_heads(
     verify: int = 0,
     cache: Any = None,
     seed: int = 0,
+    memory_budget: int | None = None,
     progress: bool = False,
-) -> pd.DataFrame:
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """First-order estimate of every head's effect (module docstring), exact on request.
 
     ``ablation="zero"``/``"mean"``/``"resample"`` estimate :func:`ablate_heads` on
@@ -162,7 +170,10 @@ def attribute_heads(
     the exact effects of the ``k`` heads with the largest ``|estimate|``. ``cache`` is
     the clean run's cache (``"mean"`` and ``"resample"`` take their values from it; a
     denoising patch its ``hook_z``). ``df.attrs`` records the ablation, direction,
-    correction and the passes the estimate took.
+    correction and the passes the estimate took. The prompts run in chunks under
+    ``memory_budget`` (:mod:`interp.engine.chunks`: the estimate of a metric that is a mean
+    over prompts is the same as one batch's); ``estimate=True`` returns the run's
+    :class:`~interp.engine.chunks.Estimate` (without ``verify``'s exact passes) instead.
 
     Raises:
         InterpError: for an unknown ablation, direction or correction,
@@ -207,34 +218,63 @@ def attribute_heads(
     layers = sorted({l for l, _ in chosen})
     names = [hook_name("z", l) for l in layers]
     base, source = runs(direction, tokens, corrupted_tokens) if patching else (tokens, None)
+    pattern_layers = list(range(min(layers) + 1, rt.n_layers)) if correction == "qk" else []
+    n, P = tokens.shape
+    # a forward and backward pass: its activations (about three forward copies), the heads'
+    # outputs, replacement values and gradients at hook_z, patterns where corrected
+    per = 3 * forward_bytes(model, 1, P) + 3 * sum(rt.activation_bytes(x, P) for x in names)
+    per += len(pattern_layers) * rt.activation_bytes(hook_name("pattern", 0), P)
+    extra = 1.0 if patching or ablation == "resample" or ablation == "mean" else 0.0
+    pl = plan(
+        model, n, P, Footprint(0, per), memory_budget=memory_budget, analysis="attribute_heads",
+        forward_equivalents=3 + extra, fix="use shorter prompts",
+    )  # fmt: skip
+    if estimate:
+        return pl.estimate
     cost = Cost(rt.n_layers)
+    values, sources, firsts = WeightedMean(), WeightedMean(), WeightedMean()
     with eval_no_grad(model):
         cache = check_cache(model, tokens, cache)
-        source_value = None
-        if patching:
-            src_cache = cache if direction == "denoising" else None
-            source_value, by_hook = source_run(model, source, m, names, src_cache, tokens)
-            cost.forward()
-        else:
-            by_hook = values_for(
+        if not patching:
+            replace = Replacements(
                 model, tokens, ablation, names, reference_tokens=reference_tokens, cache=cache,
-                seed=seed, cost=cost,
+                seed=seed, cost=cost, chunks=pl.chunks,
             )  # fmt: skip
-        target = None if by_hook is None else {l: by_hook[hook_name("z", l)] for l in layers}
-    pattern_layers = list(range(min(layers) + 1, rt.n_layers)) if correction == "qk" else []
-    value, z, g_z, g_p = head_gradients(rt, base, m, layers, pattern_layers, score_tokens=tokens)
-    cost.forward()
-    cost.backward()
-    diff = {}
-    for l in layers:
-        t = torch.zeros_like(z[l]) if target is None else target[l].to(z[l].dtype)
-        d = t - z[l]  # [batch, pos, head, d_head]
-        diff[l] = d if pos is None else d * pos.to(d.device).view(1, -1, 1, 1)
-    estimate = _first_order(chosen, diff, g_z)
-    if correction == "qk" and pattern_layers:
-        per_pass = max(1, CPU_TOKENS_PER_PASS // base.numel())
-        fix = _qk_correction(rt, base, chosen, diff, g_p, per_pass)
-        estimate = {k: estimate[k] + fix[k] for k in chosen}
+    for sl, m_c, w in pl.parts(m, progress=progress, desc="attribute_heads"):
+        part = Cost(rt.n_layers)
+        with eval_no_grad(model):
+            if patching:
+                src_cache = cache_rows(cache, sl) if direction == "denoising" else None
+                source_value, by_hook = source_run(
+                    model, source[sl], m_c, names, src_cache, tokens[sl]
+                )
+                part.forward()
+                sources.add(source_value, w)
+            else:
+                by_hook = replace.rows(sl)
+            target = None if by_hook is None else {l: by_hook[hook_name("z", l)] for l in layers}
+        value, z, g_z, g_p = head_gradients(
+            rt, base[sl], m_c, layers, pattern_layers, score_tokens=tokens[sl]
+        )
+        part.forward()
+        part.backward()
+        diff = {}
+        for l in layers:
+            t = torch.zeros_like(z[l]) if target is None else target[l].to(z[l].dtype)
+            d = t - z[l]  # [batch, pos, head, d_head]
+            diff[l] = d if pos is None else d * pos.to(d.device).view(1, -1, 1, 1)
+        first = _first_order(chosen, diff, g_z)
+        if correction == "qk" and pattern_layers:
+            per_pass = max(1, CPU_TOKENS_PER_PASS // base[sl].numel())
+            fix = _qk_correction(rt, base[sl], chosen, diff, g_p, per_pass)
+            first = {k: first[k] + fix[k] for k in chosen}
+        firsts.add(np.asarray([first[k] for k in chosen]), w)
+        values.add(value, w)
+        cost.add(part.total * pl.share(sl))
+        del z, g_z, g_p, diff
+    value = float(values.value)
+    source_value = float(sources.value) if patching else None
+    estimate = dict(zip(chosen, (float(x) for x in firsts.value)))
     est = [estimate[k] for k in chosen]
     exact: dict[tuple[int, int], float] = {}
     if verify:
@@ -243,11 +283,13 @@ def attribute_heads(
             ex = patch_heads(
                 model, tokens, corrupted_tokens=corrupted_tokens, metric=m, direction=direction,
                 heads=top, positions=positions, cache=cache, progress=progress,
+                memory_budget=memory_budget,
             )  # fmt: skip
         else:
             ex = ablate_heads(
                 model, tokens, ablation=ablation, metric=m, heads=top, positions=positions,
                 reference_tokens=reference_tokens, seed=seed, progress=progress,
+                memory_budget=memory_budget,
             )  # fmt: skip
         cost.add(ex.attrs["forward_equivalents"])
         exact = {(int(r.layer), int(r.head)): float(r.effect) for r in ex.itertuples()}
@@ -283,17 +325,18 @@ def attribute_heads(
             forward_equivalents=cost.forward_equivalents + cache_work(cache),
             correction=correction,
             verified=len(exact),
+            chunks=len(pl.chunks),
         )
     )
     return df
 
 
 def estimate_agreement(
-    exact: pd.Series, estimate: pd.Series, *, top: int = 10, within: Sequence[int] = (10, 30)
+    exact: pd.Series, estimated: pd.Series, *, top: int = 10, within: Sequence[int] = (10, 30)
 ) -> pd.DataFrame:
     """How far an estimate ranks heads as the exact values do: one row per measure.
 
-    ``exact`` and ``estimate`` hold one value per head, indexed by label, e.g.
+    ``exact`` and ``estimated`` hold one value per head, indexed by label, e.g.
     ``patch_heads(...).set_index("label")["effect"]`` and
     ``attribute_heads(...).set_index("label")["estimate"]``. Rows
     (``measure, value``): the Spearman rank correlation over all heads, then,
@@ -313,11 +356,11 @@ def estimate_agreement(
     """
     top = check_int(top, "top", minimum=1)
     ks = [check_int(k, "each k of within", minimum=1) for k in within]
-    if set(exact.index) != set(estimate.index) or exact.index.has_duplicates:
+    if set(exact.index) != set(estimated.index) or exact.index.has_duplicates:
         raise InterpError(
-            "exact and estimate must hold one value for each of the same heads (index by label)"
+            "exact and estimated must hold one value for each of the same heads (index by label)"
         )
-    est = estimate.reindex(exact.index)
+    est = estimated.reindex(exact.index)
     rows = [
         {
             "measure": "Spearman (estimate vs exact, all heads)",

@@ -53,6 +53,7 @@ import torch
 from interp.analysis.components._pipeline import check_patching, patch
 from interp.analysis.components.ablation import MetricArg
 from interp.analysis.shapes import Tokens
+from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction
 from interp.engine.sites import Site, site
 from interp.errors import InterpError
@@ -103,7 +104,8 @@ def patch_components(
     batch_size: int | None = None,
     memory_budget: int | None = None,
     progress: bool = False,
-) -> pd.DataFrame:
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """Patch each cell of ``component`` from one run into the other (module docstring).
 
     ``tokens`` are the clean tokens. Columns ``layer``, then ``head`` (for
@@ -156,10 +158,12 @@ def patch_components(
         batch_size=batch_size,
         memory_budget=memory_budget,
         progress=progress,
+        estimate=estimate,
         component=component,
         by=by,
     )
-    df.attrs["heads"] = kinds.get("heads", "")
+    if not estimate:
+        df.attrs["heads"] = kinds.get("heads", "")
     return df
 
 

@@ -55,8 +55,10 @@ from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_not_padding, check_tokens
 from interp.engine.cache import cache_work, check_cache
+from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
 from interp.errors import InterpError
 from interp.hooks import head_label, hook_name
+from interp.memory import forward_bytes
 from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
 from interp.runtime import runtime_of
 
@@ -93,7 +95,10 @@ def direct_logit_attribution(
     at: Any = -1,
     by: By = "head",
     cache: Any = None,
-) -> pd.DataFrame:
+    memory_budget: int | None = None,
+    progress: bool = False,
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """Each component's direct share of ``logit[answer] - logit[wrong]`` (module docstring).
 
     ``answer`` and ``wrong`` are token ids or single-token strings, one for
@@ -106,7 +111,10 @@ def direct_logit_attribution(
     ``component, layer, head, label, value``: ``value`` is the mean share over
     sequences and positions; the rows sum to ``df.attrs["total"]``, the model's
     own mean logit difference. ``cache`` (of ``tokens``) is checked against
-    them and completed with the hooks it lacks; one forward pass otherwise.
+    them and completed with the hooks it lacks; one forward pass otherwise, the
+    prompts in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`; the
+    shares are per sequence, so chunks give the numbers of one batch).
+    ``estimate=True`` returns the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for an unknown ``by``, a model without an LM head (an
@@ -135,14 +143,23 @@ def direct_logit_attribution(
         )
     wanted = [names["embed"], names["final"], *names["z"], *names["mlp_out"]]
     wanted += [x for x in (names["pos_embed"], names["scale"]) if x]
+    per = forward_bytes(model, 1, n) + len(wanted) * len(pos) * cfg.d_model * 4
+    pl = plan(
+        model, b, n, Footprint(0, 0 if cache is not None else per), memory_budget=memory_budget,
+        analysis="direct_logit_attribution", forward_equivalents=1.0, fix="use shorter prompts",
+    )  # fmt: skip
+    if estimate:
+        return pl.estimate
+    parts = []
     with eval_no_grad(model):
         acts = check_cache(model, tokens, cache, needs=wanted)
-        if acts is None:
-            acts = _at_positions(model, tokens, wanted, pos)
-            pos_in_acts = list(range(len(pos)))
-        else:
-            pos_in_acts = pos
-        rows, attrs = _decompose(model, acts, names, tokens, ans, bad, pos_in_acts)
+        for sl in chunk_bar(pl.chunks, progress=progress, desc="direct logit attribution"):
+            if acts is None:
+                got, read = _at_positions(model, tokens[sl], wanted, pos), list(range(len(pos)))
+            else:
+                got, read = _Slice(acts, sl), pos
+            parts.append(_shares(model, got, names, tokens[sl], ans[sl], _rows(bad, sl), read))
+    rows, attrs = _remainder(parts, runtime_of(model).norm("final"))
     df = _table(rows, by, cfg.n_layers)
     df.attrs.update(
         table_attrs(
@@ -154,6 +171,7 @@ def direct_logit_attribution(
             unit="logits",
             model=model,
             forward_equivalents=1.0 if cache is None else cache_work(acts),
+            chunks=len(pl.chunks),
             at=pos,
             by=by,
             sum_of_rows=float(df["value"].sum()),
@@ -181,8 +199,9 @@ def _at_positions(
     return kept
 
 
-def _decompose(model, acts, names, tokens, ans, bad, pos):
-    """The shares ``[batch, P]`` of every piece, the total, and the remainder."""
+def _shares(model, acts, names, tokens, ans, bad, pos):
+    """The shares ``[batch, P]`` of every piece, the model's own total ``[batch, P]``, how
+    much of the final stream the pieces miss, and the stream's largest entry."""
     cfg = model.cfg
     sel = torch.tensor(pos, device=tokens.device)
     final = acts[names["final"]][:, sel].float()  # [batch, P, d_model]
@@ -246,9 +265,21 @@ def _decompose(model, acts, names, tokens, ans, bad, pos):
         return logits.gather(-1, ids[:, None, None].expand(-1, len(pos), 1))[..., 0]
 
     total = logit_of(ans) if bad is None else logit_of(ans) - logit_of(bad)
-    parts = torch.stack([r[-1] for r in rows]).sum(0)  # [batch, P]
-    remainder = (total - parts).mean().item()
     missing = (final - built).abs().max().item()
+    return rows, total, missing, float(final.abs().max())
+
+
+def _remainder(parts: list[tuple], norm: Any) -> tuple[list, dict[str, Any]]:
+    """Every chunk's rows joined along the batch, the total, and a ``remainder`` row (with
+    its reason) where the pieces do not add up to the model's own logits."""
+    rows = [
+        (*first[:4], torch.cat([p[0][i][-1] for p in parts])) for i, first in enumerate(parts[0][0])
+    ]
+    total = torch.cat([p[1] for p in parts])
+    missing = max(p[2] for p in parts)
+    largest = max(p[3] for p in parts)
+    summed = torch.stack([r[-1] for r in rows]).sum(0)  # [batch, P]
+    remainder = (total - summed).mean().item()
     attrs: dict[str, Any] = {
         "total": float(total.mean()),
         "final_norm": (
@@ -262,7 +293,7 @@ def _decompose(model, acts, names, tokens, ans, bad, pos):
     scale_of = max(1.0, max(abs(float(r[-1].mean())) for r in rows))
     if abs(remainder) > REMAINDER_TOL * scale_of:
         why = []
-        if missing > 1e-4 * max(1.0, float(final.abs().max())):
+        if missing > 1e-4 * max(1.0, largest):
             why.append(
                 f"the components' outputs miss {missing:.3g} of the final residual stream "
                 "(an architecture term this decomposition does not read)"
@@ -270,8 +301,25 @@ def _decompose(model, acts, names, tokens, ans, bad, pos):
         else:
             why.append("the model transforms its logits after the unembedding (not linear)")
         attrs["remainder_reason"] = "; ".join(why)
-        rows.append(("remainder", None, None, "remainder", (total - parts)))
+        rows.append(("remainder", None, None, "remainder", (total - summed)))
     return rows, attrs
+
+
+def _rows(ids: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
+    return None if ids is None else ids[sl]
+
+
+class _Slice:
+    """The prompts ``sl`` of a checked cache's activations."""
+
+    def __init__(self, acts: Any, sl: slice):
+        self.acts, self.sl = acts, sl
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.acts
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.acts[name][self.sl]
 
 
 def _table(rows, by: str, n_layers: int) -> pd.DataFrame:

@@ -31,6 +31,7 @@ from interp.analysis.components._pipeline import ablate, check_ablating
 from interp.analysis.components.ablation import Ablation, MetricArg
 from interp.analysis.shapes import Mask, Tokens
 from interp.checks import check_int
+from interp.engine.chunks import Estimate
 from interp.engine.sites import Site, site
 from interp.errors import InterpError
 from interp.head_checks import check_layer_head
@@ -77,7 +78,8 @@ def ablate_mlps(
     memory_budget: int | None = None,
     seed: int = 0,
     progress: bool = False,
-) -> pd.DataFrame:
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """Ablate each MLP (or each of ``neuron_groups`` groups of its neurons) alone.
 
     Columns ``layer, neuron_group, label, neurons, clean, ablated, effect``
@@ -132,6 +134,7 @@ def ablate_mlps(
         batch_size=batch_size,
         memory_budget=memory_budget,
         progress=progress,
+        estimate=estimate,
     )
 
 
@@ -151,7 +154,8 @@ def ablate_layers(
     memory_budget: int | None = None,
     seed: int = 0,
     progress: bool = False,
-) -> pd.DataFrame:
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """Ablate each layer's attention (all its heads) and MLP alone: one row per layer and part.
 
     Columns ``layer, part, label, clean, ablated, effect`` (labels ``L3.attn``,
@@ -192,4 +196,5 @@ def ablate_layers(
         batch_size=batch_size,
         memory_budget=memory_budget,
         progress=progress,
+        estimate=estimate,
     )

@@ -43,8 +43,10 @@ from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_int, check_not_padding, check_tokens
 from interp.engine.cache import cache_of, cache_work, check_cache, pass_share
+from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
 from interp.errors import InterpError
 from interp.hooks import hook_name, stage_names
+from interp.memory import forward_bytes
 from interp.protocol import HookedModel, check_model, eval_no_grad
 from interp.runtime import runtime_of
 
@@ -64,7 +66,10 @@ def logit_lens(
     k: int = 5,
     target: Any = None,
     cache: Any = None,
-) -> pd.DataFrame:
+    memory_budget: int | None = None,
+    progress: bool = False,
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """One row per sequence, stage and position: the top ``k`` tokens, and the target's fate.
 
     Columns: ``sequence, stage, stage_name, position, token`` (the input token
@@ -73,7 +78,10 @@ def logit_lens(
     target_logp, target_rank`` (rank 1 = top). ``target`` defaults to the next
     token (NaN at the last position); else token ids or single-token strings,
     one for all sequences or one per sequence. ``at`` (the positions read)
-    defaults to every position. ``cache`` (of ``tokens``) is checked against them and completed.
+    defaults to every position. ``cache`` (of ``tokens``) is checked against them and
+    completed. The prompts run in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`;
+    rows are per sequence, so chunks give the rows of one batch); ``estimate=True`` returns
+    the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for a model without an LM head, ``k`` out of range, a
@@ -100,30 +108,31 @@ def logit_lens(
     L = cfg.n_layers
     names = [hook_name("resid_pre", 0), *(hook_name("resid_post", l) for l in range(L))]
     rt = runtime_of(model)
+    stream = len(names) * n * cfg.d_model * 4
+    per = 0 if cache is not None else forward_bytes(model, 1, n) + stream
+    pl = plan(
+        model, b, n, Footprint(2 * CHUNK_BYTES, per), memory_budget=memory_budget,
+        analysis="logit_lens", forward_equivalents=pass_share(L, names),
+        fix="read fewer positions (at=) or use shorter prompts",
+    )  # fmt: skip
+    if estimate:
+        return pl.estimate
+    parts = []
     with eval_no_grad(model):
         acts = check_cache(model, tokens, cache, needs=names)
         work = pass_share(L, names) if acts is None else cache_work(acts)
-        if acts is None:
-            acts = cache_of(model, tokens, names)
-        sel = torch.tensor(pos, device=tokens.device)
-        stack = torch.stack([acts[nm][:, sel] for nm in names])  # [stage, batch, P, d_model]
-        flat = stack.reshape(-1, stack.shape[-1])
-        tgt_flat = tgt[None].expand(L + 1, b, len(pos)).reshape(-1).to(flat.device)
-        top_p, top_i, t_logp, t_rank = [], [], [], []
-        for part in chunks(flat.shape[0], d_vocab):
-            logp = F.log_softmax(rt.readout(flat[part]).float(), dim=-1)  # [rows, d_vocab]
-            v, i = logp.topk(k, dim=-1)
-            top_p.append(v.exp().cpu())
-            top_i.append(i.cpu())
-            t = tgt_flat[part]
-            safe = t.clamp(min=0)
-            lp = logp.gather(-1, safe[:, None])[:, 0]
-            rank = (logp > lp[:, None]).sum(-1) + 1
-            t_logp.append(torch.where(t >= 0, lp, torch.nan).cpu())
-            t_rank.append(torch.where(t >= 0, rank, -1).cpu())
-            del logp
-    top_p_all, top_i_all = torch.cat(top_p), torch.cat(top_i)
-    logp_all, rank_all = torch.cat(t_logp), torch.cat(t_rank)
+        for sl in chunk_bar(pl.chunks, progress=progress, desc="logit lens"):
+            if acts is None:
+                got, rows = cache_of(model, tokens[sl], names), slice(None)
+            else:
+                got, rows = acts, sl
+            stack = torch.stack([got[nm][rows][:, pos] for nm in names])
+            parts.append(_read(rt, stack, tgt[sl], k))  # [stage, batch, P, d_model] read
+            del got, stack
+    top_p_all, top_i_all, logp_all, rank_all = (
+        torch.cat([p[i].view(L + 1, -1, len(pos), *p[i].shape[1:]) for p in parts], 1).flatten(0, 2)
+        for i in range(4)
+    )
     stages = torch.arange(L + 1)[:, None, None].expand(L + 1, b, len(pos)).reshape(-1)
     seqs = torch.arange(b)[None, :, None].expand(L + 1, b, len(pos)).reshape(-1)
     ps = torch.tensor(pos)[None, None, :].expand(L + 1, b, len(pos)).reshape(-1)
@@ -162,6 +171,31 @@ def logit_lens(
             at=pos,
             k=k,
             chunk_bytes=CHUNK_BYTES,
+            chunks=len(pl.chunks),
         )
     )
     return df
+
+
+def _read(rt: Any, stack: torch.Tensor, tgt: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+    """Top-``k`` probabilities and ids, the target's log-probability and rank, of every row of
+    ``stack`` (``[stage, batch, P, d_model]``) through the final norm and unembedding, flat
+    ``[stage * batch * P, ...]``, unembedding at most ``CHUNK_BYTES`` of logits at a time."""
+    S, b, P, _ = stack.shape
+    flat = stack.reshape(-1, stack.shape[-1])
+    tgt_flat = tgt[None].expand(S, b, P).reshape(-1).to(flat.device)
+    d_vocab = int(getattr(rt.cfg, "d_vocab_out", None) or rt.cfg.d_vocab)
+    top_p, top_i, t_logp, t_rank = [], [], [], []
+    for part in chunks(flat.shape[0], d_vocab):
+        logp = F.log_softmax(rt.readout(flat[part]).float(), dim=-1)  # [rows, d_vocab]
+        v, i = logp.topk(k, dim=-1)
+        top_p.append(v.exp().cpu())
+        top_i.append(i.cpu())
+        t = tgt_flat[part]
+        safe = t.clamp(min=0)
+        lp = logp.gather(-1, safe[:, None])[:, 0]
+        rank = (logp > lp[:, None]).sum(-1) + 1
+        t_logp.append(torch.where(t >= 0, lp, torch.nan).cpu())
+        t_rank.append(torch.where(t >= 0, rank, -1).cpu())
+        del logp
+    return torch.cat(top_p), torch.cat(top_i), torch.cat(t_logp), torch.cat(t_rank)

@@ -34,6 +34,7 @@ from interp.analysis.components._pipeline import check_patching, patch
 from interp.analysis.components.ablation import MetricArg
 from interp.analysis.frames import rows_frame
 from interp.analysis.shapes import Tokens
+from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction
 from interp.engine.sites import head_edits, mask_positions
 from interp.head_checks import parse_heads
@@ -57,7 +58,8 @@ def patch_heads(
     batch_size: int | None = None,
     memory_budget: int | None = None,
     progress: bool = False,
-) -> pd.DataFrame:
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """Patch each head's ``hook_z`` from one run into the other (module docstring).
 
     ``tokens`` are the clean tokens. Columns: ``layer, head, label, clean,
@@ -93,4 +95,5 @@ def patch_heads(
         batch_size=batch_size,
         memory_budget=memory_budget,
         progress=progress,
+        estimate=estimate,
     )

@@ -66,14 +66,16 @@ from interp.analysis.heads.stripes import (
     Convention,
     Reducer,
     Stripe,
+    chunk_reducers,
     reducers_for,
 )
 from interp.analysis.shapes import Mask, Tokens
 from interp.checks import check_int, check_seed, check_tokens
 from interp.engine.cache import run_until
+from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, plan
 from interp.errors import InterpError
 from interp.hooks import hook_name
-from interp.memory import check_memory
+from interp.memory import check_memory, forward_bytes
 from interp.protocol import HookedModel, bos_token_id, check_model, eval_no_grad, is_causal
 
 
@@ -181,7 +183,10 @@ def head_scores(
     loss_mask: Mask | None = None,
     causal: bool | None = None,
     cache: Any = None,
-) -> pd.DataFrame:
+    memory_budget: int | None = None,
+    progress: bool = False,
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """Stripe scores from one forward pass: one row per head, one column per stripe.
 
     Runs the model once with reducing hooks on ``hook_pattern`` only (no
@@ -192,7 +197,10 @@ def head_scores(
     ``"transformer_lens"``); ``exclude_current_token`` and ``error_measure``
     belong to ``"transformer_lens"``; ``loss_mask`` (``[batch, pos]`` bool:
     which query rows count) and ``causal`` to ``"interp"``. ``df.attrs``
-    records the convention. :func:`pattern_scores` scores patterns you have.
+    records the convention. :func:`pattern_scores` scores patterns you have. The prompts
+    run in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`; every score is a
+    mean over query rows or sequences, so chunks give the scores of one batch);
+    ``estimate=True`` returns the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for an unknown stripe or convention, an option the
@@ -216,16 +224,36 @@ def head_scores(
         loss_mask,
         causal,
     )
-    out = {s: torch.zeros(cfg.n_layers, cfg.n_heads) for s in reducers}
-    if cache is not None:
-        with eval_no_grad(model):
-            for layer, p in enumerate(patterns(model, tokens, cache=cache)):
-                for s, r in reducers.items():
-                    out[s][layer] = r(p).cpu()
-    else:
-        _scores_by_hooks(model, tokens, reducers, out)
+    b, n = tokens.shape
+    per = 0 if cache is not None else forward_bytes(model, 1, n)
+    pl = plan(
+        model, b, n, Footprint(0, per), memory_budget=memory_budget, analysis="head_scores",
+        forward_equivalents=0.0 if cache is not None else 1.0, fix="use shorter prompts",
+    )  # fmt: skip
+    if estimate:
+        return pl.estimate
+    options = (stripes, convention, exclude_bos, exclude_current_token, error_measure)
+    means = {s: WeightedMean() for s in reducers}
+    for sl in chunk_bar(pl.chunks, progress=progress, desc="head scores"):
+        if pl.split:
+            pairs = chunk_reducers(tokens, sl, *options, loss_mask, causal)
+        else:
+            pairs = {s: (r, 1.0) for s, r in reducers.items()}
+        part = {s: r for s, (r, _) in pairs.items()}
+        out = {s: torch.zeros(cfg.n_layers, cfg.n_heads) for s in part}
+        if cache is not None:
+            with eval_no_grad(model):
+                for layer, p in enumerate(patterns(model, tokens, cache=cache)):
+                    for s, r in part.items():
+                        out[s][layer] = r(p[sl]).cpu()
+        elif part:
+            _scores_by_hooks(model, tokens[sl], part, out)
+        for s, (_, w) in pairs.items():
+            means[s].add(out[s], w)
+    out = {s: m.value for s, m in means.items()}
     df = head_frame(out, cfg.n_layers, cfg.n_heads)
     df.attrs.update(_attrs("head_scores", convention, model, 0.0 if cache is not None else 1.0))
+    df.attrs["chunks"] = len(pl.chunks)
     return df
 
 

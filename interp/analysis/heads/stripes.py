@@ -124,6 +124,40 @@ def arena_half(tokens: torch.Tensor) -> int:
     return half
 
 
+def chunk_reducers(
+    tokens: Tokens,
+    rows: slice,
+    stripes: Sequence[Any],
+    convention: str,
+    exclude_bos: bool | None,
+    exclude_current_token: bool,
+    error_measure: str,
+    loss_mask: Mask | None,
+    causal: bool,
+) -> dict[str, tuple[Reducer, float]]:
+    """The reducers of the prompts ``rows`` (a chunk of a batch whose options
+    :func:`reducers_for` already checked), each with its weight in the mean over the whole
+    batch: the query rows it counts (``"interp"``: a stripe's scores are a mean over rows),
+    else its sequences. A stripe the chunk has no row of is left out."""
+    part = tokens[rows]
+    mask = None if loss_mask is None else check_mask(loss_mask, tokens, "loss_mask")[rows]
+    out: dict[str, tuple[Reducer, float]] = {}
+    for s in stripes:
+        if convention == "interp":
+            bos = True if exclude_bos is None else bool(exclude_bos)
+            m = stripe_mask(part, s, exclude_bos=bos, causal=causal)
+            v = m.any(-1) if mask is None else m.any(-1) & mask
+            if v.any():
+                out[s] = (interp_reducer(m, v), float(v.sum()))
+        else:
+            one = reducers_for(
+                part, (s,), convention, exclude_bos, exclude_current_token, error_measure,
+                None, causal,
+            )  # fmt: skip
+            out[s] = (one[s], float(part.shape[0]))
+    return out
+
+
 def reducers_for(
     tokens: Tokens,
     stripes: Sequence[Any],

@@ -1,0 +1,265 @@
+"""Prompts in chunks under a memory budget, and the cost of a run stated before it starts.
+
+One rule for every analysis that runs the model. At its peak an analysis holds
+some bytes that do not grow with the number of prompts (``fixed``: a graph's
+masks, a gradient matrix per receiver) and some that do (``per_prompt``: the
+activations of a forward pass, the senders' outputs, the states a sweep resumes
+from): its :class:`Footprint`, computed from the model's config, the prompts'
+length and the analysis's options (:mod:`interp.memory` has the pieces). The
+prompts are split into the fewest chunks of near-equal size whose peak,
+``fixed + prompts_per_chunk * per_prompt``, stays under the budget
+(:func:`interp.memory.budget`: ``memory_budget`` bytes, else a quarter of the
+memory free on the model's device). Each chunk runs as a batch of its own, and
+the metric's values on the chunks combine into its value on every prompt,
+``m(all) = sum_c w_c m(c) / sum_c w_c`` (:meth:`interp.metrics.Metric.chunk`):
+exact for every metric that is a mean over prompts (or over the predictions a
+loss mask counts), because a mean of means with these weights is the mean, and
+so is the gradient of one (edge and head attribution). A metric that does not
+say it is such a mean is refused when the prompts must be split, never silently
+averaged. Work that cannot fit even one prompt is refused with its estimate and
+what makes it fit.
+
+:class:`Estimate` is the same arithmetic stated before any work: the chunks,
+the peak bytes over the model's own weights and the forward-equivalents
+(:class:`interp.engine.batching.Cost`); every analysis returns it, without
+running, when called with ``estimate=True``.
+
+Example:
+    >>> sizes = plan_chunks(10, Footprint(fixed=0, per_prompt=3), budget=9)
+    >>> [s.stop - s.start for s in sizes]
+    [3, 3, 2, 2]
+    >>> mean = WeightedMean()
+    >>> mean.add(2.0, 3.0); mean.add(4.0, 1.0)
+    >>> mean.value
+    2.5
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from interp.errors import InterpError
+
+
+@dataclasses.dataclass(frozen=True)
+class Footprint:
+    """The peak bytes an analysis holds beyond the model's weights: ``fixed`` whatever the
+    chunk, plus ``per_prompt`` for each prompt of a chunk."""
+
+    fixed: int
+    per_prompt: int
+
+    def peak(self, prompts: int) -> int:
+        """The peak bytes of a chunk of ``prompts`` prompts."""
+        return int(self.fixed + prompts * self.per_prompt)
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """What a run will cost, known before it starts (``estimate=True`` on any analysis).
+
+    ``peak_bytes`` is the peak over the model's own weights; ``forward_equivalents``
+    counts forward passes over all the prompts (a backward pass counts 2).
+    """
+
+    analysis: str
+    prompts: int
+    pos: int
+    chunks: int
+    prompts_per_chunk: int
+    peak_bytes: int
+    forward_equivalents: float
+    budget: int
+    footprint: Footprint  # the memory model behind peak_bytes: fixed + per prompt
+
+    def budget_for(self, prompts_per_chunk: int) -> int:
+        """The smallest budget under which a chunk holds ``prompts_per_chunk`` prompts."""
+        return self.footprint.peak(prompts_per_chunk)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.analysis}: {self.prompts} prompts x {self.pos} tokens in {self.chunks} "
+            f"chunk{'s' if self.chunks != 1 else ''} of up to {self.prompts_per_chunk}; about "
+            f"{self.forward_equivalents:,.1f} forward-equivalents, peak {gib(self.peak_bytes)} "
+            f"over the weights (budget {gib(self.budget)})"
+        )
+
+
+def gib(n: float) -> str:
+    """Bytes as GiB (or MiB below one GiB)."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def plan_chunks(
+    n_prompts: int,
+    footprint: Footprint,
+    *,
+    budget: int,
+    what: str = "this analysis",
+    fix: str = "use shorter prompts",
+) -> list[slice]:
+    """The fewest near-equal chunks of ``n_prompts`` whose peak fits ``budget`` bytes.
+
+    Raises:
+        InterpError: when one prompt alone does not fit, naming its estimate, the
+            budget and ``fix``.
+    """
+    one = footprint.peak(1)
+    if one > budget:
+        raise InterpError(
+            f"{what} needs about {gib(one)} for a single prompt, more than the memory budget "
+            f"of {gib(budget)}; {fix}, or raise the budget (memory_budget=, --memory)"
+        )
+    most = max(1, (budget - footprint.fixed) // max(1, footprint.per_prompt))
+    n_chunks = max(1, math.ceil(n_prompts / most))
+    size, extra = divmod(n_prompts, n_chunks)
+    out, start = [], 0
+    for c in range(n_chunks):
+        stop = start + size + (1 if c < extra else 0)
+        out.append(slice(start, stop))
+        start = stop
+    return out
+
+
+def check_chunkable(metric: Any, n_chunks: int) -> None:
+    """Refuse a metric whose chunks cannot be combined when the prompts need several.
+
+    Raises:
+        InterpError: from :meth:`interp.metrics.Metric.chunk`, naming the fix.
+    """
+    if n_chunks > 1 and metric is not None and not metric.chunkable:
+        try:
+            metric.chunk(slice(0, 1))
+        except InterpError as exc:
+            raise InterpError(f"{exc} (these prompts need {n_chunks} chunks)") from None
+
+
+def estimate(
+    analysis: str,
+    footprint: Footprint,
+    chunks: list[slice],
+    pos: int,
+    *,
+    budget: int,
+    forward_equivalents: float,
+) -> Estimate:
+    """The :class:`Estimate` of a run whose prompts of ``pos`` tokens split into ``chunks``."""
+    most = max(s.stop - s.start for s in chunks)
+    return Estimate(
+        analysis=analysis,
+        prompts=chunks[-1].stop,
+        pos=pos,
+        chunks=len(chunks),
+        prompts_per_chunk=most,
+        peak_bytes=footprint.peak(most),
+        forward_equivalents=round(float(forward_equivalents), 3),
+        budget=int(budget),
+        footprint=footprint,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How a run splits its prompts (:func:`plan`), and its :class:`Estimate`."""
+
+    chunks: list[slice]
+    estimate: Estimate
+
+    @property
+    def split(self) -> bool:
+        """Whether the prompts run in more than one chunk."""
+        return len(self.chunks) > 1
+
+    def costing(self, forward_equivalents: float) -> Plan:
+        """This plan with its estimate's forward-equivalents set (some depend on the chunks)."""
+        est = dataclasses.replace(self.estimate, forward_equivalents=round(forward_equivalents, 3))
+        return dataclasses.replace(self, estimate=est)
+
+    def share(self, rows: slice) -> float:
+        """The fraction of all the prompts that ``rows`` holds (to count a chunk's passes in
+        forward-equivalents of every prompt)."""
+        return (rows.stop - rows.start) / max(1, self.estimate.prompts)
+
+    def parts(
+        self, metric: Any, *, progress: bool = False, desc: str = "chunks"
+    ) -> Iterator[tuple[slice, Any, float]]:
+        """``(rows, metric of those prompts, weight)`` per chunk (one chunk: the metric itself,
+        weight 1); chunks the metric gives no weight are skipped.
+
+        Raises:
+            InterpError: for a metric that cannot be combined over several chunks.
+        """
+        check_chunkable(metric, len(self.chunks))
+        for rows in chunk_bar(self.chunks, progress=progress, desc=desc):
+            if not self.split or metric is None:
+                yield rows, metric, float(rows.stop - rows.start)
+                continue
+            part, weight = metric.chunk(rows)
+            if weight > 0:
+                yield rows, part, weight
+
+
+def plan(
+    model: Any,
+    n_prompts: int,
+    pos: int,
+    footprint: Footprint,
+    *,
+    memory_budget: Any,
+    analysis: str,
+    forward_equivalents: float,
+    what: str = "",
+    fix: str = "use shorter prompts",
+) -> Plan:
+    """The chunks of a run of ``n_prompts`` prompts of ``pos`` tokens under the budget on the
+    model's device (:func:`interp.memory.budget`), and its :class:`Estimate`.
+
+    Raises:
+        InterpError: for a bad ``memory_budget``, or when one prompt does not fit.
+    """
+    from interp.memory import budget
+    from interp.protocol import model_device
+
+    cap = budget(model_device(model), memory_budget)
+    chunks = plan_chunks(n_prompts, footprint, budget=cap, what=what or analysis, fix=fix)
+    est = estimate(
+        analysis, footprint, chunks, pos, budget=cap, forward_equivalents=forward_equivalents
+    )
+    return Plan(chunks, est)
+
+
+class WeightedMean:
+    """A running mean of scalars, arrays or tensors with weights (chunks' metric values)."""
+
+    def __init__(self) -> None:
+        self.total: Any = None
+        self.weight = 0.0
+
+    def add(self, value: Any, weight: float) -> None:
+        if weight <= 0:
+            return
+        term = value * weight
+        self.total = term if self.total is None else self.total + term
+        self.weight += weight
+
+    @property
+    def value(self) -> Any:
+        if self.total is None:
+            raise InterpError("no chunk counted anything: the metric's weights are all 0")
+        return self.total / self.weight
+
+
+def chunk_bar(chunks: list[slice], *, progress: bool, desc: str) -> Iterator[slice]:
+    """The chunks, with a progress bar over them (and an ETA) when there are several."""
+    if len(chunks) == 1 or not progress:
+        yield from chunks
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(chunks), desc=f"{desc} (chunks)", unit="chunk") as bar:
+        for sl in chunks:
+            yield sl
+            bar.update(1)
