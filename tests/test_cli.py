@@ -95,7 +95,9 @@ def test_attribute_and_scores(tmp_path, capsys):
     assert df.attrs["ablation"] == "zero" and df.attrs["method"] == "attribution"
     assert df.attrs["metric"] == "loss"
     assert df.attrs["inputs"] == "--repeated 20" and df.attrs["model"] == "induction-2l"
-    assert main(["ablate", "--first-order", "--out", str(out), "--repeated", "20", "--top", "0"]) == 0
+    assert (
+        main(["ablate", "--first-order", "--out", str(out), "--repeated", "20", "--top", "0"]) == 0
+    )
     assert interp.read_table(out)["exact"].isna().all()
     for convention in ("interp", "transformer_lens", "arena"):
         sout = tmp_path / f"s-{convention}.csv"
