@@ -471,6 +471,7 @@ def child_measure(spec: dict[str, Any]) -> dict[str, Any]:
             info["edges"] = len(df)
         if spec["analysis"] == "evaluate":
             info["faithfulness"] = float(df["faithfulness"].iloc[0])
+            info["edges"] = int(df["n_edges"].iloc[0])
         if spec["compare"] and chunked:
             kwargs["memory_budget"] = 1 << 50  # one batch
             t = time.perf_counter()
@@ -721,7 +722,10 @@ def table(path: Path) -> str:
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     order = {a: i for i, a in enumerate(ANALYSES)}
-    rows = sorted(latest.values(), key=lambda r: (_key(r)[:2], order.get(r["analysis"], 99)))
+    first: dict[tuple, int] = {}  # models in the order they were run
+    for r in latest.values():
+        first.setdefault(_key(r)[:2], len(first))
+    rows = sorted(latest.values(), key=lambda r: (first[_key(r)[:2]], order.get(r["analysis"], 99)))
     for r in rows:
         shape = r["model"] + (f" / {r['shrink']}" if r.get("shrink", 1) > 1 else "")
         tokens = f"{r['batch']} x {r['pos']} {r['dtype']}"
