@@ -57,8 +57,7 @@ def copies_per_pass(
         return min(check_int(requested, "batch_size", minimum=1), most)
     cap = budget(device, memory_budget)
     k = min(most, cap // max(1, per_copy))
-    on_cpu = getattr(device, "type", str(device)) == "cpu"
-    if on_cpu and memory_budget is None:
+    if getattr(device, "type", str(device)) == "cpu":  # memory bound past these, on a CPU
         k = min(k, -(-CPU_TOKENS_PER_PASS // max(1, n_tokens)))
         if reread:
             k = min(k, CPU_REREAD_BYTES // reread)

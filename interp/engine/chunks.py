@@ -47,14 +47,38 @@ from interp.errors import InterpError
 @dataclasses.dataclass(frozen=True)
 class Footprint:
     """The peak bytes an analysis holds beyond the model's weights: ``fixed`` whatever the
-    chunk, plus ``per_prompt`` for each prompt of a chunk."""
+    chunk, ``per_prompt`` held for each prompt of a chunk, and ``per_copy`` for each prompt
+    of each copy a pass carries (edits that share a pass each run a copy of the chunk:
+    :mod:`interp.engine.batching` packs as many as the rest of the budget holds, at most
+    ``most_copies``, the number of edits; ``reread`` of each copy's bytes is read back by
+    later layers, which limits packing on a CPU)."""
 
     fixed: int
     per_prompt: int
+    per_copy: int = 0
+    reread: int = 0
+    most_copies: int = 1
 
-    def peak(self, prompts: int) -> int:
-        """The peak bytes of a chunk of ``prompts`` prompts."""
-        return int(self.fixed + prompts * self.per_prompt)
+    def peak(self, prompts: int, copies: int = 1) -> int:
+        """The peak bytes of a chunk of ``prompts`` prompts whose passes carry ``copies``."""
+        return int(self.fixed + prompts * (self.per_prompt + copies * self.per_copy))
+
+    def spare(self, prompts: int, budget: int) -> int:
+        """The bytes of ``budget`` left for a chunk's copies once its held state is counted
+        (what the engines pack their copies into)."""
+        return max(1, int(budget - self.fixed - prompts * self.per_prompt))
+
+    def copies(self, prompts: int, pos: int, budget: int, device: Any) -> int:
+        """How many copies a chunk of ``prompts`` prompts' passes carry under ``budget``
+        (:func:`interp.engine.batching.copies_per_pass`, as the engines will choose)."""
+        if self.per_copy <= 0 or self.most_copies <= 1:
+            return 1
+        from interp.engine.batching import copies_per_pass
+
+        return copies_per_pass(
+            prompts * pos, device, per_copy=prompts * self.per_copy, n=self.most_copies,
+            reread=prompts * self.reread, memory_budget=self.spare(prompts, budget),
+        )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,13 +131,14 @@ def plan_chunks(
         InterpError: when one prompt alone does not fit, naming its estimate, the
             budget and ``fix``.
     """
-    one = footprint.peak(1)
+    one = footprint.peak(1)  # one prompt, one copy
     if one > budget:
         raise InterpError(
             f"{what} needs about {gib(one)} for a single prompt, more than the memory budget "
             f"of {gib(budget)}; {fix}, or raise the budget (memory_budget=, --memory)"
         )
-    most = max(1, (budget - footprint.fixed) // max(1, footprint.per_prompt))
+    each = max(1, footprint.per_prompt + footprint.per_copy)
+    most = max(1, (budget - footprint.fixed) // each)
     n_chunks = max(1, math.ceil(n_prompts / most))
     size, extra = divmod(n_prompts, n_chunks)
     out, start = [], 0
@@ -145,16 +170,18 @@ def estimate(
     *,
     budget: int,
     forward_equivalents: float,
+    device: Any = "cpu",
 ) -> Estimate:
     """The :class:`Estimate` of a run whose prompts of ``pos`` tokens split into ``chunks``."""
     most = max(s.stop - s.start for s in chunks)
+    copies = footprint.copies(most, pos, budget, device)
     return Estimate(
         analysis=analysis,
         prompts=chunks[-1].stop,
         pos=pos,
         chunks=len(chunks),
         prompts_per_chunk=most,
-        peak_bytes=footprint.peak(most),
+        peak_bytes=footprint.peak(most, copies),
         forward_equivalents=round(float(forward_equivalents), 3),
         budget=int(budget),
         footprint=footprint,
@@ -177,6 +204,11 @@ class Plan:
         """This plan with its estimate's forward-equivalents set (some depend on the chunks)."""
         est = dataclasses.replace(self.estimate, forward_equivalents=round(forward_equivalents, 3))
         return dataclasses.replace(self, estimate=est)
+
+    def spare(self, rows: slice) -> int:
+        """The budget a chunk's passes pack their copies into: the run's budget less what
+        the chunk holds (pass it on as the engines' ``memory_budget``)."""
+        return self.estimate.footprint.spare(rows.stop - rows.start, self.estimate.budget)
 
     def share(self, rows: slice) -> float:
         """The fraction of all the prompts that ``rows`` holds (to count a chunk's passes in
@@ -225,9 +257,11 @@ def plan(
 
     cap = budget(model_device(model), memory_budget)
     chunks = plan_chunks(n_prompts, footprint, budget=cap, what=what or analysis, fix=fix)
+    device = model_device(model)
     est = estimate(
-        analysis, footprint, chunks, pos, budget=cap, forward_equivalents=forward_equivalents
-    )
+        analysis, footprint, chunks, pos, budget=cap, forward_equivalents=forward_equivalents,
+        device=device,
+    )  # fmt: skip
     return Plan(chunks, est)
 
 

@@ -185,13 +185,27 @@ def _probe(rt: Runtime, graph: Graph, parts: list[Layer], tokens: torch.Tensor) 
         return False, f"{type(exc).__name__}: {exc}"
 
 
-def edits_per_pass(graph: Graph, tokens: torch.Tensor, d_model: int, running: bool) -> int:
-    """Copies per pass (:func:`interp.engine.batching.copies_per_pass`) for the edge
-    engine's memory model: per copy, each layer's per-receiver inputs, and in a running
-    pass the senders' outputs, which every later receiver layer reads back."""
-    store = len(graph.senders) * tokens.numel() * d_model * 4 if running else 0
-    per_copy = store + max(graph.n_heads, 1) * tokens.numel() * d_model * 4 * 3
-    return copies_per_pass(tokens.numel(), tokens.device, per_copy=per_copy, reread=store)
+def copy_bytes(graph: Graph, rt: Runtime, tokens: int, *, running: bool) -> tuple[int, int]:
+    """The edge engine's memory model of one copy of a pass over ``tokens`` tokens: its
+    bytes (one forward pass's activations, each layer's per-receiver inputs and, in a
+    running pass, the senders' outputs) and the part later layers read back (those
+    outputs)."""
+    from interp.memory import forward_bytes
+
+    stream = tokens * rt.d_model * 4
+    store = len(graph.senders) * stream if running else 0
+    per_copy = store + 3 * max(graph.n_heads, 1) * stream + forward_bytes(rt.model, 1, tokens)
+    return per_copy, store
+
+
+def edits_per_pass(prep: Any, *, running: bool) -> int:
+    """Copies per pass (:func:`interp.engine.batching.copies_per_pass`) under the task's
+    budget (:func:`copy_bytes`)."""
+    per_copy, store = copy_bytes(prep.graph, prep.rt, prep.tokens.numel(), running=running)
+    return copies_per_pass(
+        prep.tokens.numel(), prep.tokens.device, per_copy=per_copy, reread=store,
+        memory_budget=prep.memory_budget,
+    )  # fmt: skip
 
 
 def as_tensor(mask: np.ndarray, device: Any = None) -> torch.Tensor:
@@ -214,7 +228,7 @@ def evaluate_masks(
     from interp.protocol import eval_no_grad
 
     rt = prep.rt
-    k = edits_per_pass(prep.graph, prep.tokens, rt.d_model, running=True)
+    k = edits_per_pass(prep, running=True)
     out: list[float] = []
     b = prep.tokens.shape[0]
     bar = tqdm(total=len(masks), disable=not progress, desc=desc, unit="circuit")
@@ -278,7 +292,7 @@ def patch_edges(
     L = graph.n_layers
     shape = (*graph.valid.shape, prep.tokens.shape[1]) if prep.each else graph.valid.shape
     starts = edit_starts(prep, edits)
-    k = edits_per_pass(graph, prep.tokens, rt.d_model, running=False)
+    k = edits_per_pass(prep, running=False)
     chunks = pack(starts, k)
     values: dict[int, float] = {}
     bar = tqdm(total=len(edits), disable=not progress, desc=desc, unit="edit")

@@ -79,16 +79,22 @@ def bytes_per_copy(model: HookedModel, tokens: torch.Tensor) -> int:
 def footprint(
     model: HookedModel, pos: int, edits: Sequence[Edit], names: Sequence[str] = ()
 ) -> Footprint:
-    """The memory a sweep holds per prompt (:mod:`interp.engine.chunks`): one forward copy,
-    the residual stream at each block an edit resumes from, and the values spliced in at
-    ``names`` (more copies share a pass only where the budget leaves room)."""
+    """The memory a sweep holds (:mod:`interp.engine.chunks`): per prompt, the residual
+    stream at each block an edit resumes from and the values spliced in at ``names``; per
+    prompt of each copy of a pass, one forward pass's activations (edits share passes as
+    copies of the batch, as many as the rest of the budget holds)."""
     from interp.memory import element_bytes, forward_bytes
 
     rt = runtime_of(model)
     starts = {edit_start(e) for e in edits} - {0}
     kept = (len(starts) + 1) * pos * rt.d_model * element_bytes(model)
     values = sum(rt.activation_bytes(n, pos) for n in dict.fromkeys(names))
-    return Footprint(fixed=0, per_prompt=forward_bytes(model, 1, pos) + kept + values)
+    return Footprint(
+        fixed=0,
+        per_prompt=kept + values,
+        per_copy=forward_bytes(model, 1, pos),
+        most_copies=max(1, len(edits)),
+    )
 
 
 def edits_per_pass(

@@ -311,33 +311,36 @@ def chunk_tasks(
             task.resample_index = resample_index(task.tokens.shape[0], None, task.seed)
     for sl, metric, weight in chunks.parts(task.metric, progress=progress, desc=desc):
         sub = task.rows(sl, metric) if chunks.split else task
+        sub.memory_budget = chunks.spare(sl)  # what the chunk's passes pack copies into
         yield sub, cache_rows(checked, sl), weight
         if sub is not task:
             task.cost.add(sub.cost.total * chunks.share(sl))
 
 
-def edge_footprint(task: EdgeTask, kind: str) -> Footprint:
+def edge_footprint(task: EdgeTask, kind: str, *, copies: int = 1) -> Footprint:
     """The memory an edge analysis holds (:mod:`interp.engine.chunks`), from the model's
     config, the graph and the prompts' length: ``kind`` ``"patch"`` (path patching and exact
     edges: the base and replacement outputs of every sender, each receiver layer's input and
     the states a pass resumes from), ``"circuit"`` (circuit evaluation: the replacement
-    outputs, and the outputs of the running pass every later receiver reads back) or
-    ``"eap"`` (edge attribution: the senders' outputs, their replacement and difference, every
-    receiver's gradient and a backward pass's activations); plus one forward copy. The
+    outputs) or ``"eap"`` (edge attribution: the senders' outputs and their difference, every
+    receiver's gradient and a backward pass's activations); per copy of a pass
+    (:func:`interp.engine.edges.copy_bytes`), up to ``copies`` (the edits or circuits). The
     fixed part is the graph's masks and scores."""
+    from interp.engine.edges import copy_bytes
     from interp.memory import forward_bytes
 
     rt, graph = task.rt, task.graph
     P = int(task.tokens.shape[1])
     S, R, L = len(graph.senders), len(graph.receivers), graph.n_layers
     stream = P * rt.d_model * 4  # one prompt's residual-width float32 tensor
-    fwd = forward_bytes(rt.model, 1, P)
-    heads = 3 * max(graph.n_heads, 1) * stream  # a layer's per-receiver inputs, per copy
-    if kind == "eap":
-        per = (3 * S + R) * stream + 3 * fwd + 6 * L * stream
-    elif kind == "circuit":
-        per = 2 * S * stream + (2 * L + 1) * stream + heads + fwd
-    else:
-        per = 2 * S * stream + (3 * L + 1) * stream + heads + fwd
     fixed = S * R * (P if task.each else 1) * 8 * 4
-    return Footprint(fixed=int(fixed), per_prompt=int(per))
+    if kind == "eap":
+        per = (2 * S + R) * stream + 3 * forward_bytes(rt.model, 1, P) + 6 * L * stream
+        return Footprint(fixed=int(fixed), per_prompt=int(per))
+    running = kind == "circuit"
+    per_copy, store = copy_bytes(graph, rt, P, running=running)
+    held = (S if running else 2 * S + 3 * L + 1) * stream
+    return Footprint(
+        fixed=int(fixed), per_prompt=int(held), per_copy=int(per_copy), reread=int(store),
+        most_copies=max(1, int(copies)),
+    )  # fmt: skip

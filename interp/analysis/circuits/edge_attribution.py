@@ -150,7 +150,10 @@ def attribute_edges(
             fix="use fewer steps (5 is EAP-IG's usual number)",
         )
     pl = plan(
-        model, *task.tokens.shape, edge_footprint(task, "patch" if method == "exact" else "eap"),
+        model, *task.tokens.shape, edge_footprint(
+            task, "patch" if method == "exact" else "eap",
+            copies=len(edits) if method == "exact" else 1,
+        ),
         memory_budget=memory_budget, analysis="attribute_edges", forward_equivalents=0.0,
         fix="use shorter prompts, or whole edges (positions=None)" if task.each
         else "use shorter prompts",

@@ -180,7 +180,7 @@ def _measure(
         InterpError: when the clean and corrupted runs agree.
     """
     pl = plan(
-        task.rt.model, *task.tokens.shape, edge_footprint(task, "circuit"),
+        task.rt.model, *task.tokens.shape, edge_footprint(task, "circuit", copies=len(masks)),
         memory_budget=memory_budget, analysis=analysis, forward_equivalents=0.0,
         fix="use shorter prompts",
     )  # fmt: skip

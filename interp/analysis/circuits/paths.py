@@ -119,7 +119,8 @@ def path_patch(
         fix="pass fewer senders",
     )
     pl = plan(
-        model, *task.tokens.shape, edge_footprint(task, "patch"), memory_budget=memory_budget,
+        model, *task.tokens.shape, edge_footprint(task, "patch", copies=len(edits)),
+        memory_budget=memory_budget,
         analysis="path_patch", forward_equivalents=work, fix="use shorter prompts",
     )  # fmt: skip
     if estimate:

@@ -135,7 +135,7 @@ def ablate(
                 m,
                 values=replace.rows(sl),
                 batch_size=batch_size,
-                memory_budget=memory_budget,
+                memory_budget=pl.spare(sl),
                 progress=progress and not pl.split,
                 desc=f"{a.ablation} ablation",
             )
@@ -262,7 +262,7 @@ def patch(
                 m,
                 values=values,
                 batch_size=batch_size,
-                memory_budget=memory_budget,
+                memory_budget=pl.spare(sl),
                 progress=progress and not pl.split,
                 desc=f"patching ({p.direction})",
                 score_tokens=p.tokens[sl],
