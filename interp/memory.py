@@ -117,7 +117,7 @@ def _gb(n: int) -> str:
 TABLE_ROW_BYTES = 300  # a table row of a few numbers and label strings, in pandas
 
 
-def check_table(rows: int, device: Any = None, *, what: str) -> int:
+def check_table(rows: int, device: Any = None, *, what: str, memory_budget: Any = None) -> int:
     """Refuse a table of ``rows`` rows that cannot fit the memory budget (about
     :data:`TABLE_ROW_BYTES` a row); returns the estimate in bytes.
 
@@ -125,11 +125,11 @@ def check_table(rows: int, device: Any = None, *, what: str) -> int:
         InterpError: naming the estimate, the budget and what to shrink.
     """
     need = rows * TABLE_ROW_BYTES
-    have = budget(device)
+    have = budget(device, memory_budget)
     if need > have:
+        source = "given" if memory_budget is not None else "a quarter of the free memory"
         raise InterpError(
-            f"{what} needs about {_gb(need)}, more than the {_gb(have)} budget (a quarter of the "
-            "free memory); score fewer edges (edges=), or whole edges (positions=None) on "
-            "shorter prompts"
+            f"{what} needs about {_gb(need)}, more than the {_gb(have)} budget ({source}); "
+            "score fewer edges (edges=), or whole edges (positions=None) on shorter prompts"
         )
     return need

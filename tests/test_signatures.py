@@ -224,3 +224,37 @@ def test_the_glossary_names_the_shared_words():
     used = {p for fn in FUNCTIONS.values() for p in inspect.signature(fn).parameters}
     assert set(VALUES) <= used and set(RETIRED).isdisjoint(used)
     assert "noising" in GLOSSARY["direction"] and "default" in GLOSSARY["direction"]
+
+
+# Every analysis that runs the model over a batch of prompts splits them into chunks under a
+# memory budget and can state its cost first (interp.engine.chunks); a new one belongs here.
+CHUNKED = {
+    "ablate_heads",
+    "ablate_head_groups",
+    "ablate_mlps",
+    "ablate_layers",
+    "patch_heads",
+    "patch_components",
+    "attribute_heads",
+    "path_patch",
+    "attribute_edges",
+    "evaluate_circuit",
+    "circuit_curve",
+    "find_circuit",
+    "direct_logit_attribution",
+    "logit_lens",
+    "head_scores",
+    "induction_scores",
+    "previous_token_scores",
+    "duplicate_token_scores",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHUNKED))
+def test_analyses_that_run_the_model_take_a_budget_and_state_their_cost(name):
+    params = inspect.signature(FUNCTIONS[name]).parameters
+    for option in ("memory_budget", "estimate", "progress"):
+        assert option in params, f"{name} takes no {option}="
+        assert params[option].kind == inspect.Parameter.KEYWORD_ONLY, f"{name}.{option}"
+    assert params["estimate"].default is False and params["memory_budget"].default is None
+    assert "Estimate" in str(inspect.signature(FUNCTIONS[name]).return_annotation), name

@@ -131,7 +131,10 @@ def attribute_edges(
     else:
         wanted = graph.valid if edges is None else edge_mask(graph, edges)
     rows = int(wanted.sum())
-    check_table(rows, task.tokens.device, what=f"a table of {rows:,} edge scores")
+    check_table(
+        rows, task.tokens.device, what=f"a table of {rows:,} edge scores",
+        memory_budget=memory_budget,
+    )  # fmt: skip
     replaced = int(ablation == "patch")  # the source run's pass
     if method == "exact":
         where = np.nonzero(wanted)
