@@ -242,6 +242,7 @@ def test_a_cache_is_checked_against_its_tokens(name, induction_model, gpt2):
 TABLES_WITHOUT_CACHE = {
     "copying_scores": ("ind", lambda m, t: A.copying_scores(m, heads=["L1H1"])),
     "composition_scores": ("ind", lambda m, t: A.composition_scores(m, component="K")),
+    "positional_kernel": ("ind", lambda m, t: A.positional_kernel(m, layer=1, head=1)),
     "pattern_scores": (
         "ind",
         lambda m, t: A.pattern_scores([torch.full((4, 2, 21, 21), 1 / 21)] * 2, t),
