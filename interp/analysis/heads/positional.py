@@ -39,9 +39,9 @@ our attention-only model); in later layers it is the direct path only, as
 
 Example:
     >>> from interp.models import load_model
-    >>> df = positional_kernel(load_model("induction-2l"), layer=0, head=1, max_offset=4)
-    >>> list(df.columns), len(df)
-    (['layer', 'head', 'label', 'offset', 'score'], 5)
+    >>> df = positional_kernel(load_model("induction-2l"), layer=0, head=1)
+    >>> list(df.columns), len(df)  # offsets 0 .. n_ctx - 1
+    (['layer', 'head', 'label', 'offset', 'score'], 48)
     >>> int(df.loc[df["score"].idxmax(), "offset"])  # the previous-token head: offset 1
     1
 """
