@@ -90,6 +90,7 @@ CASES = {
     "logit_lens": ("ind", lambda m, t, c: A.logit_lens(m, t, at=[-1], cache=c)),
     "qk_attribution": ("ind", lambda m, t, c: A.qk_attribution(m, t, layer=1, head=1, cache=c)),
     "rotary_bands": ("llama", lambda m, t, c: A.rotary_bands(m, t, layer=1, head=0, cache=c)),
+    "head_atlas": ("ind", lambda m, t, c: A.head_atlas(m, t, cache=c)),
     "qk_interventions": (
         "ind",
         lambda m, t, c: A.qk_interventions(m, t, layer=1, head=1, top=1, cache=c),

@@ -57,6 +57,7 @@ _EXPORTS = {
     "qk_interventions": "interp.analysis.heads.qk_interventions",
     "rotary_bands": "interp.analysis.heads.rotary",
     "positional_kernel": "interp.analysis.heads.positional",
+    "head_atlas": "interp.analysis.heads.atlas",
     "per_token_loss": "interp.analysis.heads.icl",
     "in_context_learning_score": "interp.analysis.heads.icl",
     "Metric": "interp.metrics",

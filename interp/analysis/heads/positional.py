@@ -120,7 +120,7 @@ def token_weights(model: HookedModel, distribution: Any) -> tuple[torch.Tensor, 
 
 
 def mean_queries_keys(
-    model: HookedModel, layer: int, distribution: Any, n_positions: int
+    model: HookedModel, layer: int, distribution: Any, n_positions: int, geometry: Any = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``qbar, kbar [P, n_heads, d_head]``: every head's mean query and key vector (before the
     rotation) over ``distribution``, at each of ``P`` positions (``P = 1`` unless the model
@@ -128,7 +128,7 @@ def mean_queries_keys(
     Grouped key/value heads are repeated, one per query head."""
     rt = runtime_of(model)
     lay = rt.layer(layer)
-    geometry = rt.qk_geometry(layer)
+    geometry = geometry or rt.qk_geometry(layer)
     n_heads = int(model.cfg.n_heads)
     W = {s: _per_query(lay.W[s].float(), n_heads) for s in ("q", "k")}  # [head, d_model, d_head]
     b = {
@@ -188,14 +188,20 @@ def _ln1(norm: Any, x: torch.Tensor) -> torch.Tensor:
 
 
 def layer_kernels(
-    model: HookedModel, layer: int, *, distribution: Any = "uniform", max_offset: int
+    model: HookedModel,
+    layer: int,
+    *,
+    distribution: Any = "uniform",
+    max_offset: int,
+    geometry: Any = None,
 ) -> torch.Tensor:
     """``[n_heads, max_offset + 1]``: the positional kernel of every head of ``layer``
-    (module docstring), NaN at offsets a sliding window masks."""
+    (module docstring), NaN at offsets a sliding window masks. ``geometry`` is the layer's
+    (read from the runtime when not given)."""
     kind = position_kind(model)
-    geometry = runtime_of(model).qk_geometry(layer)
+    geometry = geometry or runtime_of(model).qk_geometry(layer)
     P = max_offset + 1
-    qbar, kbar = mean_queries_keys(model, layer, distribution, P)
+    qbar, kbar = mean_queries_keys(model, layer, distribution, P, geometry)
     if kind == "rotary":
         rot = geometry.rotary
         offsets = torch.arange(P)
