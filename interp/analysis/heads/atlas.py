@@ -46,12 +46,14 @@ Its columns, per head (the README's "Atlas" section says the same):
     :data:`CONTROL_HEADS` heads. A head *has* a role when its score exceeds
     the control's **maximum** over all control heads (previous-token,
     induction, duplicate-token, successor, copy-suppression, copying, sink).
-    ``roles`` lists the roles it has by how far each score stands above the
-    control's maximum, as a share of the room above it (``(score - max) / (1 -
-    max)``: every role's score is at most 1); ``role`` is the first, or
-    ``"none"``. A sink is a ``"positional sink"`` when ``sink_swapped`` also
-    exceeds the control's maximum, else a ``"content sink"``. The thresholds
-    are in ``df.attrs["thresholds"]``.
+    ``roles`` lists the roles it has in order of ``(score - control mean) /
+    (control max - control mean)``: how many times the control's own reach
+    above its mean the score goes (above 1 for every role a head has; a score
+    that saturates in the control too, as eigenvalue positivity can, counts
+    for little); ``role`` is the first, or ``"none"``. A sink is a
+    ``"positional sink"`` when ``sink_swapped`` also exceeds the control's
+    maximum, else a ``"content sink"``. The thresholds are in
+    ``df.attrs["thresholds"]``.
 
 Example:
     >>> from interp.models import load_model
@@ -179,7 +181,8 @@ def measure_atlas(
         only_pattern = lambda l: [hook_name("pattern", l)]  # noqa: E731
         P.probe_pass(model, swapped, P.sink_reader(sink_sums), names=only_pattern, cost=cost)
         values, control, notes = _pattern_values(reader, sink_sums, L, H, draws)
-        weights, wcontrol, wnotes = _weight_values(model, L, H, draws, seed)
+        sample = sample_ids(model, seed)
+        weights, wcontrol, wnotes = _weight_values(model, L, H, draws, seed, sample)
         kernels, kvals, knotes = _kernel_values(model, tokens, L, reader.geometry)
     values.update(weights)
     values.update(kvals)
@@ -219,7 +222,7 @@ def measure_atlas(
         kernels=kernels,
         first_patterns=reader.first,
         tokens=tokens.cpu(),
-        sample=sample_ids(model, seed),
+        sample=sample,
     )
 
 
@@ -238,7 +241,7 @@ def _pattern_values(reader: Any, sink_sums: Any, L: int, H: int, draws: int):
     return {k: v.numpy() for k, v in values.items()}, control, []
 
 
-def _weight_values(model: HookedModel, L: int, H: int, draws: int, seed: int):
+def _weight_values(model: HookedModel, L: int, H: int, draws: int, seed: int, ids: torch.Tensor):
     """The OV columns and their control values (NaN, with a note, where they mean nothing).
     Each layer's real value weights and its shuffles go through one stacked product."""
     nan = np.full((L, H), np.nan)
@@ -247,7 +250,6 @@ def _weight_values(model: HookedModel, L: int, H: int, draws: int, seed: int):
         note += "model's logits make meaningless: NaN"
         return {c: nan for c in ("copying", "copy_suppression", "successor")}, {}, [note]
     ov = OVCircuits(model)
-    ids = sample_ids(model, seed)
     tok = getattr(model, "tokenizer", None)
     runs = ordinal_runs(tok) if tok is not None else []
     n_pairs = sum(len(r) - 1 for r in runs)
@@ -332,8 +334,8 @@ def _roles(values: dict[str, Any], stats: dict[str, dict], L: int, H: int) -> li
                 st = stats.get(col)
                 if st is None or not np.isfinite(v) or v <= st["max"]:
                     continue
-                room = 1.0 - st["max"]  # every role's score is at most 1
-                z = (v - st["max"]) / room if room > 0 else math.inf
+                reach = st["max"] - st["mean"]  # how far above its mean the control went
+                z = (v - st["mean"]) / reach if reach > 0 else math.inf
                 if role == "sink":
                     kept = float(values["sink_swapped"][l, h]) > st["max"]
                     role = "positional sink" if kept else "content sink"

@@ -37,7 +37,6 @@ from interp.hooks import hook_name
 from interp.protocol import HookedModel
 from interp.runtime import runtime_of
 
-BAND_CHUNK = 1 << 23  # elements of one per-dimension score product in the band split
 PATTERN_RTOL = 1e-3  # recomputed patterns vs the model's: refused above this (float32 models)
 MASKED = float("-inf")
 Reader = Callable[[int, torch.Tensor, dict[str, torch.Tensor]], None]
@@ -114,16 +113,16 @@ def pattern_sums(
     under ``prefix``: each stripe's mass over the rows that have it (``masks``: from
     :func:`stripe_masks`), attention on key 0, entropy (nats) and distance (positions), the
     last three over query rows ``1 ..``."""
-    A = pattern.double()
+    A = pattern.float()  # sums of at most batch x pos terms: float32 holds them to 1e-7
     b, _, n, _ = A.shape
     for stripe, mask in masks.items():
         mask = mask.to(A.device)
         rows = mask.any(-1)  # [batch, query]: rows that have this stripe
-        mass = torch.einsum("bhqk,bqk->bhq", A, mask.double())
+        mass = torch.einsum("bhqk,bqk->bhq", A, mask.float())
         sums.add(f"{prefix}{stripe}", (mass * rows[:, None]).sum((0, 2)), float(rows.sum()))
     rest = A[:, :, 1:]  # query rows 1..: row 0 of a causal head is all on key 0
     sums.add(f"{prefix}sink", rest[..., 0].sum((0, 2)), b * (n - 1))
-    ent = -(rest * torch.log(rest.clamp_min(1e-300))).sum(-1)
+    ent = -torch.xlogy(rest, rest).sum(-1)  # 0 log 0 = 0
     sums.add(f"{prefix}entropy", ent.sum((0, 2)), b * (n - 1))
     pos = torch.arange(n, device=A.device, dtype=A.dtype)
     dist = (pos[1:, None] - pos[None, :]).abs()  # [query 1.., key]
@@ -234,27 +233,35 @@ class PatternReader:
     def add_bands(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, geometry: Any, mask: torch.Tensor
     ) -> None:
-        """Each band's summed absolute share of the scores over the visible cells (queries in
-        chunks: a ``[batch, head, chunk, key, d_head]`` product at a time)."""
-        band = geometry.rotary.band_of_dims(q.shape[-1]).to(q.device)
-        n_bands = int(band.max()) + 1
-        B = torch.nn.functional.one_hot(band, n_bands).to(q.dtype)  # [d_head, band]
-        total = torch.zeros(q.shape[2], n_bands, dtype=torch.float64)
+        """Each band's summed absolute share of the scores over the visible cells: a pair's
+        share is ``q_a k_a + q_b k_b`` (a ``[query, 2] @ [2, key]`` product per sequence, head
+        and pair), the unrotated dimensions' their dot product."""
+        rot = geometry.rotary
+        a, b = (i.to(q.device) for i in rot.pairs())
+        rest = (rot.band_of_dims(q.shape[-1]) == rot.n_pairs).nonzero().flatten().to(q.device)
+        batch, n, heads, _ = q.shape
         m = mask.to(q.dtype)
-        n = q.shape[1]
-        step = max(1, BAND_CHUNK // max(1, q.shape[0] * q.shape[2] * n * q.shape[3]))
-        for lo in range(0, n, step):
-            prod = torch.einsum("bqhe,bkhe->bhqke", q[:, lo : lo + step], k)
-            part = (prod @ B).abs() * geometry.scale  # [batch, head, chunk, key, band]
-            total += torch.einsum("bhqki,qk->hi", part, m[lo : lo + step]).double().cpu()
-        self.sums.add(f"bands{layer}", total, q.shape[0] * float(m.sum()))
+        total = torch.zeros(heads, rot.n_pairs + (1 if len(rest) else 0), dtype=torch.float64)
+        for i in range(batch):  # one sequence at a time: [head * pair, query, key] at once
+            qp = torch.stack([q[i][..., a], q[i][..., b]], -1)  # [pos, head, pair, 2]
+            kp = torch.stack([k[i][..., a], k[i][..., b]], -1)
+            qp = qp.permute(1, 2, 0, 3).reshape(-1, n, 2)
+            kp = kp.permute(1, 2, 3, 0).reshape(-1, 2, n)
+            part = torch.einsum("xqk,qk->x", torch.bmm(qp, kp).abs_(), m)
+            total[:, : rot.n_pairs] += part.view(heads, rot.n_pairs).double().cpu()
+            if len(rest):
+                qr, kr = q[i][..., rest].transpose(0, 1), k[i][..., rest].transpose(0, 1)
+                s = torch.bmm(qr, kr.transpose(1, 2)).abs_()  # [head, query, key]
+                total[:, -1] += torch.einsum("hqk,qk->h", s, m).double().cpu()
+        count = batch * float(m.sum())
+        self.sums.add(f"bands{layer}", total * geometry.scale, count)
 
 
 def sink_reader(sums: Sums) -> Reader:
     """The swapped probe's reader: only the attention on key 0 (as :func:`pattern_sums`)."""
 
     def read(layer: int, tokens: torch.Tensor, acts: dict[str, torch.Tensor]) -> None:
-        A = acts[hook_name("pattern", layer)].double()[:, :, 1:, 0]  # [batch, head, query 1..]
+        A = acts[hook_name("pattern", layer)].float()[:, :, 1:, 0]  # [batch, head, query 1..]
         sums.add(f"sink{layer}", A.sum((0, 2)), A.shape[0] * A.shape[2])
 
     return read

@@ -106,7 +106,7 @@ class OVCircuits:
         """``W_U E_l [d_model, d_model]`` (gain applied per layer to one product per norm)."""
         key = self._key(layer)
         if key not in self._UE:
-            self._UE[key] = (self.W_U.double() @ self.rows(layer).double()).float()
+            self._UE[key] = self.W_U @ self.rows(layer)
         g = self.gain(layer)
         return self._UE[key] if g is None else self._UE[key] * g[None, :]
 
@@ -122,21 +122,23 @@ class OVCircuits:
         """``[k * head, len(sources), len(outputs)]``: entries of the OV circuits of value
         weights ``W_V [k * head, d_model, d_head]`` (``k`` copies of the layer's heads: the
         atlas stacks its control's shuffles after the real weights) and the layer's ``W_O``."""
-        W_O = self.output_weights(layer, W_V.shape[0])
+        W_O = self.rt.layer(layer).W_O.float()  # [head, d_head, d_model]
         A = torch.einsum("sm,hme->hse", self.embed(layer, sources), W_V)
         B = torch.einsum("hem,mt->het", W_O, self.W_U[:, outputs.to(self.W_U.device)])
-        return A @ B
-
-    def output_weights(self, layer: int, n: int) -> torch.Tensor:
-        """The layer's ``W_O [head, d_head, d_model]`` tiled to ``n`` heads."""
-        W_O = self.rt.layer(layer).W_O.float()
-        return W_O.repeat(n // W_O.shape[0], 1, 1)
+        k = W_V.shape[0] // W_O.shape[0]
+        return (A.view(k, W_O.shape[0], *A.shape[1:]) @ B).view(W_V.shape[0], *A.shape[1:2], -1)
 
     def copying(self, layer: int, W_V: torch.Tensor) -> torch.Tensor:
-        """``[k * head]``: eigenvalue positivity of each OV circuit (as :meth:`ov_rows`)."""
-        W_O = self.output_weights(layer, W_V.shape[0])
-        M = W_O.double() @ self.unembed_embed(layer).double() @ W_V.double()  # [h, e, e]
-        eig = torch.linalg.eigvals(M)
+        """``[k * head]``: eigenvalue positivity of each OV circuit (as :meth:`ov_rows`): the
+        eigenvalues of ``W_O (W_U E_l) W_V``, the ``d_head x d_head`` matrix with the whole
+        circuit's non-zero eigenvalues."""
+        W_O = self.rt.layer(layer).W_O.float()
+        left = W_O @ self.unembed_embed(layer)  # [head, d_head, d_model], shared by every copy
+        k = W_V.shape[0] // W_O.shape[0]
+        M = (left @ W_V.view(k, W_O.shape[0], *W_V.shape[1:])).view(
+            -1, *left.shape[1:2], W_V.shape[-1]
+        )
+        eig = torch.linalg.eigvals(M.double())
         denom = eig.abs().sum(-1)
         return torch.where(denom > 0, eig.real.sum(-1) / denom.clamp_min(1e-300), 0.0).float()
 
