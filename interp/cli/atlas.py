@@ -237,6 +237,7 @@ def _grid(df: Any, detailed: set[str]) -> str:
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
     style = (
         "<style>table.atlas-grid td{min-width:2.2em;text-align:center;font-size:0.75em}"
+        "table.atlas-grid a{color:inherit;font-weight:bold}"
         "section.atlas-head:target{outline:3px solid #d62728}</style>"
     )
     return f'{style}<table class="atlas-grid">{"".join(rows)}</table>'
