@@ -5,10 +5,9 @@ the definition; OV columns from :func:`interp.analysis.ov_circuit` materialised 
 row by row (and :func:`interp.analysis.copying_scores`' FactoredMatrix eigenvalues); the
 dominant band from :func:`interp.analysis.rotary_bands`; the kernel's peak from
 :func:`interp.analysis.positional_kernel`. On our attention-only model and a random Llama
-with grouped-query attention; SmolLM2's known induction heads in one slow test.
+with grouped-query attention; SmolLM2's known induction heads are checked in
+test_pretrained.py, beside the other tests of the session's one SmolLM2.
 """
-
-import math
 
 import numpy as np
 import pytest
@@ -174,16 +173,3 @@ def test_bad_inputs_are_named_before_any_forward(induction_model):
         A.head_atlas(induction_model, seed=-1)
     with pytest.raises(InterpError, match="no token other than its first"):
         A.head_atlas(induction_model, torch.tensor([[3, 3, 3, 3]]))
-
-
-@pytest.mark.slow
-def test_smollm_induction_heads_are_labelled_induction(smollm):
-    """The pretrained lab's top six induction heads (L18H6, L17H3-5, L18H7, L23H2) on the
-    standard probe; four sequences keep this test to a few forward passes."""
-    tokens = A.probe_tokens(smollm, n=4, seed=0)
-    df = A.head_atlas(smollm, tokens).set_index("label")
-    known = ["L18H6", "L17H3", "L17H4", "L17H5", "L18H7", "L23H2"]
-    assert (df.loc[known, "role"] == "induction").all(), df.loc[known, ["role", "induction"]]
-    assert df.loc["L16H0", "role"] == "previous-token"
-    assert df.attrs["forward_equivalents"] == 2.0
-    assert math.isfinite(df.loc["L18H6", "successor"])  # the tokenizer has ordinals

@@ -136,7 +136,7 @@ def _token_text(model: Any, ids: list[int]) -> list[str]:
 
 def atlas_page(model: Any, atlas: Any, detail: list[tuple[int, int]], *, name: str) -> Any:
     """The page (a :class:`interp.render.Report`) of ``atlas`` with ``detail`` heads in full."""
-    from interp.analysis.heads.circuit_scores import top_token_pairs
+    from interp.analysis.heads.circuit_scores import OVCircuits, top_token_pairs
     from interp.figures import lines
     from interp.protocol import is_causal
     from interp.render import Report
@@ -165,6 +165,7 @@ def atlas_page(model: Any, atlas: Any, detail: list[tuple[int, int]], *, name: s
     r.raw(_legend())
     r.heading("Details")
     strs = _token_text(model, atlas.tokens[0].tolist())
+    circuits = OVCircuits(model)
     for layer, head in detail:
         row = df[(df["layer"] == layer) & (df["head"] == head)].iloc[0]
         label = row["label"]
@@ -188,10 +189,17 @@ def atlas_page(model: Any, atlas: Any, detail: list[tuple[int, int]], *, name: s
         peak = int(row["kernel_peak"]) if row["kernel_peak"] == row["kernel_peak"] else 0
         rotary = str(getattr(model.cfg, "positional_embedding_type", "")) == "rotary"
         pairs = top_token_pairs(
-            model, layer=layer, head=head, ids=atlas.sample, offset=peak if rotary else None
+            model,
+            layer=layer,
+            head=head,
+            ids=atlas.sample,
+            offset=peak if rotary else None,
+            circuits=circuits,
         )
         for circuit, what in (("QK", "query -> key"), ("OV", "source -> output logit")):
             part = pairs[pairs["circuit"] == circuit]
+            if part.empty:  # no OV rows where the logits mean nothing
+                continue
             shown = part.assign(
                 first=_token_text(model, part["first"].tolist()),
                 second=_token_text(model, part["second"].tolist()),

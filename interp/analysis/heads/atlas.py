@@ -65,6 +65,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -103,6 +104,23 @@ ROLES = {  # role -> the column it is read from
     "sink": "sink",
 }
 PATTERN_SCORES = ("previous_token", "induction", "duplicate_token", "sink", "entropy", "distance")
+COLUMNS = (  # the table's value columns, in order (module docstring)
+    "previous_token",
+    "induction",
+    "duplicate_token",
+    "sink",
+    "sink_swapped",
+    "entropy",
+    "distance",
+    "kernel_peak",
+    "kernel_range",
+    "rotary_band",
+    "band_wavelength",
+    "band_share",
+    "copying",
+    "copy_suppression",
+    "successor",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,18 +187,21 @@ def measure_atlas(
     reader = P.PatternReader(model, draws=draws, seed=seed, keep_first=keep_patterns, causal=causal)
     sink_sums = P.Sums()
     with eval_no_grad(model):
-        names = lambda l: P.layer_hooks(model, l)  # noqa: E731
+        names = functools.partial(P.layer_hooks, model)
         P.probe_pass(model, tokens, reader, names=names, cost=cost, cache=cache)
-        tol = P.PATTERN_RTOL if model.W_Q.dtype in (torch.float32, torch.float64) else 3e-2
+        dtype = reader.rt.layer(0).W["q"].dtype
+        tol = P.PATTERN_RTOL if dtype in (torch.float32, torch.float64) else 3e-2
         if reader.gap > tol:
             raise InterpError(
                 f"the atlas's recomputed attention patterns differ from the model's by "
                 f"{reader.gap:.2g} (above {tol:g}); this architecture does something to its "
                 "queries or keys the runtime does not read, so no atlas is made"
             )
-        only_pattern = lambda l: [hook_name("pattern", l)]  # noqa: E731
-        P.probe_pass(model, swapped, P.sink_reader(sink_sums), names=only_pattern, cost=cost)
-        values, control, notes = _pattern_values(reader, sink_sums, L, H, draws)
+        pattern = functools.partial(hook_name, "pattern")
+        P.probe_pass(
+            model, swapped, P.sink_reader(sink_sums), names=lambda l: [pattern(l)], cost=cost
+        )
+        values, control = _pattern_values(reader, sink_sums, L, H, draws)
         sample = sample_ids(model, seed)
         weights, wcontrol, wnotes = _weight_values(model, L, H, draws, seed, sample)
         kernels, kvals, knotes = _kernel_values(model, tokens, L, reader.geometry)
@@ -195,7 +216,8 @@ def measure_atlas(
     }
     roles = _roles(values, stats, L, H)
     table = head_frame({"role": [r[0] for r in roles], "roles": [r[1] for r in roles]}, L, H)
-    for name, v in values.items():
+    for name in COLUMNS:
+        v = values[name]
         table[name] = np.asarray(v, dtype=object if name == "rotary_band" else float).reshape(-1)
     table.attrs.update(
         table_attrs(
@@ -214,7 +236,7 @@ def measure_atlas(
             thresholds={k: s["max"] for k, s in stats.items()},
             control_stats=stats,
             pattern_gap=reader.gap,
-            notes=notes + wnotes + knotes,
+            notes=wnotes + knotes,
         )
     )
     return Atlas(
@@ -238,7 +260,7 @@ def _pattern_values(reader: Any, sink_sums: Any, L: int, H: int, draws: int):
         .numpy()
         for c in ("previous_token", "induction", "duplicate_token", "sink")
     }
-    return {k: v.numpy() for k, v in values.items()}, control, []
+    return {k: v.numpy() for k, v in values.items()}, control
 
 
 def _weight_values(model: HookedModel, L: int, H: int, draws: int, seed: int, ids: torch.Tensor):

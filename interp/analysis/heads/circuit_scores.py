@@ -231,14 +231,17 @@ def top_token_pairs(
     ids: torch.Tensor,
     offset: int | None,
     top: int = 8,
+    circuits: OVCircuits | None = None,
 ) -> pd.DataFrame:
     """The ``top`` largest entries of a head's direct-path QK circuit (at ``offset`` on a
     rotary model, as :func:`interp.analysis.qk_circuit`) and OV circuit over the tokens
     ``ids``: columns ``circuit`` (``QK``/``OV``), ``first`` (query or source id),
-    ``second`` (key or output id), ``value``."""
+    ``second`` (key or output id), ``value``. No OV rows where the model's logits mean
+    nothing. ``circuits`` reuses the products of an earlier call."""
     from interp.analysis.heads.rotary import rotary_keys
+    from interp.protocol import logits_meaningful
 
-    ov = OVCircuits(model)
+    ov = circuits or OVCircuits(model)
     lay = runtime_of(model).layer(layer)
     E = ov.embed(layer, ids)
     n_heads = ov.n_heads
@@ -246,8 +249,9 @@ def top_token_pairs(
     K = E @ _per_query(lay.W["k"].float(), n_heads)[head]
     if offset is not None:
         Q, K = rotary_keys(model, layer, Q, K, int(offset))
-    rows = ov.ov_rows(layer, ov.values(layer), ids, ids)[head]
-    mats = {"QK": Q @ K.T, "OV": rows}
+    mats = {"QK": Q @ K.T}
+    if logits_meaningful(model):
+        mats["OV"] = ov.ov_rows(layer, ov.values(layer), ids, ids)[head]
     rows = []
     for name, M in mats.items():
         vals, flat = M.flatten().topk(min(top, M.numel()))
