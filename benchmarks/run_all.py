@@ -14,6 +14,7 @@ for name in (
     "attribution",
     "components",
     "composition",
+    "atlas",
     "load",
 ):
     print(f"\n== {name} ==")

@@ -65,6 +65,12 @@ GLOSSARY: dict[str, str] = {
     "embedding": "``'token'`` or ``'positional'``, for weight-based circuit matrices",
     "offset": "how many positions a key is behind its query (``0`` = the same position); "
     "the QK circuit of a rotary model exists only at an offset",
+    "max_offset": "the largest ``offset`` a positional kernel reports (default: the standard "
+    "probe's, ``min(n_ctx, 101) - 1``)",
+    "distribution": "the tokens a weight-based kernel averages over, query and key drawn "
+    "independently: token ids (any shape; each occurrence counts once), ``'uniform'`` (every "
+    "id) or ``'bias'`` (no token: the bias terms, and learned positions where the model has "
+    "them)",
     "query_positions, key_positions": "the attending and the attended positions of a head's "
     "scores (ints, negative from the end); read, not edited",
     "contrast": "two key positions ``(a, b)`` (one for all sequences or one per sequence): "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 SCRIPT = """
@@ -18,14 +19,15 @@ return [widgets.length, widgets.filter(d => d.children.length > 0).length,
 """
 
 
-def render_page(path: Path, chromium_paths: tuple[str, str], wait_s: float = 20.0) -> dict:
-    """Load ``path``; report widgets (and how many rendered), figures, and console errors."""
+@contextmanager
+def browser(path: Path, chromium_paths: tuple[str, str]):
+    """A headless Chromium (network cut off) with ``path`` loaded; quit on exit."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    browser, driver_path = chromium_paths
+    chrome, driver_path = chromium_paths
     opts = webdriver.ChromeOptions()
-    opts.binary_location = browser
+    opts.binary_location = chrome
     for flag in (
         "--headless=new",
         "--no-sandbox",
@@ -45,14 +47,26 @@ def render_page(path: Path, chromium_paths: tuple[str, str], wait_s: float = 20.
     driver = webdriver.Chrome(service=Service(driver_path), options=opts)
     try:
         driver.get(path.resolve().as_uri())
-        deadline = time.time() + wait_s
-        widgets, rendered, figures = driver.execute_script(SCRIPT)
-        while rendered < widgets and time.time() < deadline:
-            time.sleep(0.25)
-            widgets, rendered, figures = driver.execute_script(SCRIPT)
-        logs = driver.get_log("browser")
+        yield driver
     finally:
         driver.quit()
+
+
+def wait_for_widgets(driver, wait_s: float = 20.0) -> tuple[int, int, list]:
+    """Poll until every circuitsvis widget has rendered (or ``wait_s`` passes)."""
+    deadline = time.time() + wait_s
+    widgets, rendered, figures = driver.execute_script(SCRIPT)
+    while rendered < widgets and time.time() < deadline:
+        time.sleep(0.25)
+        widgets, rendered, figures = driver.execute_script(SCRIPT)
+    return widgets, rendered, figures
+
+
+def render_page(path: Path, chromium_paths: tuple[str, str], wait_s: float = 20.0) -> dict:
+    """Load ``path``; report widgets (and how many rendered), figures, and console errors."""
+    with browser(path, chromium_paths) as driver:
+        widgets, rendered, figures = wait_for_widgets(driver, wait_s)
+        logs = driver.get_log("browser")
     severe = [entry["message"] for entry in logs if entry["level"] == "SEVERE"]
     return {
         "widgets": widgets,

@@ -204,3 +204,17 @@ def test_the_lens_over_256_positions_holds_a_bounded_slab(smollm):
     assert len(df) == 31 * 256
     assert grew < 400 * 2**20, f"lens grew resident memory by {grew / 2**20:.0f} MiB"
     assert grew < full / 4  # the whole logits tensor was never held
+
+
+def test_smollm_induction_heads_are_labelled_induction(smollm):
+    """The atlas labels the pretrained lab's top six induction heads (L18H6, L17H3-5, L18H7,
+    L23H2) induction on the standard probe; four sequences keep this to a few passes."""
+    from interp.analysis import head_atlas
+
+    tokens = probe_tokens(smollm, n=4, seed=0)
+    df = head_atlas(smollm, tokens).set_index("label")
+    known = ["L18H6", "L17H3", "L17H4", "L17H5", "L18H7", "L23H2"]
+    assert (df.loc[known, "role"] == "induction").all(), df.loc[known, ["role", "induction"]]
+    assert df.loc["L16H0", "role"] == "previous-token"
+    assert df.attrs["forward_equivalents"] == 2.0
+    assert not pd.isna(df.loc["L18H6", "successor"])  # the tokenizer has ordinals

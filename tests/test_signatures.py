@@ -44,6 +44,7 @@ DATA_POSITIONALS = {
 }
 WEIGHT_ONLY = {
     "qk_circuit",
+    "positional_kernel",
     "ov_circuit",
     "k_composition_circuit",
     "effective_embedding",
@@ -112,6 +113,7 @@ class _NoForward(torch.nn.Module):
 def test_weight_only_functions_do_not_run_the_model(induction_model):
     spy = _NoForward(induction_model)
     A.qk_circuit(spy, layer=1, head=1)
+    A.positional_kernel(spy, layer=0, head=1)
     A.ov_circuit(spy, layer=1, head=1)
     A.k_composition_circuit(spy, prev="L0H1", induction="L1H1")
     A.effective_embedding(spy, layer=0)
@@ -124,6 +126,7 @@ def test_weight_only_functions_do_not_run_the_model(induction_model):
     covered = {
         "circuit_graph",
         "qk_circuit",
+        "positional_kernel",
         "ov_circuit",
         "k_composition_circuit",
         "effective_embedding",

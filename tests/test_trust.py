@@ -90,6 +90,7 @@ CASES = {
     "logit_lens": ("ind", lambda m, t, c: A.logit_lens(m, t, at=[-1], cache=c)),
     "qk_attribution": ("ind", lambda m, t, c: A.qk_attribution(m, t, layer=1, head=1, cache=c)),
     "rotary_bands": ("llama", lambda m, t, c: A.rotary_bands(m, t, layer=1, head=0, cache=c)),
+    "head_atlas": ("ind", lambda m, t, c: A.head_atlas(m, t, cache=c)),
     "qk_interventions": (
         "ind",
         lambda m, t, c: A.qk_interventions(m, t, layer=1, head=1, top=1, cache=c),
@@ -242,6 +243,7 @@ def test_a_cache_is_checked_against_its_tokens(name, induction_model, gpt2):
 TABLES_WITHOUT_CACHE = {
     "copying_scores": ("ind", lambda m, t: A.copying_scores(m, heads=["L1H1"])),
     "composition_scores": ("ind", lambda m, t: A.composition_scores(m, component="K")),
+    "positional_kernel": ("ind", lambda m, t: A.positional_kernel(m, layer=1, head=1)),
     "pattern_scores": (
         "ind",
         lambda m, t: A.pattern_scores([torch.full((4, 2, 21, 21), 1 / 21)] * 2, t),

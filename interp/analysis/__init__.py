@@ -56,6 +56,8 @@ _EXPORTS = {
     "qk_attribution": "interp.analysis.heads.qk_attribution",
     "qk_interventions": "interp.analysis.heads.qk_interventions",
     "rotary_bands": "interp.analysis.heads.rotary",
+    "positional_kernel": "interp.analysis.heads.positional",
+    "head_atlas": "interp.analysis.heads.atlas",
     "per_token_loss": "interp.analysis.heads.icl",
     "in_context_learning_score": "interp.analysis.heads.icl",
     "Metric": "interp.metrics",

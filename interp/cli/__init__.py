@@ -5,7 +5,8 @@
 * :mod:`interp.cli.labs`: ``interp lab``, ``interp train``, ``interp models``;
 * :mod:`interp.cli.heads`: ``interp ablate``, ``attribute``, ``patch``, ``scores``;
 * :mod:`interp.cli.components`: ``interp dla``, ``lens``, ``attention``;
-* :mod:`interp.cli.circuits`: ``interp circuit``, ``paths``.
+* :mod:`interp.cli.circuits`: ``interp circuit``, ``paths``;
+* :mod:`interp.cli.atlas`: ``interp atlas``.
 
 Errors print one line on stderr and exit non-zero (2 for bad input, 130 for
 Ctrl-C, 1 for anything unexpected); set ``INTERP_DEBUG=1`` for a traceback.
@@ -24,7 +25,13 @@ from typing import Any
 
 from interp.cli.args import Parser
 
-GROUPS = ("interp.cli.labs", "interp.cli.heads", "interp.cli.components", "interp.cli.circuits")
+GROUPS = (
+    "interp.cli.labs",
+    "interp.cli.heads",
+    "interp.cli.components",
+    "interp.cli.circuits",
+    "interp.cli.atlas",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
