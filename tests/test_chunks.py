@@ -123,6 +123,7 @@ CASES = {
         "value",
     ),
     "logit_lens": (lambda m, **k: A.logit_lens(m, CLEAN, at=[5, -1], k=3, **k), "target_logp"),
+    "head_atlas": (lambda m, **k: A.head_atlas(m, CLEAN, **k), "induction"),
     "head_scores": (
         lambda m, **k: A.head_scores(m, CLEAN, loss_mask=DATA.loss_mask, **k),
         "induction",

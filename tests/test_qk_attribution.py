@@ -198,13 +198,20 @@ def test_interventions_sit_beside_the_attribution():
         A.qk_interventions(gptj, _tokens(gptj), layer=2, head=1)
 
 
-@pytest.mark.parametrize("kind", ["llama (GQA, rotary)", "gpt-neox (partial rotary)"])
+@pytest.mark.parametrize(
+    "kind", ["llama (GQA, rotary)", "gpt-neox (partial rotary)", "llama yarn (rotary gain)"]
+)
 def test_layer_0_scores_are_the_rotary_circuit_at_each_offset(kind):
     """In layer 0 the residual stream is the token embedding alone, so each score of a
     forward pass is the circuit's entry at the two tokens and their offset (biases are
     zero at initialisation: no jitter here)."""
     builder = {
         "llama (GQA, rotary)": ("LlamaConfig", "LlamaForCausalLM", "meta-llama/Llama-3.2-1B"),
+        "llama yarn (rotary gain)": (
+            "LlamaConfig",
+            "LlamaForCausalLM",
+            "meta-llama/Llama-3.2-1B",
+        ),
         "gpt-neox (partial rotary)": (
             "GPTNeoXConfig",
             "GPTNeoXForCausalLM",
@@ -212,7 +219,13 @@ def test_layer_0_scores_are_the_rotary_circuit_at_each_offset(kind):
         ),
     }[kind]
     extra = {"num_key_value_heads": 2} if "llama" in kind else {"rotary_pct": 0.25}
+    if "yarn" in kind:  # its attention_scaling multiplies cos and sin: the gain meets q and k
+        extra["rope_scaling"] = dict(
+            rope_type="yarn", factor=4.0, original_max_position_embeddings=16
+        )
     model = _hf(*builder, jitter=0.0, **extra, **SMALL)
+    if "yarn" in kind:
+        assert runtime_of(model).qk_geometry(0).rotary.gain != 1.0
     tokens = _tokens(model)
     _, c = model.run_with_cache(tokens)
     s = c["blocks.0.attn.hook_attn_scores"]

@@ -247,6 +247,7 @@ CHUNKED = {
     "direct_logit_attribution",
     "logit_lens",
     "head_scores",
+    "head_atlas",
     "induction_scores",
     "previous_token_scores",
     "duplicate_token_scores",

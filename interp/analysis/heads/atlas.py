@@ -88,6 +88,8 @@ from interp.analysis.heads.scores import probe_tokens
 from interp.analysis.shapes import Tokens
 from interp.checks import check_seed, check_tokens
 from interp.engine.batching import Cost
+from interp.engine.cache import cache_rows, check_cache
+from interp.engine.chunks import Estimate, chunk_bar, plan
 from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.protocol import HookedModel, check_model, eval_no_grad, is_causal, logits_meaningful
@@ -135,15 +137,25 @@ class Atlas:
 
 
 def head_atlas(
-    model: HookedModel, tokens: Tokens | None = None, *, seed: int = 0, cache: Any = None
-) -> pd.DataFrame:
+    model: HookedModel,
+    tokens: Tokens | None = None,
+    *,
+    seed: int = 0,
+    cache: Any = None,
+    memory_budget: int | None = None,
+    progress: bool = False,
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """One row per head: every score of the module docstring and a ``role`` set against a
     shuffled-weights control computed in the same call.
 
     ``tokens`` defaults to :func:`interp.analysis.probe_tokens` (``n=8``, ``seed``); they
     need repeats (the induction and duplicate stripes). ``cache`` (of ``tokens``) is read
     for the clean pass; the swapped pass always runs. ``df.attrs`` holds the thresholds,
-    the control's statistics and ``forward_equivalents``.
+    the control's statistics and ``forward_equivalents``. The probe runs in chunks under
+    ``memory_budget`` (:mod:`interp.engine.chunks`: every score is a mean of sums and counts,
+    so chunks give one batch's numbers); ``estimate=True`` returns the run's
+    :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for bad tokens or a bad seed, tokens without repeats, a cache of other
@@ -151,7 +163,11 @@ def head_atlas(
             recomputed patterns differ from the model's by more than
             :data:`interp.analysis.heads.atlas_probe.PATTERN_RTOL`).
     """
-    return measure_atlas(model, tokens, seed=seed, cache=cache).table
+    out = measure_atlas(
+        model, tokens, seed=seed, cache=cache, memory_budget=memory_budget, progress=progress,
+        estimate=estimate,
+    )  # fmt: skip
+    return out if isinstance(out, Estimate) else out.table
 
 
 def measure_atlas(
@@ -161,7 +177,10 @@ def measure_atlas(
     seed: int = 0,
     cache: Any = None,
     keep_patterns: bool = False,
-) -> Atlas:
+    memory_budget: int | None = None,
+    progress: bool = False,
+    estimate: bool = False,
+) -> Atlas | Estimate:
     """:func:`head_atlas`'s table and what a page shows beside it (kernels, the first
     sequence's patterns when ``keep_patterns``).
 
@@ -183,12 +202,32 @@ def measure_atlas(
     swapped = P.swap_first(tokens, seed)
     L, H = int(cfg.n_layers), int(cfg.n_heads)
     draws = max(1, math.ceil(CONTROL_HEADS / (L * H)))
+    n, pos = tokens.shape
+    pl = plan(
+        model, n, pos, P.footprint(model, pos, draws), memory_budget=memory_budget,
+        analysis="head_atlas", forward_equivalents=2.0, fix="use a smaller or shorter probe",
+    )  # fmt: skip
+    if estimate:
+        return pl.estimate
     cost = Cost(L)
     reader = P.PatternReader(model, draws=draws, seed=seed, keep_first=keep_patterns, causal=causal)
     sink_sums = P.Sums()
     with eval_no_grad(model):
         names = functools.partial(P.layer_hooks, model)
-        P.probe_pass(model, tokens, reader, names=names, cost=cost, cache=cache)
+        pattern = functools.partial(hook_name, "pattern")
+        checked = check_cache(model, tokens, cache)
+        for sl in chunk_bar(pl.chunks, progress=progress, desc="head atlas"):
+            part = Cost(L)
+            P.probe_pass(model, tokens[sl], reader, names=names, cost=part,
+                         cache=cache_rows(checked, sl))  # fmt: skip
+            P.probe_pass(
+                model,
+                swapped[sl],
+                P.sink_reader(sink_sums),
+                names=lambda l: [pattern(l)],
+                cost=part,
+            )
+            cost.add(part.total * pl.share(sl))
         dtype = reader.rt.layer(0).W["q"].dtype
         tol = P.PATTERN_RTOL if dtype in (torch.float32, torch.float64) else 3e-2
         if reader.gap > tol:
@@ -197,10 +236,6 @@ def measure_atlas(
                 f"{reader.gap:.2g} (above {tol:g}); this architecture does something to its "
                 "queries or keys the runtime does not read, so no atlas is made"
             )
-        pattern = functools.partial(hook_name, "pattern")
-        P.probe_pass(
-            model, swapped, P.sink_reader(sink_sums), names=lambda l: [pattern(l)], cost=cost
-        )
         values, control = _pattern_values(reader, sink_sums, L, H, draws)
         sample = sample_ids(model, seed)
         weights, wcontrol, wnotes = _weight_values(model, L, H, draws, seed, sample)
@@ -236,6 +271,7 @@ def measure_atlas(
             thresholds={k: s["max"] for k, s in stats.items()},
             control_stats=stats,
             pattern_gap=reader.gap,
+            chunks=len(pl.chunks),
             notes=wnotes + knotes,
         )
     )

@@ -32,6 +32,7 @@ import torch
 from interp.analysis.heads.stripes import STRIPES, stripe_mask
 from interp.engine.batching import Cost
 from interp.engine.cache import check_cache, run_until, with_batch
+from interp.engine.chunks import Footprint
 from interp.errors import InterpError
 from interp.hooks import hook_name
 from interp.protocol import HookedModel
@@ -83,6 +84,19 @@ def probe_pass(
     cost.forward(1)
     if held:
         raise InterpError(f"the model never gave layer {min(held)}'s {per_layer[min(held)]}")
+
+
+def footprint(model: HookedModel, pos: int, draws: int) -> Footprint:
+    """The atlas's memory per prompt (:mod:`interp.engine.chunks`): a forward pass stopped
+    after the last pattern (no logits), and a layer's patterns as the readers hold them: the
+    model's, the recomputed one and each control draw's, with the scores they come from."""
+    from interp.memory import forward_bytes
+
+    cfg = model.cfg
+    d_vocab = int(getattr(cfg, "d_vocab_out", 0) or cfg.d_vocab)
+    patterns = (draws + 2) * 2 * int(cfg.n_heads) * pos * pos * 4
+    forward = forward_bytes(model, 1, pos) - 4 * pos * d_vocab
+    return Footprint(fixed=0, per_prompt=int(forward + patterns))
 
 
 class Sums:
@@ -167,7 +181,7 @@ class PatternReader:
         x = acts[self.rt.head_input_hook(layer)].float()
         masks = stripe_masks(tokens, causal=self.causal)
         pattern_sums(self.sums, f"{layer}.", pattern, masks)
-        if self.keep_first:
+        if self.keep_first and layer not in self.first:  # the probe's first sequence
             self.first[layer] = pattern[0].cpu()
         lay = self.rt.layer(layer)
         geometry = self.geometry(layer)

@@ -71,7 +71,10 @@ def rotary_keys(
             x = Q if side == "q" else K
             x = norm.centre(x) * norm.inverse_scale(x) * gain.float()
             Q, K = (x, K) if side == "q" else (Q, x)
-    K = geometry.rotary.rotate(K[None], torch.tensor([-offset]), pos_dim=0)[0]
+    rot = geometry.rotary
+    K = rot.rotate(K[None], torch.tensor([-offset]), pos_dim=0)[0]
+    if rot.gain != 1.0:  # the query is rotated too: the gain meets the rotated dims twice
+        Q = torch.cat([Q[..., : rot.dims] * rot.gain, Q[..., rot.dims :]], -1)
     return Q, K
 
 
