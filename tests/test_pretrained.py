@@ -218,3 +218,20 @@ def test_smollm_induction_heads_are_labelled_induction(smollm):
     assert df.loc["L16H0", "role"] == "previous-token"
     assert df.attrs["forward_equivalents"] == 2.0
     assert not pd.isna(df.loc["L18H6", "successor"])  # the tokenizer has ordinals
+
+
+def test_minilm_heads_read_the_block_input_post_norm(minilm):
+    """BERT normalises after attention: its heads read ``hook_resid_pre`` itself, so the
+    runtime's head input reproduces the model's queries, and the atlas's recomputed patterns
+    match the model's (it refused MiniLM while ln1's output stood for the heads' input)."""
+    from interp.analysis import head_atlas
+    from interp.runtime import runtime_of
+
+    rt = runtime_of(minilm)
+    assert rt.head_input_hook(1) == "blocks.1.hook_resid_pre" and rt.norm("ln1", 1) is None
+    toks = minilm.to_tokens("the river bank by the money bank")
+    _, cache = minilm.run_with_cache(toks)
+    q = torch.einsum("bpd,hde->bphe", cache[rt.head_input_hook(1)], minilm.W_Q[1]) + minilm.b_Q[1]
+    assert float((q - cache["blocks.1.attn.hook_q"]).abs().max()) < 1e-4
+    atlas = head_atlas(minilm, probe_tokens(minilm, n=2, half_len=12))
+    assert atlas.attrs["pattern_gap"] < 1e-3

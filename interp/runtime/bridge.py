@@ -56,6 +56,10 @@ def skipping_blocks(blocks: Any, upto: int, output: Any) -> Iterator[None]:
             object.__delattr__(blk, "forward")
 
 
+# Architectures whose blocks normalise after attention and MLP (post-norm, as BERT).
+POST_NORM = ("Bert", "Roberta", "XLMRoberta", "Electra", "DistilBert", "Albert")
+
+
 class BridgeRuntime(Runtime):
     """``TransformerBridge`` models (module docstring)."""
 
@@ -119,6 +123,27 @@ class BridgeRuntime(Runtime):
         finally:
             for h in handles:
                 h.remove()
+
+    @property
+    def post_norm(self) -> bool:
+        """Blocks that normalise *after* their attention and MLP (BERT and its kind): the
+        heads read the block's input itself, and no norm comes before them."""
+        arch = str(getattr(self.cfg, "architecture", "") or "")
+        return any(arch.startswith(p) for p in POST_NORM)
+
+    def head_input_hook(self, layer: int) -> str:
+        """Post-norm blocks' heads read ``hook_resid_pre`` (their ``ln1`` runs after the
+        attention); others as :meth:`Runtime.head_input_hook`."""
+        if self.post_norm:
+            return f"blocks.{layer}.hook_resid_pre"
+        return super().head_input_hook(layer)
+
+    def norm(self, stage: str, layer: int | None = None) -> Any:
+        """As :meth:`Runtime.norm`; post-norm blocks have no norm before their attention or
+        MLP (``ln1``/``ln2`` is None there)."""
+        if self.post_norm and stage in ("ln1", "ln2"):
+            return None
+        return super().norm(stage, layer)
 
     def qk_geometry(self, layer: int) -> QKGeometry:
         """Read from the wrapped Hugging Face attention module: its ``scaling``, rotary
