@@ -146,8 +146,12 @@ class BridgeRuntime(Runtime):
         return super().norm(stage, layer)
 
     def qk_geometry(self, layer: int) -> QKGeometry:
-        """Read from the wrapped Hugging Face attention module: its ``scaling``, rotary
-        embedding, ``q_norm``/``k_norm``, ``attn_logit_softcapping`` and ``sliding_window``."""
+        """Read once per layer from the wrapped Hugging Face attention module: its
+        ``scaling``, rotary embedding, ``q_norm``/``k_norm``, ``attn_logit_softcapping`` and
+        ``sliding_window``."""
+        return self.verdict(f"qk geometry {layer}", lambda: self._read_geometry(layer))
+
+    def _read_geometry(self, layer: int) -> QKGeometry:
         attn = self.model.blocks[layer].attn
         hf_attn = getattr(attn, "original_component", None)
         hf = getattr(self.model, "interp_hf_model", None)
