@@ -274,3 +274,41 @@ def test_rotary_bands_add_up_to_the_scores(kind):
     assert bands["frequency"].iloc[0] == pytest.approx(1.0)  # the fastest band first
     with pytest.raises(InterpError, match="no rotary embeddings"):
         A.rotary_bands(load_model("induction-2l"), _tokens(model), layer=1, head=1)
+
+
+def test_rotary_bands_equal_the_models_rotated_queries_and_keys_pair_by_pair():
+    """Each band's value from the model's own hook_rot_q / hook_rot_k (Llama pairs dimension
+    i with i + d_head / 2), its frequency from the config's rope_theta: no attribution code."""
+    model = KINDS["llama (GQA, rotary)"]()
+    tokens = _tokens(model)
+    layer, head = 2, 3
+    bands = A.rotary_bands(model, tokens, layer=layer, head=head, query_positions=[-1, 4])
+    _, c = model.run_with_cache(tokens)
+    q = c[f"blocks.{layer}.attn.hook_rot_q"][:, :, head]  # [batch, pos, d_head]
+    k_all = c[f"blocks.{layer}.attn.hook_rot_k"]  # [batch, pos, kv_head, d_head]
+    k = k_all[:, :, head // (model.cfg.n_heads // k_all.shape[2])]
+    d = q.shape[-1]
+    half = d // 2
+    cells = [(p, j) for p in (8, 4) for j in range(p + 1)]  # every key each query may see
+    qi, ki = torch.tensor([p for p, _ in cells]), torch.tensor([j for _, j in cells])
+    prod = q[:, qi] * k[:, ki] / d**0.5  # [batch, cell, d_head]
+    want = (prod[..., :half] + prod[..., half:]).mean((0, 1))  # [band]
+    got = torch.tensor(bands["value"].to_numpy(), dtype=want.dtype)
+    assert (got - want).abs().max() < 1e-5 * float(want.abs().max())
+    theta = 10000.0  # LlamaConfig's default rope_theta
+    freqs = 1.0 / theta ** (torch.arange(0, d, 2).double() / d)
+    assert bands["frequency"].to_numpy() == pytest.approx(freqs.numpy(), rel=1e-5)
+
+
+def test_the_pass_stops_after_the_heads_layer(induction_model):
+    """Attributing a layer-0 head runs block 0 only: block 1 never runs, and the cost says
+    half a forward pass of this two-layer model."""
+    runs = []
+    handle = induction_model.blocks[1].register_forward_hook(lambda *a: runs.append(1))
+    try:
+        df = A.qk_attribution(induction_model, _tokens(induction_model), layer=0, head=1)
+    finally:
+        handle.remove()
+    assert runs == [] and df.attrs["forward_equivalents"] == pytest.approx(0.5)
+    out = A.qk_interventions(induction_model, _tokens(induction_model), layer=1, head=1, top=1)
+    assert out.attrs["forward_equivalents"] == pytest.approx(1 + 1 + len(out))

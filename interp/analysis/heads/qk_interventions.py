@@ -1,5 +1,11 @@
 """QK attribution checked by intervention: remove a piece from one input of a head, measure.
 
+:func:`qk_attribution` splits a score with every norm's scale frozen; removing a
+component really changes the norms too. Here each top component is removed from
+the head's query input (or key input) alone, the norms recomputed, and the score's
+real change is set beside the frozen-norm prediction: the direct path from the
+component into that one input, cut (a path patch with a zero source).
+
 Example:
     >>> from interp.models import load_model
     >>> from interp.datasets import repeated_random_tokens
@@ -12,20 +18,23 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 import torch
 
 from interp.analysis.frames import table_attrs
-from interp.analysis.heads.qk_attribution import attribute_scores, residual_pieces
+from interp.analysis.heads.qk_attribution import attribute_scores
 from interp.analysis.shapes import Tokens
 from interp.checks import check_tokens
+from interp.engine.cache import run_until
 from interp.errors import InterpError
 from interp.head_checks import check_layer_head
 from interp.hooks import head_label, hook_name
 from interp.protocol import HookedModel, eval_no_grad
 from interp.runtime import runtime_of
+
+NOOP_RTOL = 1e-4  # a no-op edit must reproduce the clean scores to this, over the largest
 
 
 def qk_interventions(
@@ -36,6 +45,8 @@ def qk_interventions(
     head: int,
     query_positions: Any = -1,
     key_positions: Any = None,
+    contrast: Any = None,
+    by: Literal["head", "component", "layer"] = "head",
     top: int = 3,
     cache: Any = None,
 ) -> pd.DataFrame:
@@ -46,36 +57,40 @@ def qk_interventions(
 
     The edit recomputes the head's ``hook_q`` (or its key/value head's ``hook_k``, which
     heads sharing it under grouped-query attention also see; only this head is read)
-    from ``ln1(resid - c)``, so the component's path into this one input is cut and
-    nothing else moves. ``query_positions`` / ``key_positions`` choose the score cells
-    (default: the last query, every key it may see), averaged over cells and sequences.
-    Columns ``layer, head, label, side, component, attribution, measured, gap,
-    attention_moved``: ``attribution`` is minus the component's share of the
-    score on that side (what removing it changes if the norms stayed frozen),
-    ``measured`` the real change, ``gap = measured - attribution`` (the norms'
-    movement), ``attention_moved`` how much attention the edit moves: half the
-    summed absolute change of the query rows' attention weights (0: none, 1: all of
-    it), averaged over query rows. On a soft-capped model scores are read before
-    the cap (the cap inverted), as they are attributed. Costs one forward pass plus
-    one per row and two checks.
+    from ``ln1(resid - c)`` at every position, so the component's path into this one
+    input is cut and nothing else moves. ``query_positions`` / ``key_positions`` choose
+    the score cells (default: the last query, every key it may see), averaged over
+    cells and sequences; ``contrast=(a, b)`` reads ``s[p, a] - s[p, b]`` instead (as
+    :func:`qk_attribution`); ``by`` names the components (every earlier head and MLP by
+    default). Columns ``layer, head, label, side, component, attribution, measured,
+    gap, attention_moved``: ``attribution`` is minus the component's share on that side
+    (what removing it changes if the norms stayed frozen), ``measured`` the real change,
+    ``gap = measured - attribution`` (the norms' movement), ``attention_moved`` how much
+    attention the edit moves: half the summed absolute change of the query rows'
+    attention weights (0: none, 1: all of it), averaged over query rows. On a
+    soft-capped model scores are read before the cap (the cap inverted), as they are
+    attributed. Costs the attribution's pass, one no-op check and one pass per row,
+    each stopped after the head's layer.
 
     Raises:
         InterpError: as :func:`qk_attribution`, for ``top`` not a positive int, or a
-            model whose ``hook_q`` / ``hook_k`` edits cannot be reproduced (the
-            no-op edit is checked against the clean scores first).
+            model whose ``hook_q`` / ``hook_k`` edits cannot be reproduced (the no-op
+            edit is checked against the clean scores first).
     """
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise InterpError(f"top must be a positive int, got {top!r}")
-    df, acts = attribute_scores(
+    att = attribute_scores(
         model,
         tokens,
         layer=layer,
         head=head,
         query_positions=query_positions,
         key_positions=key_positions,
-        by="head",
+        contrast=contrast,
+        by=by,
         cache=cache,
     )
+    df = att.table
     if df.attrs["checked_against"] != "scores":
         raise InterpError(
             "this model's hook_attn_scores holds the attention pattern, not the scores "
@@ -85,27 +100,27 @@ def qk_interventions(
     tokens = check_tokens(model, tokens)
     layer, head = check_layer_head(model, layer, head)
     geometry = runtime_of(model).qk_geometry(layer)
-    cells = list(zip(df["query_position"], df["key_position"], strict=True))
-    cells = sorted(set(cells))
-    n_cells = len(cells)
+    read = _Reader(tokens, layer, head, df, geometry)
+    cost = att.cost
     with eval_no_grad(model):
-        terms = {t[0]: t[3] for t in residual_pieces(model, acts, layer)}
-        base_s, base_p = _read_cells(model, tokens, layer, head, cells, [], geometry)
-        for side in ("q", "k"):  # the no-op edit reproduces the clean run
-            noop = [_edit(model, acts, layer, head, side, None)]
-            s0, _ = _read_cells(model, tokens, layer, head, cells, noop, geometry)
-            if float((s0 - base_s).abs().max()) > 1e-4 * max(1.0, float(base_s.abs().max())):
-                raise InterpError(
-                    f"recomputing L{layer}H{head}'s hook_{side} from its input does not reproduce "
-                    "the model's scores, so this model's q/k inputs cannot be edited here"
-                )
+        base_s = read.scores(att.acts[hook_name("attn_scores", layer)][:, head].float())
+        base_p = read.rows(att.acts[hook_name("pattern", layer)][:, head].float())
+        noop = [_edit(model, att.acts, layer, head, side, None) for side in ("q", "k")]
+        s0, _ = read.run(model, noop)
+        cost.forward(stop=layer + 1)
+        if float((s0 - base_s).abs().max()) > NOOP_RTOL * max(1.0, float(base_s.abs().max())):
+            raise InterpError(
+                f"recomputing L{layer}H{head}'s hook_q / hook_k from its input does not "
+                "reproduce the model's scores, so this model's q/k inputs cannot be edited here"
+            )
         rows = []
         for side, col, name in (("q", "query_component", "query"), ("k", "key_component", "key")):
-            shares = df.groupby(col)["value"].sum() / n_cells
+            shares = df.groupby(col)["value"].sum() / read.n_cells
             shares = shares.drop([x for x in ("bias", "remainder") if x in shares.index])
             for comp in shares.abs().sort_values(ascending=False).index[:top]:
-                edit = [_edit(model, acts, layer, head, side, terms[comp])]
-                s1, p1 = _read_cells(model, tokens, layer, head, cells, edit, geometry)
+                edit = [_edit(model, att.acts, layer, head, side, att.pieces[comp])]
+                s1, p1 = read.run(model, edit)
+                cost.forward(stop=layer + 1)
                 measured = float((s1 - base_s).mean())
                 rows.append(
                     {
@@ -128,14 +143,66 @@ def qk_interventions(
             "norms recomputed, beside its frozen-norm QK attribution",
             method="exact",
             ablation="zero",
-            metric="attention score",
+            metric="attention score" if contrast is None else "score[a] - score[b]",
             unit="score (pre-softmax, after the model's scale)",
             model=model,
-            forward_equivalents=float(df.attrs["forward_equivalents"]) + 3 + len(rows),
-            cells=[list(map(int, c)) for c in cells],
+            forward_equivalents=cost.forward_equivalents,
+            by=by,
+            cells=read.cells_label(),
+            contrast=df.attrs.get("contrast"),
         )
     )
     return out
+
+
+class _Reader:
+    """The score cells an intervention reads (``[batch]`` per run: the mean over cells of
+    the score, or of ``s[p, a] - s[p, b]`` with a contrast) and the attention rows of their
+    queries, from one stopped pass."""
+
+    def __init__(self, tokens, layer, head, df, geometry):
+        self.layer, self.head, self.tokens, self.geometry = layer, head, tokens, geometry
+        self.contrast = df.attrs.get("contrast")
+        self.qpos = sorted({int(p) for p in df["query_position"]})
+        if self.contrast is None:
+            cells = sorted(set(zip(df["query_position"], df["key_position"], strict=True)))
+            self.cells = [(int(p), int(k)) for p, k in cells]
+        else:
+            self.cells = [(p, -1) for p in self.qpos]
+        self.n_cells = len(self.cells)
+
+    def cells_label(self) -> list[list[int]]:
+        return [list(c) for c in self.cells]
+
+    def scores(self, s: torch.Tensor) -> torch.Tensor:
+        """``[batch, cell]`` from the head's ``hook_attn_scores`` ``[batch, query, key]``."""
+        if self.geometry.softcap:
+            cap = self.geometry.softcap
+            s = cap * torch.atanh((s / cap).clamp(-1 + 1e-7, 1 - 1e-7))
+        if self.contrast is None:
+            qi = torch.tensor([c[0] for c in self.cells])
+            ki = torch.tensor([c[1] for c in self.cells])
+            return s[:, qi, ki]
+        ar = torch.arange(s.shape[0])
+        a, b = (torch.tensor(x) for x in self.contrast)
+        return torch.stack([s[ar, p, a] - s[ar, p, b] for p in self.qpos], -1)
+
+    def rows(self, pattern: torch.Tensor) -> torch.Tensor:
+        return pattern[:, self.qpos]
+
+    def run(self, model, hooks) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cells and rows with ``hooks`` on, the pass stopped after the head's pattern."""
+        got: dict[str, torch.Tensor] = {}
+
+        def keep(name: str) -> Any:
+            def f(value: torch.Tensor, hook: Any) -> None:
+                got[name] = value[:, self.head].detach().float()
+
+            return f
+
+        reads = [(hook_name(k, self.layer), keep(k)) for k in ("attn_scores", "pattern")]
+        run_until(model, self.tokens, [*hooks, *reads], hook_name("pattern", self.layer))
+        return self.scores(got["attn_scores"]), self.rows(got["pattern"])
 
 
 def _edit(
@@ -160,28 +227,3 @@ def _edit(
         return value
 
     return hook_name(side, layer), hook
-
-
-def _read_cells(
-    model, tokens, layer, head, cells, hooks, geometry
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The head's scores at ``cells`` ``[batch, cell]`` (before any soft cap) and its
-    attention rows at the cells' queries ``[batch, query, key]``, in one pass."""
-    got: dict[str, torch.Tensor] = {}
-
-    def keep(name: str) -> Any:
-        def f(value: torch.Tensor, hook: Any) -> None:
-            got[name] = value[:, head].detach().float()
-
-        return f
-
-    reads = [(hook_name(k, layer), keep(k)) for k in ("attn_scores", "pattern")]
-    model.run_with_hooks(tokens, fwd_hooks=[*hooks, *reads])
-    qi = torch.tensor([c[0] for c in cells])
-    ki = torch.tensor([c[1] for c in cells])
-    scores = got["attn_scores"][:, qi, ki]
-    if geometry.softcap:
-        cap = geometry.softcap
-        scores = cap * torch.atanh((scores / cap).clamp(-1 + 1e-7, 1 - 1e-7))
-    rows = sorted({int(c[0]) for c in cells})
-    return scores, got["pattern"][:, rows]
