@@ -198,6 +198,32 @@ def test_interventions_sit_beside_the_attribution():
         A.qk_interventions(gptj, _tokens(gptj), layer=2, head=1)
 
 
+def test_per_sequence_positions_give_each_sequence_its_own_rows():
+    """One (query, key) per sequence: each sequence's rows sum to its own score from the
+    model's hooks; the same cells given for all sequences give the mean of those rows."""
+    model = KINDS["llama (GQA, rotary)"]()
+    tokens = _tokens(model)
+    q, k = [[8], [5], [6]], [[2], [5], [0]]
+    df = A.qk_attribution(model, tokens, layer=2, head=1, query_positions=q, key_positions=k)
+    hand, _ = _by_hand(model, tokens, 2, 1)
+    per = df.groupby(["sequence", "query_position", "key_position"])["value"].sum()
+    scale = float(hand.abs().max())
+    assert list(per.index) == [(b, q[b][0], k[b][0]) for b in range(3)]
+    for b in range(3):
+        assert abs(per[(b, q[b][0], k[b][0])] - float(hand[b, q[b][0], k[b][0]])) < 1e-4 * scale
+    same = dict(layer=2, head=1, by="layer")
+    each = A.qk_attribution(
+        model, tokens, query_positions=[[7]] * 3, key_positions=[[3]] * 3, **same
+    )
+    shared = A.qk_attribution(model, tokens, query_positions=7, key_positions=[3], **same)
+    mean = each.groupby(["query_component", "key_component"], sort=False)["value"].mean()
+    assert abs(mean.to_numpy() - shared["value"].to_numpy()).max() < 1e-5 * scale
+    out = A.qk_interventions(
+        model, tokens, layer=2, head=1, query_positions=q, key_positions=k, top=1
+    )
+    assert list(out["side"]) == ["query", "key"] and out["measured"].notna().all()
+
+
 @pytest.mark.parametrize("kind", ["llama (GQA, rotary)", "gpt-neox (partial rotary)"])
 def test_layer_0_scores_are_the_rotary_circuit_at_each_offset(kind):
     """In layer 0 the residual stream is the token embedding alone, so each score of a
@@ -251,6 +277,9 @@ def test_bad_inputs_are_named_before_the_forward():
         (dict(layer=1, head=1, query_positions=20), "out of range"),
         (dict(layer=1, head=1, query_positions=[]), "empty"),
         (dict(layer=1, head=1, query_positions=1.5), "integers"),
+        (dict(layer=1, head=1, query_positions=[[1], [2]]), "2 lists of positions for 3"),
+        (dict(layer=1, head=1, query_positions=3, contrast=(8, 2)), "come after query"),
+        (dict(layer=1, head=1, key_positions=[1], contrast=(2, 1)), "not both"),
     ]
     for kw, message in cases:
         with pytest.raises(InterpError, match=message):

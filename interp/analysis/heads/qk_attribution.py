@@ -45,6 +45,7 @@ import pandas as pd
 import torch
 
 from interp.analysis.frames import table_attrs
+from interp.analysis.heads.qk_cells import Cells, plan_cells
 from interp.analysis.heads.qk_inputs import head_inputs, residual_pieces, side_pieces
 from interp.analysis.shapes import Tokens
 from interp.checks import check_tokens
@@ -60,28 +61,6 @@ By = Literal["head", "component", "layer"]
 BYS = ("head", "component", "layer")
 CHECK_RTOL = 1e-4  # rows vs the model's score, over the largest score: refused above this
 MASKED = -1e20  # a model's score below this is a mask, not a score
-
-
-def read_positions(value: Any, n: int, what: str) -> list[int]:
-    """Positions (ints, negative from the end) as distinct indices in order.
-
-    Raises:
-        InterpError: for a non-integer or out-of-range position, or none.
-    """
-    scalar = not hasattr(value, "__iter__") or (hasattr(value, "ndim") and value.ndim == 0)
-    items = [value] if scalar else list(value)
-    out: list[int] = []
-    for p in items:
-        if isinstance(p, bool) or not hasattr(p, "__index__"):
-            raise InterpError(f"{what} must be integers, got {p!r}")
-        p = int(p)
-        if not -n <= p < n:
-            raise InterpError(f"{what} {p} is out of range for {n} positions (use -{n}..{n - 1})")
-        if p % n not in out:
-            out.append(p % n)
-    if not out:
-        raise InterpError(f"{what} is empty; give at least one position")
-    return out
 
 
 def qk_attribution(
@@ -100,25 +79,28 @@ def qk_attribution(
 
     ``query_positions`` are the attending positions (default the last);
     ``key_positions`` the attended ones (default every key each query may
-    see). ``contrast=(a, b)`` attributes ``s[p, a] - s[p, b]`` instead (``a``
-    and ``b`` are positions, one for all sequences or one per sequence: why
-    key ``a`` and not ``b``). ``by="head"``: every earlier head is a piece;
+    see); either may be one list per sequence (``[[q0], [q1], ...]``), and then
+    each sequence's rows are its own (a ``sequence`` column) instead of a mean
+    over sequences. ``contrast=(a, b)`` attributes ``s[p, a] - s[p, b]`` instead
+    (``a`` and ``b`` are positions, one for all sequences or one per sequence:
+    why key ``a`` and not ``b``). ``by="head"``: every earlier head is a piece;
     ``"component"`` (the default): each layer's attention (its heads and output
     bias) and MLP; ``"layer"``: each block. Columns ``layer, head, label`` (the
-    attending head), ``query_position, key_position`` (absent with
+    attending head), ``query_position, key_position`` (no ``key_position`` with
     ``contrast``), ``query_component, key_component, value``: ``value`` is the
     mean over sequences of the share, in the model's score units (after its
     scale, before any soft cap). The rows of one (query, key) sum to the score;
-    ``df.attrs["total"]`` is the mean of the scores the rows explain and
-    ``score_gap`` how far the rows are from the model's own (module
+    ``df.attrs["total"]`` is the sum of the (mean) scores the rows explain and
+    ``score_gap`` how far the pieces are from the model's own (module
     docstring). ``cache`` (of ``tokens``) is checked and completed; otherwise one
     forward pass, stopped after the head's layer (``forward_equivalents``: its
     share of the model's blocks).
 
     Raises:
         InterpError: for a layer or head out of range, an unknown ``by``,
-            positions out of range or a key after its query, a ``contrast`` that
-            is not two positions, a model whose norms or rotation cannot be
+            positions out of range or a key after its query, lists of positions
+            that are not one per sequence, a ``contrast`` that is not two positions
+            (or beside ``key_positions``), a model whose norms or rotation cannot be
             frozen, or rows that do not reproduce the model's scores (above
             :data:`CHECK_RTOL`).
     """
@@ -145,6 +127,7 @@ class Attributed:
     pieces: dict[str, torch.Tensor]  # component -> [batch, pos, d_model]: what it wrote
     query: torch.Tensor  # [batch, query, d_head]: the head's rotated queries at query_positions
     key: torch.Tensor  # [batch, pos, d_head]: its rotated keys at every position
+    cells: Cells  # the scores the rows attribute
     cost: Cost  # the passes run
 
 
@@ -167,47 +150,44 @@ def attribute_scores(
         raise InterpError(f"unknown by {by!r}; choose one of {', '.join(BYS)}")
     tokens = check_tokens(model, tokens)
     bsz, n = tokens.shape
-    qpos = read_positions(query_positions, n, "query_positions")
     geometry = runtime_of(model).qk_geometry(layer)
-    pairs = _key_plan(qpos, key_positions, contrast, n, bsz, geometry)
+    cells = plan_cells(
+        bsz,
+        n,
+        query_positions=query_positions,
+        key_positions=key_positions,
+        contrast=contrast,
+        window=geometry.window,
+    )
+    rows = cells.query_rows
     with eval_no_grad(model):
         acts, cost = head_inputs(model, tokens, cache, layer)
         terms = residual_pieces(model, acts, layer, by=by)
-        keys = list(range(n))  # every key: the check below needs whole rows
         side = dict(model=model, acts=acts, terms=terms, layer=layer, head=head, geometry=geometry)
-        names_q, Q = side_pieces(**side, side="q", rows=qpos)
-        names_k, K = side_pieces(**side, side="k", rows=keys)
-        # [q_piece, k_piece, batch, query, key]
-        share = torch.einsum("ibpd,jbkd->ijbpk", Q, K) * geometry.scale
-        explained = share.sum((0, 1))  # [batch, query, key]
-        gap, scale_of, against = _check(acts, layer, head, qpos, explained, geometry)
-    if gap > CHECK_RTOL:
-        raise InterpError(
-            f"the pieces reproduce L{layer}H{head}'s {against} only to {gap:.2g} (above "
-            f"{CHECK_RTOL:g}); this architecture does something to its queries or keys that "
-            "QK attribution does not read, so no rows are returned"
-        )
-    frames = []
-    if contrast is None:
-        cells = share.mean(2)  # [i, j, query, key]
-        for pi, p in enumerate(qpos):
-            ks = pairs[pi][1]
-            block = cells[:, :, pi, ks].permute(2, 0, 1)  # [key, i, j]
-            frames.append(_cells(block, names_q, names_k, query_position=p, key_position=ks))
-    else:
-        a, b = _contrast_index(contrast, n, bsz)
-        ar = torch.arange(bsz)
-        for pi, p in enumerate(qpos):
-            diff = (share[:, :, ar, pi, a] - share[:, :, ar, pi, b]).mean(-1)  # [i, j]
-            frames.append(_cells(diff[None], names_q, names_k, query_position=p))
-    df = pd.concat(frames, ignore_index=True)
+        names_q, Q = side_pieces(**side, side="q", rows=rows)  # [i, batch, query, d_head]
+        names_k, K = side_pieces(**side, side="k", rows=list(range(n)))  # [j, batch, pos, d_head]
+        # the whole scores of the query rows (every key: the check needs whole rows)
+        explained = torch.einsum("bpd,bkd->bpk", Q.sum(0), K.sum(0)) * geometry.scale
+        gap, scale_of, against = _check(acts, layer, head, rows, explained, geometry)
+        if gap > CHECK_RTOL:
+            raise InterpError(
+                f"the pieces reproduce L{layer}H{head}'s {against} only to {gap:.2g} (above "
+                f"{CHECK_RTOL:g}); this architecture does something to its queries or keys that "
+                "QK attribution does not read, so no rows are returned"
+            )
+        qi = torch.full((n,), -1, dtype=torch.long)
+        qi[rows] = torch.arange(len(rows))
+        qi = qi[cells.query]  # each cell's row of Q
+        Kc = K[:, cells.seq, cells.key]  # [j, cell, d_head]
+        if cells.other is not None:
+            Kc = Kc - K[:, cells.seq, cells.other]
+        share = torch.einsum("icd,jcd->cij", Q[:, cells.seq, qi], Kc) * geometry.scale
+        block = share.view(len(cells.groups), cells.per_group, *share.shape[1:]).mean(1)
+    df = _rows(block, names_q, names_k, cells)
     df.insert(0, "label", head_label(layer, head))
     df.insert(0, "head", head)
     df.insert(0, "layer", layer)
-    if contrast is None:
-        total = float(sum(explained[:, pi, ks].mean(0).sum() for pi, (_, ks) in enumerate(pairs)))
-    else:
-        total = float(df["value"].sum())
+    total = float(block.sum())
     notes = list(geometry.notes)
     if geometry.softcap:
         notes.append(
@@ -234,9 +214,7 @@ def attribute_scores(
             frozen="ln1" + (" and QK-norm" if geometry.q_norm is not None else "") + " scales",
             rotary=None if geometry.rotary is None else geometry.rotary.style,
             notes=notes,
-            contrast=None
-            if contrast is None
-            else [list(map(int, x)) for x in _contrast_index(contrast, n, bsz)],
+            contrast=cells.contrast,
         )
     )
     return Attributed(
@@ -245,23 +223,22 @@ def attribute_scores(
         pieces={t[0]: t[3] for t in terms},
         query=Q.sum(0),
         key=K.sum(0),
+        cells=cells,
         cost=cost,
     )
 
 
-def _cells(block: torch.Tensor, names_q, names_k, *, query_position, key_position=None):
-    """Rows of ``block [key, q_group, k_group]``: one per key and pair of groups."""
-    nk, nq, nkk = block.shape
+def _rows(block: torch.Tensor, names_q, names_k, cells: Cells) -> pd.DataFrame:
+    """One row per group of ``cells`` and pair of pieces, from ``block [group, i, j]``."""
+    g, nq, nk = block.shape
     data = {
-        "query_position": np.full(nk * nq * nkk, int(query_position)),
-        "query_component": np.tile(np.repeat(np.array(names_q, dtype=object), nkk), nk),
-        "key_component": np.tile(np.array(names_k, dtype=object), nk * nq),
-        "value": block.reshape(-1).double().numpy(),
+        name: np.repeat(np.array([grp[c] for grp in cells.groups], dtype=int), nq * nk)
+        for c, name in enumerate(cells.columns)
     }
-    if key_position is not None:
-        data["key_position"] = np.repeat(np.asarray(key_position, dtype=int), nq * nkk)
-    cols = ["query_position", "key_position", "query_component", "key_component", "value"]
-    return pd.DataFrame({c: data[c] for c in cols if c in data})
+    data["query_component"] = np.tile(np.repeat(np.array(names_q, dtype=object), nk), g)
+    data["key_component"] = np.tile(np.array(names_k, dtype=object), g * nq)
+    data["value"] = block.reshape(-1).double().numpy()
+    return pd.DataFrame(data)
 
 
 def _check(acts, layer, head, qpos, explained, geometry) -> tuple[float, float, str]:
@@ -289,47 +266,3 @@ def _capped(s: torch.Tensor, geometry: QKGeometry) -> torch.Tensor:
     if geometry.softcap:
         return geometry.softcap * torch.tanh(s / geometry.softcap)
     return s
-
-
-def _key_plan(qpos, key_positions, contrast, n, bsz, geometry) -> list[tuple[int, list[int]]]:
-    """For each query position, the keys whose scores are attributed."""
-    if contrast is not None:
-        _contrast_index(contrast, n, bsz)
-        return [(p, []) for p in qpos]
-    plan = []
-    for p in qpos:
-        lo = 0 if not geometry.window else max(0, p - geometry.window + 1)
-        allowed = list(range(lo, p + 1))
-        if key_positions is None:
-            ks = allowed
-        else:
-            ks = read_positions(key_positions, n, "key_positions")
-            late = [k for k in ks if k > p]
-            if late:
-                raise InterpError(
-                    f"key_positions {late} come after query position {p}; a causal head "
-                    "cannot attend to them"
-                )
-        plan.append((p, ks))
-    return plan
-
-
-def _contrast_index(contrast, n, bsz) -> tuple[list[int], list[int]]:
-    """``contrast=(a, b)`` as two per-sequence position lists."""
-    if not isinstance(contrast, tuple | list) or len(contrast) != 2:
-        raise InterpError(f"contrast must be two key positions (a, b), got {contrast!r}")
-    out = []
-    for what, v in zip(("a", "b"), contrast, strict=True):
-        if isinstance(v, int) or (hasattr(v, "ndim") and v.ndim == 0):
-            vals = [int(v)] * bsz
-        else:
-            vals = [int(x) for x in v]
-            if len(vals) != bsz:
-                raise InterpError(f"contrast {what} has {len(vals)} positions for {bsz} sequences")
-        for x in vals:
-            if not -n <= x < n:
-                raise InterpError(f"contrast position {x} is out of range for {n} positions")
-        out.append([x % n for x in vals])
-    if all(x == y for x, y in zip(*out, strict=True)):
-        raise InterpError("contrast names the same key twice; the difference would be 0")
-    return out[0], out[1]

@@ -50,27 +50,28 @@ def qk_interventions(
     top: int = 3,
     cache: Any = None,
 ) -> pd.DataFrame:
-    """QK attribution checked by intervention: for each side's ``top`` components (by the
-    size of their attribution), the score change when that component is removed from the
-    head's query input (``side="query"``) or key input (``"key"``) only, with every norm
+    """QK attribution checked by intervention: for each side's ``top`` components (by the size of
+    their attribution), the score change when that component is removed from the head's
+    query input (``side="query"``) or key input (``"key"``) only, with every norm
     recomputed, beside what the frozen-norm attribution predicts.
 
     The edit recomputes the head's ``hook_q`` (or its key/value head's ``hook_k``, which
-    heads sharing it under grouped-query attention also see; only this head is read)
-    from ``ln1(resid - c)`` at every position, so the component's path into this one
-    input is cut and nothing else moves. ``query_positions`` / ``key_positions`` choose
-    the score cells (default: the last query, every key it may see), averaged over
-    cells and sequences; ``contrast=(a, b)`` reads ``s[p, a] - s[p, b]`` instead (as
-    :func:`qk_attribution`); ``by`` names the components (every earlier head and MLP by
-    default). Columns ``layer, head, label, side, component, attribution, measured,
-    gap, attention_moved``: ``attribution`` is minus the component's share on that side
-    (what removing it changes if the norms stayed frozen), ``measured`` the real change,
-    ``gap = measured - attribution`` (the norms' movement), ``attention_moved`` how much
-    attention the edit moves: half the summed absolute change of the query rows'
-    attention weights (0: none, 1: all of it), averaged over query rows. On a
-    soft-capped model scores are read before the cap (the cap inverted), as they are
-    attributed. Costs the attribution's pass, one no-op check and one pass per row,
-    each stopped after the head's layer.
+    heads sharing it under grouped-query attention also see; only this head is read) from
+    ``ln1(resid - c)`` at every position, so the component's path into this one input is cut
+    and nothing else moves. ``query_positions`` / ``key_positions`` choose the score cells
+    as in :func:`qk_attribution` (default: the last query, every key it may see; shared, or
+    one list per sequence), averaged over cells and sequences; ``contrast=(a, b)`` reads
+    ``s[p, a] - s[p, b]`` instead (as :func:`qk_attribution`); ``by`` names the components
+    (every earlier head and MLP by default).
+
+    Columns ``layer, head, label, side, component, attribution, measured, gap,
+    attention_moved``: ``attribution`` is minus the component's share on that side (what
+    removing it changes if the norms stayed frozen), ``measured`` the real change, ``gap =
+    measured - attribution`` (the norms' movement), ``attention_moved`` how much attention
+    the edit moves: half the summed absolute change of the query rows' attention weights (0:
+    none, 1: all of it), averaged over query rows. On a soft-capped model scores are read
+    before the cap (the cap inverted), as they are attributed. Costs the attribution's pass,
+    one no-op check and one pass per row, each stopped after the head's layer.
 
     Raises:
         InterpError: as :func:`qk_attribution`, for ``top`` not a positive int, or a
@@ -100,28 +101,39 @@ def qk_interventions(
     tokens = check_tokens(model, tokens)
     layer, head = check_layer_head(model, layer, head)
     geometry = runtime_of(model).qk_geometry(layer)
-    read = _Reader(tokens, layer, head, df, geometry)
+    cells = att.cells
+
+    def uncapped(s: torch.Tensor) -> torch.Tensor:  # scores as attributed: before any cap
+        if geometry.softcap:
+            cap = geometry.softcap
+            s = cap * torch.atanh((s / cap).clamp(-1 + 1e-7, 1 - 1e-7))
+        return cells.scores(s)
+
     cost = att.cost
     with eval_no_grad(model):
-        base_s = read.scores(att.acts[hook_name("attn_scores", layer)][:, head].float())
-        base_p = read.rows(att.acts[hook_name("pattern", layer)][:, head].float())
+        base_s = uncapped(att.acts[hook_name("attn_scores", layer)][:, head].float())
+        base_p = cells.rows(att.acts[hook_name("pattern", layer)][:, head].float())
         noop = [_edit(model, att.acts, layer, head, side, None) for side in ("q", "k")]
-        s0, _ = read.run(model, noop)
+        s0, _ = _read(model, tokens, layer, head, noop)
         cost.forward(stop=layer + 1)
-        if float((s0 - base_s).abs().max()) > NOOP_RTOL * max(1.0, float(base_s.abs().max())):
+        if float((uncapped(s0) - base_s).abs().max()) > NOOP_RTOL * max(
+            1.0, float(base_s.abs().max())
+        ):
             raise InterpError(
                 f"recomputing L{layer}H{head}'s hook_q / hook_k from its input does not "
                 "reproduce the model's scores, so this model's q/k inputs cannot be edited here"
             )
         rows = []
+        n_groups = len(cells.groups)
         for side, col, name in (("q", "query_component", "query"), ("k", "key_component", "key")):
-            shares = df.groupby(col)["value"].sum() / read.n_cells
+            shares = df.groupby(col)["value"].sum() / n_groups  # the mean over cells
             shares = shares.drop([x for x in ("bias", "remainder") if x in shares.index])
             for comp in shares.abs().sort_values(ascending=False).index[:top]:
                 edit = [_edit(model, att.acts, layer, head, side, att.pieces[comp])]
-                s1, p1 = read.run(model, edit)
+                s1, p1 = _read(model, tokens, layer, head, edit)
                 cost.forward(stop=layer + 1)
-                measured = float((s1 - base_s).mean())
+                measured = float((uncapped(s1) - base_s).mean())
+                moved = (cells.rows(p1) - base_p).abs().sum(-1).mean() / 2
                 rows.append(
                     {
                         "side": name,
@@ -129,7 +141,7 @@ def qk_interventions(
                         "attribution": -float(shares[comp]),
                         "measured": measured,
                         "gap": measured + float(shares[comp]),
-                        "attention_moved": float((p1 - base_p).abs().sum(-1).mean() / 2),
+                        "attention_moved": float(moved),
                     }
                 )
     out = pd.DataFrame(rows)
@@ -148,61 +160,26 @@ def qk_interventions(
             model=model,
             forward_equivalents=cost.forward_equivalents,
             by=by,
-            cells=read.cells_label(),
-            contrast=df.attrs.get("contrast"),
+            contrast=cells.contrast,
         )
     )
     return out
 
 
-class _Reader:
-    """The score cells an intervention reads (``[batch]`` per run: the mean over cells of
-    the score, or of ``s[p, a] - s[p, b]`` with a contrast) and the attention rows of their
-    queries, from one stopped pass."""
+def _read(model, tokens, layer, head, hooks) -> tuple[torch.Tensor, torch.Tensor]:
+    """The head's scores and pattern ``[batch, query_pos, key_pos]`` with ``hooks`` on, from
+    one pass stopped after its pattern."""
+    got: dict[str, torch.Tensor] = {}
 
-    def __init__(self, tokens, layer, head, df, geometry):
-        self.layer, self.head, self.tokens, self.geometry = layer, head, tokens, geometry
-        self.contrast = df.attrs.get("contrast")
-        self.qpos = sorted({int(p) for p in df["query_position"]})
-        if self.contrast is None:
-            cells = sorted(set(zip(df["query_position"], df["key_position"], strict=True)))
-            self.cells = [(int(p), int(k)) for p, k in cells]
-        else:
-            self.cells = [(p, -1) for p in self.qpos]
-        self.n_cells = len(self.cells)
+    def keep(name: str) -> Any:
+        def f(value: torch.Tensor, hook: Any) -> None:
+            got[name] = value[:, head].detach().float()
 
-    def cells_label(self) -> list[list[int]]:
-        return [list(c) for c in self.cells]
+        return f
 
-    def scores(self, s: torch.Tensor) -> torch.Tensor:
-        """``[batch, cell]`` from the head's ``hook_attn_scores`` ``[batch, query, key]``."""
-        if self.geometry.softcap:
-            cap = self.geometry.softcap
-            s = cap * torch.atanh((s / cap).clamp(-1 + 1e-7, 1 - 1e-7))
-        if self.contrast is None:
-            qi = torch.tensor([c[0] for c in self.cells])
-            ki = torch.tensor([c[1] for c in self.cells])
-            return s[:, qi, ki]
-        ar = torch.arange(s.shape[0])
-        a, b = (torch.tensor(x) for x in self.contrast)
-        return torch.stack([s[ar, p, a] - s[ar, p, b] for p in self.qpos], -1)
-
-    def rows(self, pattern: torch.Tensor) -> torch.Tensor:
-        return pattern[:, self.qpos]
-
-    def run(self, model, hooks) -> tuple[torch.Tensor, torch.Tensor]:
-        """The cells and rows with ``hooks`` on, the pass stopped after the head's pattern."""
-        got: dict[str, torch.Tensor] = {}
-
-        def keep(name: str) -> Any:
-            def f(value: torch.Tensor, hook: Any) -> None:
-                got[name] = value[:, self.head].detach().float()
-
-            return f
-
-        reads = [(hook_name(k, self.layer), keep(k)) for k in ("attn_scores", "pattern")]
-        run_until(model, self.tokens, [*hooks, *reads], hook_name("pattern", self.layer))
-        return self.scores(got["attn_scores"]), self.rows(got["pattern"])
+    reads = [(hook_name(k, layer), keep(k)) for k in ("attn_scores", "pattern")]
+    run_until(model, tokens, [*hooks, *reads], hook_name("pattern", layer))
+    return got["attn_scores"], got["pattern"]
 
 
 def _edit(

@@ -123,17 +123,15 @@ def rotary_bands(
     )
     df = att.table
     geometry = runtime_of(model).qk_geometry(layer)
-    cells = sorted(set(zip(df["query_position"], df["key_position"], strict=True)))
-    qpos = list(dict.fromkeys(int(p) for p in df["query_position"]))  # att.query's order
+    cells = att.cells
+    qrows = cells.query_rows  # att.query's rows
+    qi = torch.tensor([qrows.index(int(q)) for q in cells.query])
     # the head's rotated queries and keys, as the attribution rebuilt them (checked there)
-    q, k = att.query, att.key  # [batch, query, d_head], [batch, pos, d_head]
-    qi = torch.tensor([qpos.index(int(c[0])) for c in cells])
-    ki = torch.tensor([int(c[1]) for c in cells])
-    prod = q[:, qi] * k[:, ki] * geometry.scale  # [batch, cell, d_head]
+    prod = att.query[cells.seq, qi] * att.key[cells.seq, cells.key] * geometry.scale
     d_head = prod.shape[-1]
     band = geometry.rotary.band_of_dims(d_head)
     n_b = geometry.rotary.n_pairs + (1 if bool((band == geometry.rotary.n_pairs).any()) else 0)
-    per = torch.zeros(prod.shape[:2] + (n_b,), dtype=prod.dtype).index_add_(-1, band, prod)
+    per = torch.zeros(prod.shape[:-1] + (n_b,), dtype=prod.dtype).index_add_(-1, band, prod)
     freqs = geometry.rotary.freqs.tolist() + ([0.0] if n_b > geometry.rotary.n_pairs else [])
     rows = []
     for i in range(n_b):
