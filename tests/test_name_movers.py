@@ -169,7 +169,7 @@ def test_qk_attribution_says_why_the_s2_heads_prefer_s2(out, smollm):
     perf = table(out, "performance")
     kept = perf[(perf["split"] == "train") & perf["kept"]]["template"].tolist()
     p = name_mover_prompts(12, seed=0, tokenizer=smollm.tokenizer, templates=kept)
-    assert p.texts == table(out, "prompts")["clean"].tolist()
+    assert list(p.texts) == table(out, "prompts")["clean"].tolist()
     layers = {h: (int(h[1:].split("H")[0]), int(h.split("H")[1])) for h in heads}
     names = [f"blocks.{l}.attn.hook_attn_scores" for l, _ in layers.values()]
     with torch.no_grad():
