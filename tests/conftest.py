@@ -229,18 +229,21 @@ def scores_without_key_piece(model, tokens, layer, piece):
     return got["s"]
 
 
-def written_by(model, tokens, component):
+def written_by(model, cache, component):
     """Hooks only: what ``component`` (``"L3.mlp"`` or ``"L3H4"``) wrote into the residual
-    stream, ``[batch, pos, d_model]``."""
-    import re
+    stream, ``[batch, pos, d_model]``, from a cache holding :func:`written_hook`."""
+    layer = int(component[1:].split(".")[0].split("H")[0])
+    if component.endswith(".mlp"):
+        return cache[written_hook(component)]
+    head = int(component.split("H")[1])
+    return cache[written_hook(component)][:, :, head] @ model.blocks[layer].attn.W_O[head]
 
-    import torch
 
-    layer = int(re.match(r"L(\d+)", component).group(1))
-    with torch.no_grad():
-        if component.endswith(".mlp"):
-            _, c = model.run_with_cache(tokens, names_filter=[f"blocks.{layer}.hook_mlp_out"])
-            return c[f"blocks.{layer}.hook_mlp_out"]
-        head = int(component.split("H")[1])
-        _, c = model.run_with_cache(tokens, names_filter=[f"blocks.{layer}.attn.hook_z"])
-        return c[f"blocks.{layer}.attn.hook_z"][:, :, head] @ model.blocks[layer].attn.W_O[head]
+def written_hook(component):
+    """The hook :func:`written_by` reads for ``component``."""
+    layer = int(component[1:].split(".")[0].split("H")[0])
+    return (
+        f"blocks.{layer}.hook_mlp_out"
+        if component.endswith(".mlp")
+        else f"blocks.{layer}.attn.hook_z"
+    )

@@ -78,7 +78,7 @@ def test_qk_attribution_says_why_the_induction_head_attends(lab, induction_model
     per prompt. Each prompt's score is checked against the model's own hook_attn_scores, and
     removing L0H1 from the key input measures what the attribution says."""
     import torch
-    from conftest import scores_without_key_piece, written_by
+    from conftest import scores_without_key_piece, written_by, written_hook
 
     from interp.labs import induction
 
@@ -87,7 +87,7 @@ def test_qk_attribution_says_why_the_induction_head_attends(lab, induction_model
     assert len(per) == len(data) == 256
     assert (per["key_position"] == per["query_position"] - per["segment_len"] + 1).all()
     _, c = induction_model.run_with_cache(
-        data.tokens, names_filter=["blocks.1.attn.hook_attn_scores"]
+        data.tokens, names_filter=["blocks.1.attn.hook_attn_scores", written_hook("L0H1")]
     )
     s = c["blocks.1.attn.hook_attn_scores"][:, 1]
     b = torch.arange(len(per))
@@ -100,7 +100,7 @@ def test_qk_attribution_says_why_the_induction_head_attends(lab, induction_model
     key = checks.loc[("key", "L0H1")]
     assert key["verdict"] == "agrees" and key["measured"] < -0.5 * per["score"].mean()
     # the same intervention from hooks alone: L0H1's output taken out of L1H1's keys only
-    piece = written_by(induction_model, data.tokens, "L0H1")
+    piece = written_by(induction_model, c, "L0H1")
     cut = scores_without_key_piece(induction_model, data.tokens, 1, piece)[:, 1]
     q, k = torch.tensor(per["query_position"]), torch.tensor(per["key_position"])
     by_hand = float((cut[b, q, k] - hooks).mean())

@@ -156,7 +156,7 @@ def test_qk_attribution_says_why_the_s2_heads_prefer_s2(out, smollm):
     import html
 
     import torch
-    from conftest import scores_without_key_piece, written_by
+    from conftest import scores_without_key_piece, written_by, written_hook
 
     from interp.datasets import name_mover_prompts
 
@@ -171,9 +171,11 @@ def test_qk_attribution_says_why_the_s2_heads_prefer_s2(out, smollm):
     p = name_mover_prompts(12, seed=0, tokenizer=smollm.tokenizer, templates=kept)
     assert list(p.texts) == table(out, "prompts")["clean"].tolist()
     layers = {h: (int(h[1:].split("H")[0]), int(h.split("H")[1])) for h in heads}
+    checks = table(out, "qk_interventions")
+    key = checks[(checks["label"] == heads[0]) & (checks["side"] == "key")].iloc[0]
     names = [f"blocks.{l}.attn.hook_attn_scores" for l, _ in layers.values()]
     with torch.no_grad():
-        _, c = smollm.run_with_cache(p.clean, names_filter=names)
+        _, c = smollm.run_with_cache(p.clean, names_filter=[*names, written_hook(key["component"])])
     b = torch.arange(len(p))
 
     def difference(s):  # [batch, query, key] -> mean of s[END, S2] - s[END, IO]
@@ -183,11 +185,9 @@ def test_qk_attribution_says_why_the_s2_heads_prefer_s2(out, smollm):
         hooks = difference(c[f"blocks.{layer}.attn.hook_attn_scores"][:, head])
         assert contrast.loc[h, "difference"] == pytest.approx(hooks, rel=1e-4)
         assert contrast.loc[h, "difference"] > 0  # S2 over IO, as the head looks
-    checks = table(out, "qk_interventions")
     h = heads[0]
     layer, head = layers[h]
-    key = checks[(checks["label"] == h) & (checks["side"] == "key")].iloc[0]
-    piece = written_by(smollm, p.clean, key["component"])
+    piece = written_by(smollm, c, key["component"])
     cut = scores_without_key_piece(smollm, p.clean, layer, piece)[:, head]
     by_hand = difference(cut) - difference(c[f"blocks.{layer}.attn.hook_attn_scores"][:, head])
     assert key["measured"] == pytest.approx(by_hand, rel=1e-3, abs=1e-4)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import pandas as pd
 
 PAIR = ["query_component", "key_component"]
-AGREE = 0.5  # the measured change is within this fraction of the attribution: they agree
+AGREE = 0.25  # the measured change is within this fraction of the attribution: they agree
 
 
 def _per_cell(df: pd.DataFrame) -> list[str]:

@@ -212,7 +212,7 @@ def why_lines(f: NameMoverFindings) -> list[str]:
         else:
             lines.append(
                 f"For {h}, every checked writer's measured change agrees with its attribution "
-                "(same sign, within half of it)."
+                "(same sign, within a quarter of it)."
             )
     return lines
 
