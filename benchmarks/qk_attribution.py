@@ -12,9 +12,15 @@ tokens): for L18H6 and L29H0, the last query against every key, by component,
   one plain forward.
 
 Each time is the best of ``--repeat`` rounds, the rounds interleaved so that a
-busy machine slows every column alike.
+busy machine slows every column alike; the same ratios in CPU time (this
+process's, all threads) are printed beside them, which other processes on a
+shared machine disturb less than wall time.
 
-    python benchmarks/qk_attribution.py [--device cpu|cuda] [--repeat 5]
+``--threads 1`` runs torch on one thread: on a machine shared with other jobs,
+two threads that wait for each other at every operation measure the
+scheduler more than the work.
+
+    python benchmarks/qk_attribution.py [--device cpu|cuda] [--repeat 5] [--threads N]
 """
 
 from __future__ import annotations
@@ -41,17 +47,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default=None)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model = load_model("smollm2-135m", device=args.device)
     tokens = name_mover_prompts(12, seed=0, tokenizer=model.tokenizer).clean.to(model.cfg.device)
     forward_time(model, tokens, repeat=1)  # warm up
     best: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     counted: dict[tuple[int, int], float] = {}
 
     def clock(key: str, fn) -> None:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = fn()
         best[key] = min(best.get(key, float("inf")), time.perf_counter() - t)
+        cpu[key] = min(cpu.get(key, float("inf")), time.process_time() - c)
         return out
 
     for _ in range(args.repeat):
@@ -65,16 +76,21 @@ def main() -> None:
             counted[(layer, head)] = df.attrs["forward_equivalents"]
             with torch.no_grad():
                 clock(f"pass L{layer}H{head}", lambda l=layer: head_inputs(model, tokens, None, l))
-    fwd = best["forward"]
-    print(f"one forward of {tuple(tokens.shape)} tokens: {fwd:.3f} s (best of {args.repeat})")
+    fwd, fwd_cpu = best["forward"], cpu["forward"]
+    print(
+        f"one forward of {tuple(tokens.shape)} tokens: {fwd:.3f} s wall, {fwd_cpu:.3f} s CPU "
+        f"(best of {args.repeat}, {torch.get_num_threads()} thread(s))"
+    )
     for layer, head in HEADS:
-        whole = best[f"attribution L{layer}H{head}"]
-        stopped = best[f"pass L{layer}H{head}"]
+        name = f"L{layer}H{head}"
+        whole, stopped = best[f"attribution {name}"], best[f"pass {name}"]
+        whole_cpu, stopped_cpu = cpu[f"attribution {name}"], cpu[f"pass {name}"]
         print(
-            f"qk_attribution L{layer}H{head} (last query, every key, by component): "
-            f"{whole:.3f} s = {whole / fwd:.2f} forward-equiv. wall (target <= 1.3), "
-            f"{counted[(layer, head)]:.3f} counted; its stopped pass {stopped / fwd:.2f}, "
-            f"the rest (pieces, products, check) {(whole - stopped) / fwd:.2f}"
+            f"qk_attribution {name} (last query, every key, by component): {whole:.3f} s = "
+            f"{whole / fwd:.2f} forward-equiv. wall (CPU {whole_cpu / fwd_cpu:.2f}; target <= "
+            f"1.3), {counted[(layer, head)]:.3f} counted; its stopped pass {stopped / fwd:.2f} "
+            f"(CPU {stopped_cpu / fwd_cpu:.2f}), the rest (pieces, products, check) "
+            f"{(whole - stopped) / fwd:.2f} (CPU {(whole_cpu - stopped_cpu) / fwd_cpu:.2f})"
         )
 
 
