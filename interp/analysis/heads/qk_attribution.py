@@ -125,7 +125,7 @@ class Attributed:
     table: pd.DataFrame
     acts: Any  # the activations read (hooks of :func:`needed_hooks`)
     pieces: dict[str, torch.Tensor]  # component -> [batch, pos, d_model]: what it wrote
-    query: torch.Tensor  # [batch, query, d_head]: the head's rotated queries at query_positions
+    query: torch.Tensor  # [batch, query, d_head]: its rotated queries at cells.query_rows
     key: torch.Tensor  # [batch, pos, d_head]: its rotated keys at every position
     cells: Cells  # the scores the rows attribute
     cost: Cost  # the passes run
