@@ -52,7 +52,7 @@ def induction_targets(data: RepeatedTokens) -> tuple[list[list[int]], list[list[
 
 
 def why_attend(
-    model: Any, data: RepeatedTokens, head: tuple[int, int], *, top: int = 2
+    model: Any, data: RepeatedTokens, head: tuple[int, int], *, top: int = 1
 ) -> WhyAttend:
     """Attribute ``head``'s score on each prompt's induction target and check the ``top``
     writers of each side by intervention (module docstring)."""
