@@ -13,6 +13,7 @@ for name in (
     "ablation_sweep",
     "attribution",
     "components",
+    "qk_attribution",
     "composition",
     "atlas",
     "load",

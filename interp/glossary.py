@@ -72,7 +72,8 @@ GLOSSARY: dict[str, str] = {
     "id) or ``'bias'`` (no token: the bias terms, and learned positions where the model has "
     "them)",
     "query_positions, key_positions": "the attending and the attended positions of a head's "
-    "scores (ints, negative from the end); read, not edited",
+    "scores (ints, negative from the end, for every sequence; or one list per sequence, "
+    "``[[q0], [q1], ...]``, read per sequence); read, not edited",
     "contrast": "two key positions ``(a, b)`` (one for all sequences or one per sequence): "
     "the score of ``a`` minus the score of ``b`` is attributed",
     "senders, receivers": "edge ends: ``embed``, ``pos_embed``, ``L0H1``, ``L3.mlp`` send; "

@@ -191,3 +191,59 @@ def check_notebook_output(out: Path, lab: str) -> None:
         assert (out / f"{name}.meta.json").is_file(), name
     for name in marker["figures"]:
         assert (out / "figures" / f"{name}.svg").stat().st_size > 1000, name
+
+
+def scores_without_key_piece(model, tokens, layer, piece):
+    """Hooks only: ``layer``'s attention scores ``[batch, head, query, key]`` when its keys
+    (and only its keys) are computed from ``resid_pre - piece``: one run with the residual
+    stream edited keeps the keys the model's own norm and projection make of it, a second,
+    clean run gets those keys. An independent check of ``qk_interventions``."""
+    import torch
+
+    got = {}
+
+    def edit(x, hook):
+        return x - piece.to(x.dtype)
+
+    def keep(name):
+        def f(x, hook):
+            got[name] = x.detach().clone()
+
+        return f
+
+    with torch.no_grad():
+        model.run_with_hooks(
+            tokens,
+            fwd_hooks=[
+                (f"blocks.{layer}.hook_resid_pre", edit),
+                (f"blocks.{layer}.attn.hook_k", keep("k")),
+            ],
+        )
+        model.run_with_hooks(
+            tokens,
+            fwd_hooks=[
+                (f"blocks.{layer}.attn.hook_k", lambda x, hook: got["k"].to(x.dtype)),
+                (f"blocks.{layer}.attn.hook_attn_scores", keep("s")),
+            ],
+        )
+    return got["s"]
+
+
+def written_by(model, cache, component):
+    """Hooks only: what ``component`` (``"L3.mlp"`` or ``"L3H4"``) wrote into the residual
+    stream, ``[batch, pos, d_model]``, from a cache holding :func:`written_hook`."""
+    layer = int(component[1:].split(".")[0].split("H")[0])
+    if component.endswith(".mlp"):
+        return cache[written_hook(component)]
+    head = int(component.split("H")[1])
+    return cache[written_hook(component)][:, :, head] @ model.blocks[layer].attn.W_O[head]
+
+
+def written_hook(component):
+    """The hook :func:`written_by` reads for ``component``."""
+    layer = int(component[1:].split(".")[0].split("H")[0])
+    return (
+        f"blocks.{layer}.hook_mlp_out"
+        if component.endswith(".mlp")
+        else f"blocks.{layer}.attn.hook_z"
+    )

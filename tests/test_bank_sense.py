@@ -5,6 +5,7 @@ import pytest
 
 from interp import InterpError
 from interp.labs.bank_sense import causal_masking as cm
+from interp.labs.bank_sense import qk_split as qs
 from interp.labs.bank_sense import toy_heads as bs
 
 
@@ -86,6 +87,42 @@ def test_c_eiffel_tower():
     assert q.to_numpy().tolist() == [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]
 
 
+def test_c_scores_split_into_query_and_key_pieces():
+    """The article's hand numbers, from the split: bank's row sums to its unscaled dot products
+    [0.20, 0.54, 1.18] (scaled [0.10, 0.27, 0.59]), river's share is water x water plus
+    generic x generic; the swap query's 0.7071 on Eiffel is tower's structure coordinate
+    meeting Eiffel's identity coordinate, a pair that scores 0 under raw similarity."""
+    t = qs.article_splits()
+    split, sides = t["score_split"], t["score_split_sides"]
+    for sentence, clue in (("the river bank", "water"), ("the money bank", "finance")):
+        g = split[split["sentence"] == sentence]
+        per = g.groupby("source", sort=False)
+        assert list(per.groups) == ["the", sentence.split()[1], "bank"]
+        assert r2(per["unscaled"].sum()) == [0.20, 0.54, 1.18]
+        assert r2(per["value"].sum()) == [0.10, 0.27, 0.59]
+        pair = g.set_index(["source", "query_coordinate", "key_coordinate"])["unscaled"]
+        assert r2([pair[(sentence.split()[1], clue, clue)]]) == [0.50]
+        assert r2([pair[(sentence.split()[1], "generic", "generic")]]) == [0.04]
+        assert r2([pair[("bank", "structure", "structure")]]) == [0.64]
+        off = g[g["query_coordinate"] != g["key_coordinate"]]
+        assert (off["value"].abs() < 1e-7).all()  # identity projections: only like meets like
+        s = sides[sides["sentence"] == sentence]
+        for side in ("query", "key"):  # each side's pieces sum to the score
+            by = s[s["side"] == side].groupby("source", sort=False)
+            np.testing.assert_allclose(by["value"].sum(), by["score"].first(), atol=1e-7)
+    swap = split[split["sentence"] == "the Eiffel tower (swap query)"]
+    live = swap[swap["value"].abs() > 1e-7]
+    assert live[["source", "query_coordinate", "key_coordinate"]].values.tolist() == [
+        ["Eiffel", "structure", "Paris identity"]
+    ]
+    assert r4(live["value"]) == [0.7071] and r4(live["unscaled"]) == [1.0]
+    raw = split[split["sentence"] == "the Eiffel tower (raw similarity)"]
+    eiffel = raw[(raw["source"] == "Eiffel")]
+    assert (eiffel["value"].abs() < 1e-7).all()  # tower . Eiffel = 0: no pair scores
+    weights = np.exp(swap.groupby("source", sort=False)["value"].sum())
+    assert r4(weights / weights.sum()) == [0.2483, 0.5035, 0.2483]  # the article's weights
+
+
 def test_d_matching_directions_water_preset():
     t = bs.matching_directions("water").set_index("token")
     assert t.loc["bank", "query"] == "[0.0, 3.0, 0.0]"
@@ -146,7 +183,14 @@ def test_lab_output(lab_run):
     out = lab_run("bank-sense")
     sense = pd.read_csv(out / "sense_classifier.csv")
     assert sense["prediction"].tolist()[:2] == ["water", "finance"]
+    split = pd.read_csv(out / "score_split.csv")
+    assert r2(split.groupby(["sentence", "source"], sort=False)["unscaled"].sum().head(3)) == [
+        0.20,
+        0.54,
+        1.18,
+    ]
     html = (out / "report.html").read_text()
+    assert "river 0.27 = water x water 0.25 + generic x generic 0.02" in html
     assert html.count("var CircuitsVis") == 1 and html.count('class="cv-widget"') == 6
     assert "unpkg.com" not in html  # nothing loads from a CDN
     assert sorted(p.stem for p in (out / "figures").iterdir()) == [

@@ -72,6 +72,44 @@ def test_ablations_identify_the_roles(lab):
     assert groups["previous-token + induction"] >= max(effect["L1H1"], effect["L0H1"]) - 0.05
 
 
+def test_qk_attribution_says_why_the_induction_head_attends(lab, induction_model):
+    """On every held-out prompt, L1H1's score on its induction target is carried by the pair
+    (its token's embedding, the previous-token head's output at the target): K-composition,
+    per prompt. Each prompt's score is checked against the model's own hook_attn_scores, and
+    removing L0H1 from the key input measures what the attribution says."""
+    import torch
+    from conftest import scores_without_key_piece, written_by, written_hook
+
+    from interp.labs import induction
+
+    per = table(lab, "qk_per_prompt")
+    data = induction.eval_data(induction_model)
+    assert len(per) == len(data) == 256
+    assert (per["key_position"] == per["query_position"] - per["segment_len"] + 1).all()
+    _, c = induction_model.run_with_cache(
+        data.tokens, names_filter=["blocks.1.attn.hook_attn_scores", written_hook("L0H1")]
+    )
+    s = c["blocks.1.attn.hook_attn_scores"][:, 1]
+    b = torch.arange(len(per))
+    hooks = s[b, torch.tensor(per["query_position"]), torch.tensor(per["key_position"])]
+    assert (torch.tensor(per["score"]) - hooks).abs().max() < 1e-4 * float(hooks.abs().max())
+    top = table(lab, "qk_pairs").iloc[0]
+    assert (top["query_component"], top["key_component"]) == ("embed", "L0H1")
+    assert top["share"] > 0.8 and top["top_in"] > 0.9
+    checks = table(lab, "qk_interventions").set_index(["side", "component"])
+    key = checks.loc[("key", "L0H1")]
+    assert key["verdict"] == "agrees" and key["measured"] < -0.5 * per["score"].mean()
+    # the same intervention from hooks alone: L0H1's output taken out of L1H1's keys only
+    piece = written_by(induction_model, c, "L0H1")
+    cut = scores_without_key_piece(induction_model, data.tokens, 1, piece)[:, 1]
+    q, k = torch.tensor(per["query_position"]), torch.tensor(per["key_position"])
+    by_hand = float((cut[b, q, k] - hooks).mean())
+    assert abs(by_hand - key["measured"]) < 1e-4 * abs(by_hand)
+    report = (lab[1] / "report.html").read_text()
+    assert "The pair (query: embed, key: L0H1) carries it" in report
+    assert "That is K-composition" in report
+
+
 def test_conventions_table(lab):
     conv = table(lab, "score_conventions")
     assert set(conv["convention"]) == {"interp", "transformer_lens", "arena"}

@@ -146,3 +146,57 @@ def test_the_report_says_whether_the_top_heads_write_the_answer(out):
     lens = table(out, "logit_lens_final")
     assert lens["stage"].tolist() == list(range(31))
     assert lens["p_io"].iloc[-1] > lens["p_s"].iloc[-1]  # the model answers with IO at the end
+
+
+def test_qk_attribution_says_why_the_s2_heads_prefer_s2(out, smollm):
+    """The top patching heads that look at S2: their score difference s[END, S2] - s[END, IO]
+    is the model's own (from hooks), split into writers whose removal from the key input is
+    measured again from hooks alone; the report says where attribution and intervention
+    disagree, and only there."""
+    import html
+
+    import torch
+    from conftest import scores_without_key_piece, written_by, written_hook
+
+    from interp.datasets import name_mover_prompts
+
+    contrast = table(out, "qk_contrast").set_index("label")
+    looks = table(out, "name_attention").set_index("label")
+    heads = list(contrast.index)
+    assert heads and set(heads) <= set(looks.index)
+    for h in heads:
+        assert looks.loc[h, "to_s2"] > max(looks.loc[h, "to_io"], looks.loc[h, "to_s1"])
+    perf = table(out, "performance")
+    kept = perf[(perf["split"] == "train") & perf["kept"]]["template"].tolist()
+    p = name_mover_prompts(12, seed=0, tokenizer=smollm.tokenizer, templates=kept)
+    assert list(p.texts) == table(out, "prompts")["clean"].tolist()
+    layers = {h: (int(h[1:].split("H")[0]), int(h.split("H")[1])) for h in heads}
+    checks = table(out, "qk_interventions")
+    key = checks[(checks["label"] == heads[0]) & (checks["side"] == "key")].iloc[0]
+    names = [f"blocks.{l}.attn.hook_attn_scores" for l, _ in layers.values()]
+    with torch.no_grad():
+        _, c = smollm.run_with_cache(p.clean, names_filter=[*names, written_hook(key["component"])])
+    b = torch.arange(len(p))
+
+    def difference(s):  # [batch, query, key] -> mean of s[END, S2] - s[END, IO]
+        return float((s[b, -1, p.s2_pos] - s[b, -1, p.io_pos]).mean())
+
+    for h, (layer, head) in layers.items():
+        hooks = difference(c[f"blocks.{layer}.attn.hook_attn_scores"][:, head])
+        assert contrast.loc[h, "difference"] == pytest.approx(hooks, rel=1e-4)
+        assert contrast.loc[h, "difference"] > 0  # S2 over IO, as the head looks
+    h = heads[0]
+    layer, head = layers[h]
+    piece = written_by(smollm, c, key["component"])
+    cut = scores_without_key_piece(smollm, p.clean, layer, piece)[:, head]
+    by_hand = difference(cut) - difference(c[f"blocks.{layer}.attn.hook_attn_scores"][:, head])
+    assert key["measured"] == pytest.approx(by_hand, rel=1e-3, abs=1e-4)
+    report = html.unescape((out / "report.html").read_text())
+    for h in heads:
+        assert (
+            f"{h} puts {looks.loc[h, 'to_s2']:.2f} of its final-position attention on S2" in report
+        )
+        off = checks[(checks["label"] == h) & (checks["verdict"] != "agrees")]
+        assert (f"Caveat for {h}" in report) == (len(off) > 0)
+        for r in off.itertuples():
+            assert f"{r.component} ({r.side}: attribution {r.attribution:+.2f}" in report

@@ -198,6 +198,32 @@ def test_interventions_sit_beside_the_attribution():
         A.qk_interventions(gptj, _tokens(gptj), layer=2, head=1)
 
 
+def test_per_sequence_positions_give_each_sequence_its_own_rows():
+    """One (query, key) per sequence: each sequence's rows sum to its own score from the
+    model's hooks; the same cells given for all sequences give the mean of those rows."""
+    model = KINDS["llama (GQA, rotary)"]()
+    tokens = _tokens(model)
+    q, k = [[8], [5], [6]], [[2], [5], [0]]
+    df = A.qk_attribution(model, tokens, layer=2, head=1, query_positions=q, key_positions=k)
+    hand, _ = _by_hand(model, tokens, 2, 1)
+    per = df.groupby(["sequence", "query_position", "key_position"])["value"].sum()
+    scale = float(hand.abs().max())
+    assert list(per.index) == [(b, q[b][0], k[b][0]) for b in range(3)]
+    for b in range(3):
+        assert abs(per[(b, q[b][0], k[b][0])] - float(hand[b, q[b][0], k[b][0]])) < 1e-4 * scale
+    same = dict(layer=2, head=1, by="layer")
+    each = A.qk_attribution(
+        model, tokens, query_positions=[[7]] * 3, key_positions=[[3]] * 3, **same
+    )
+    shared = A.qk_attribution(model, tokens, query_positions=7, key_positions=[3], **same)
+    mean = each.groupby(["query_component", "key_component"], sort=False)["value"].mean()
+    assert abs(mean.to_numpy() - shared["value"].to_numpy()).max() < 1e-5 * scale
+    out = A.qk_interventions(
+        model, tokens, layer=2, head=1, query_positions=q, key_positions=k, top=1
+    )
+    assert list(out["side"]) == ["query", "key"] and out["measured"].notna().all()
+
+
 @pytest.mark.parametrize(
     "kind", ["llama (GQA, rotary)", "gpt-neox (partial rotary)", "llama yarn (rotary gain)"]
 )
@@ -264,6 +290,9 @@ def test_bad_inputs_are_named_before_the_forward():
         (dict(layer=1, head=1, query_positions=20), "out of range"),
         (dict(layer=1, head=1, query_positions=[]), "empty"),
         (dict(layer=1, head=1, query_positions=1.5), "integers"),
+        (dict(layer=1, head=1, query_positions=[[1], [2]]), "2 lists of positions for 3"),
+        (dict(layer=1, head=1, query_positions=3, contrast=(8, 2)), "come after query"),
+        (dict(layer=1, head=1, key_positions=[1], contrast=(2, 1)), "not both"),
     ]
     for kw, message in cases:
         with pytest.raises(InterpError, match=message):
@@ -287,3 +316,41 @@ def test_rotary_bands_add_up_to_the_scores(kind):
     assert bands["frequency"].iloc[0] == pytest.approx(1.0)  # the fastest band first
     with pytest.raises(InterpError, match="no rotary embeddings"):
         A.rotary_bands(load_model("induction-2l"), _tokens(model), layer=1, head=1)
+
+
+def test_rotary_bands_equal_the_models_rotated_queries_and_keys_pair_by_pair():
+    """Each band's value from the model's own hook_rot_q / hook_rot_k (Llama pairs dimension
+    i with i + d_head / 2), its frequency from the config's rope_theta: no attribution code."""
+    model = KINDS["llama (GQA, rotary)"]()
+    tokens = _tokens(model)
+    layer, head = 2, 3
+    bands = A.rotary_bands(model, tokens, layer=layer, head=head, query_positions=[-1, 4])
+    _, c = model.run_with_cache(tokens)
+    q = c[f"blocks.{layer}.attn.hook_rot_q"][:, :, head]  # [batch, pos, d_head]
+    k_all = c[f"blocks.{layer}.attn.hook_rot_k"]  # [batch, pos, kv_head, d_head]
+    k = k_all[:, :, head // (model.cfg.n_heads // k_all.shape[2])]
+    d = q.shape[-1]
+    half = d // 2
+    cells = [(p, j) for p in (8, 4) for j in range(p + 1)]  # every key each query may see
+    qi, ki = torch.tensor([p for p, _ in cells]), torch.tensor([j for _, j in cells])
+    prod = q[:, qi] * k[:, ki] / d**0.5  # [batch, cell, d_head]
+    want = (prod[..., :half] + prod[..., half:]).mean((0, 1))  # [band]
+    got = torch.tensor(bands["value"].to_numpy(), dtype=want.dtype)
+    assert (got - want).abs().max() < 1e-5 * float(want.abs().max())
+    theta = 10000.0  # LlamaConfig's default rope_theta
+    freqs = 1.0 / theta ** (torch.arange(0, d, 2).double() / d)
+    assert bands["frequency"].to_numpy() == pytest.approx(freqs.numpy(), rel=1e-5)
+
+
+def test_the_pass_stops_after_the_heads_layer(induction_model):
+    """Attributing a layer-0 head runs block 0 only: block 1 never runs, and the cost says
+    half a forward pass of this two-layer model."""
+    runs = []
+    handle = induction_model.blocks[1].register_forward_hook(lambda *a: runs.append(1))
+    try:
+        df = A.qk_attribution(induction_model, _tokens(induction_model), layer=0, head=1)
+    finally:
+        handle.remove()
+    assert runs == [] and df.attrs["forward_equivalents"] == pytest.approx(0.5)
+    out = A.qk_interventions(induction_model, _tokens(induction_model), layer=1, head=1, top=1)
+    assert out.attrs["forward_equivalents"] == pytest.approx(1 + 1 + len(out))

@@ -1,5 +1,11 @@
 """QK attribution checked by intervention: remove a piece from one input of a head, measure.
 
+:func:`qk_attribution` splits a score with every norm's scale frozen; removing a
+component really changes the norms too. Here each top component is removed from
+the head's query input (or key input) alone, the norms recomputed, and the score's
+real change is set beside the frozen-norm prediction: the direct path from the
+component into that one input, cut (a path patch with a zero source).
+
 Example:
     >>> from interp.models import load_model
     >>> from interp.datasets import repeated_random_tokens
@@ -12,20 +18,23 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 import torch
 
 from interp.analysis.frames import table_attrs
-from interp.analysis.heads.qk_attribution import attribute_scores, residual_pieces
+from interp.analysis.heads.qk_attribution import attribute_scores
 from interp.analysis.shapes import Tokens
 from interp.checks import check_tokens
+from interp.engine.cache import run_until
 from interp.errors import InterpError
 from interp.head_checks import check_layer_head
 from interp.hooks import head_label, hook_name
 from interp.protocol import HookedModel, eval_no_grad
 from interp.runtime import runtime_of
+
+NOOP_RTOL = 1e-4  # a no-op edit must reproduce the clean scores to this, over the largest
 
 
 def qk_interventions(
@@ -36,46 +45,53 @@ def qk_interventions(
     head: int,
     query_positions: Any = -1,
     key_positions: Any = None,
+    contrast: Any = None,
+    by: Literal["head", "component", "layer"] = "head",
     top: int = 3,
     cache: Any = None,
 ) -> pd.DataFrame:
-    """QK attribution checked by intervention: for each side's ``top`` components (by the
-    size of their attribution), the score change when that component is removed from the
-    head's query input (``side="query"``) or key input (``"key"``) only, with every norm
+    """QK attribution checked by intervention: for each side's ``top`` components (by the size of
+    their attribution), the score change when that component is removed from the head's
+    query input (``side="query"``) or key input (``"key"``) only, with every norm
     recomputed, beside what the frozen-norm attribution predicts.
 
     The edit recomputes the head's ``hook_q`` (or its key/value head's ``hook_k``, which
-    heads sharing it under grouped-query attention also see; only this head is read)
-    from ``ln1(resid - c)``, so the component's path into this one input is cut and
-    nothing else moves. ``query_positions`` / ``key_positions`` choose the score cells
-    (default: the last query, every key it may see), averaged over cells and sequences.
+    heads sharing it under grouped-query attention also see; only this head is read) from
+    ``ln1(resid - c)`` at every position, so the component's path into this one input is cut
+    and nothing else moves. ``query_positions`` / ``key_positions`` choose the score cells
+    as in :func:`qk_attribution` (default: the last query, every key it may see; shared, or
+    one list per sequence), averaged over cells and sequences; ``contrast=(a, b)`` reads
+    ``s[p, a] - s[p, b]`` instead (as :func:`qk_attribution`); ``by`` names the components
+    (every earlier head and MLP by default).
+
     Columns ``layer, head, label, side, component, attribution, measured, gap,
-    attention_moved``: ``attribution`` is minus the component's share of the
-    score on that side (what removing it changes if the norms stayed frozen),
-    ``measured`` the real change, ``gap = measured - attribution`` (the norms'
-    movement), ``attention_moved`` how much attention the edit moves: half the
-    summed absolute change of the query rows' attention weights (0: none, 1: all of
-    it), averaged over query rows. On a soft-capped model scores are read before
-    the cap (the cap inverted), as they are attributed. Costs one forward pass plus
-    one per row and two checks.
+    attention_moved``: ``attribution`` is minus the component's share on that side (what
+    removing it changes if the norms stayed frozen), ``measured`` the real change, ``gap =
+    measured - attribution`` (the norms' movement), ``attention_moved`` how much attention
+    the edit moves: half the summed absolute change of the query rows' attention weights (0:
+    none, 1: all of it), averaged over query rows. On a soft-capped model scores are read
+    before the cap (the cap inverted), as they are attributed. Costs the attribution's pass,
+    one no-op check and one pass per row, each stopped after the head's layer.
 
     Raises:
         InterpError: as :func:`qk_attribution`, for ``top`` not a positive int, or a
-            model whose ``hook_q`` / ``hook_k`` edits cannot be reproduced (the
-            no-op edit is checked against the clean scores first).
+            model whose ``hook_q`` / ``hook_k`` edits cannot be reproduced (the no-op
+            edit is checked against the clean scores first).
     """
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise InterpError(f"top must be a positive int, got {top!r}")
-    df, acts = attribute_scores(
+    att = attribute_scores(
         model,
         tokens,
         layer=layer,
         head=head,
         query_positions=query_positions,
         key_positions=key_positions,
-        by="head",
+        contrast=contrast,
+        by=by,
         cache=cache,
     )
+    df = att.table
     if df.attrs["checked_against"] != "scores":
         raise InterpError(
             "this model's hook_attn_scores holds the attention pattern, not the scores "
@@ -85,28 +101,39 @@ def qk_interventions(
     tokens = check_tokens(model, tokens)
     layer, head = check_layer_head(model, layer, head)
     geometry = runtime_of(model).qk_geometry(layer)
-    cells = list(zip(df["query_position"], df["key_position"], strict=True))
-    cells = sorted(set(cells))
-    n_cells = len(cells)
+    cells = att.cells
+
+    def uncapped(s: torch.Tensor) -> torch.Tensor:  # scores as attributed: before any cap
+        if geometry.softcap:
+            cap = geometry.softcap
+            s = cap * torch.atanh((s / cap).clamp(-1 + 1e-7, 1 - 1e-7))
+        return cells.scores(s)
+
+    cost = att.cost
     with eval_no_grad(model):
-        terms = {t[0]: t[3] for t in residual_pieces(model, acts, layer)}
-        base_s, base_p = _read_cells(model, tokens, layer, head, cells, [], geometry)
-        for side in ("q", "k"):  # the no-op edit reproduces the clean run
-            noop = [_edit(model, acts, layer, head, side, None)]
-            s0, _ = _read_cells(model, tokens, layer, head, cells, noop, geometry)
-            if float((s0 - base_s).abs().max()) > 1e-4 * max(1.0, float(base_s.abs().max())):
-                raise InterpError(
-                    f"recomputing L{layer}H{head}'s hook_{side} from its input does not reproduce "
-                    "the model's scores, so this model's q/k inputs cannot be edited here"
-                )
+        base_s = uncapped(att.acts[hook_name("attn_scores", layer)][:, head].float())
+        base_p = cells.rows(att.acts[hook_name("pattern", layer)][:, head].float())
+        noop = [_edit(model, att.acts, layer, head, side, None) for side in ("q", "k")]
+        s0, _ = _read(model, tokens, layer, head, noop)
+        cost.forward(stop=layer + 1)
+        if float((uncapped(s0) - base_s).abs().max()) > NOOP_RTOL * max(
+            1.0, float(base_s.abs().max())
+        ):
+            raise InterpError(
+                f"recomputing L{layer}H{head}'s hook_q / hook_k from its input does not "
+                "reproduce the model's scores, so this model's q/k inputs cannot be edited here"
+            )
         rows = []
+        n_groups = len(cells.groups)
         for side, col, name in (("q", "query_component", "query"), ("k", "key_component", "key")):
-            shares = df.groupby(col)["value"].sum() / n_cells
+            shares = df.groupby(col)["value"].sum() / n_groups  # the mean over cells
             shares = shares.drop([x for x in ("bias", "remainder") if x in shares.index])
             for comp in shares.abs().sort_values(ascending=False).index[:top]:
-                edit = [_edit(model, acts, layer, head, side, terms[comp])]
-                s1, p1 = _read_cells(model, tokens, layer, head, cells, edit, geometry)
-                measured = float((s1 - base_s).mean())
+                edit = [_edit(model, att.acts, layer, head, side, att.pieces[comp])]
+                s1, p1 = _read(model, tokens, layer, head, edit)
+                cost.forward(stop=layer + 1)
+                measured = float((uncapped(s1) - base_s).mean())
+                moved = (cells.rows(p1) - base_p).abs().sum(-1).mean() / 2
                 rows.append(
                     {
                         "side": name,
@@ -114,7 +141,7 @@ def qk_interventions(
                         "attribution": -float(shares[comp]),
                         "measured": measured,
                         "gap": measured + float(shares[comp]),
-                        "attention_moved": float((p1 - base_p).abs().sum(-1).mean() / 2),
+                        "attention_moved": float(moved),
                     }
                 )
     out = pd.DataFrame(rows)
@@ -128,14 +155,31 @@ def qk_interventions(
             "norms recomputed, beside its frozen-norm QK attribution",
             method="exact",
             ablation="zero",
-            metric="attention score",
+            metric="attention score" if contrast is None else "score[a] - score[b]",
             unit="score (pre-softmax, after the model's scale)",
             model=model,
-            forward_equivalents=float(df.attrs["forward_equivalents"]) + 3 + len(rows),
-            cells=[list(map(int, c)) for c in cells],
+            forward_equivalents=cost.forward_equivalents,
+            by=by,
+            contrast=cells.contrast,
         )
     )
     return out
+
+
+def _read(model, tokens, layer, head, hooks) -> tuple[torch.Tensor, torch.Tensor]:
+    """The head's scores and pattern ``[batch, query_pos, key_pos]`` with ``hooks`` on, from
+    one pass stopped after its pattern."""
+    got: dict[str, torch.Tensor] = {}
+
+    def keep(name: str) -> Any:
+        def f(value: torch.Tensor, hook: Any) -> None:
+            got[name] = value[:, head].detach().float()
+
+        return f
+
+    reads = [(hook_name(k, layer), keep(k)) for k in ("attn_scores", "pattern")]
+    run_until(model, tokens, [*hooks, *reads], hook_name("pattern", layer))
+    return got["attn_scores"], got["pattern"]
 
 
 def _edit(
@@ -160,28 +204,3 @@ def _edit(
         return value
 
     return hook_name(side, layer), hook
-
-
-def _read_cells(
-    model, tokens, layer, head, cells, hooks, geometry
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The head's scores at ``cells`` ``[batch, cell]`` (before any soft cap) and its
-    attention rows at the cells' queries ``[batch, query, key]``, in one pass."""
-    got: dict[str, torch.Tensor] = {}
-
-    def keep(name: str) -> Any:
-        def f(value: torch.Tensor, hook: Any) -> None:
-            got[name] = value[:, head].detach().float()
-
-        return f
-
-    reads = [(hook_name(k, layer), keep(k)) for k in ("attn_scores", "pattern")]
-    model.run_with_hooks(tokens, fwd_hooks=[*hooks, *reads])
-    qi = torch.tensor([c[0] for c in cells])
-    ki = torch.tensor([c[1] for c in cells])
-    scores = got["attn_scores"][:, qi, ki]
-    if geometry.softcap:
-        cap = geometry.softcap
-        scores = cap * torch.atanh((scores / cap).clamp(-1 + 1e-7, 1 - 1e-7))
-    rows = sorted({int(c[0]) for c in cells})
-    return scores, got["pattern"][:, rows]

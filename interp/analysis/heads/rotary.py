@@ -20,10 +20,9 @@ import pandas as pd
 import torch
 
 from interp.analysis.frames import table_attrs
-from interp.analysis.heads.qk_attribution import attribute_scores, side_pieces
-from interp.checks import check_tokens
+from interp.analysis.heads.qk_attribution import attribute_scores
 from interp.errors import InterpError
-from interp.protocol import HookedModel, check_model, eval_no_grad
+from interp.protocol import HookedModel, check_model
 from interp.runtime import runtime_of
 from interp.runtime.attention import Rotary
 
@@ -115,7 +114,7 @@ def rotary_bands(
     check_model(model)
     if str(getattr(model.cfg, "positional_embedding_type", "")) != "rotary":
         raise InterpError("this model has no rotary embeddings; rotary_bands needs a rotary model")
-    df, acts = attribute_scores(
+    att = attribute_scores(
         model,
         tokens,
         layer=layer,
@@ -125,26 +124,17 @@ def rotary_bands(
         by="layer",
         cache=cache,
     )
+    df = att.table
     geometry = runtime_of(model).qk_geometry(layer)
-
-    tokens = check_tokens(model, tokens)
-    n = tokens.shape[1]
-    cells = sorted(set(zip(df["query_position"], df["key_position"], strict=True)))
-    qpos = sorted({int(c[0]) for c in cells})
-    with eval_no_grad(model):
-        _, _, q = side_pieces(
-            model, acts, layer=layer, head=head, side="q", rows=qpos, geometry=geometry
-        )
-        _, _, k = side_pieces(
-            model, acts, layer=layer, head=head, side="k", rows=list(range(n)), geometry=geometry
-        )
-    qi = torch.tensor([qpos.index(int(c[0])) for c in cells])
-    ki = torch.tensor([int(c[1]) for c in cells])
-    prod = q[:, qi] * k[:, ki] * geometry.scale  # [batch, cell, d_head]
+    cells = att.cells
+    qrows = cells.query_rows  # att.query's rows
+    qi = torch.tensor([qrows.index(int(q)) for q in cells.query])
+    # the head's rotated queries and keys, as the attribution rebuilt them (checked there)
+    prod = att.query[cells.seq, qi] * att.key[cells.seq, cells.key] * geometry.scale
     d_head = prod.shape[-1]
     band = geometry.rotary.band_of_dims(d_head)
     n_b = geometry.rotary.n_pairs + (1 if bool((band == geometry.rotary.n_pairs).any()) else 0)
-    per = torch.zeros(prod.shape[:2] + (n_b,), dtype=prod.dtype).index_add_(-1, band, prod)
+    per = torch.zeros(prod.shape[:-1] + (n_b,), dtype=prod.dtype).index_add_(-1, band, prod)
     freqs = geometry.rotary.freqs.tolist() + ([0.0] if n_b > geometry.rotary.n_pairs else [])
     rows = []
     for i in range(n_b):
@@ -170,7 +160,7 @@ def rotary_bands(
             metric="attention score",
             unit="score (pre-softmax, after the model's scale)",
             model=model,
-            forward_equivalents=float(df.attrs["forward_equivalents"]),
+            forward_equivalents=att.cost.forward_equivalents,
             total=float(per.sum(-1).mean()),
             score_gap=df.attrs["score_gap"],
         )

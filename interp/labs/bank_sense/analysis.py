@@ -3,7 +3,9 @@
 Part one runs hand-set toy heads (:mod:`interp.labs.bank_sense.toy_heads`): the
 identity head on "the river bank" / "the money bank", score scales, softmax,
 the Eiffel-tower swap query, fixed-key matching directions, the null space
-of a query map, and causal masking (:mod:`interp.labs.bank_sense.causal_masking`).
+of a query map, and causal masking (:mod:`interp.labs.bank_sense.causal_masking`);
+the scores of bank's row and of the Eiffel swap split into query-side and key-side
+pieces by input coordinate (:mod:`interp.labs.bank_sense.qk_split`).
 Part two trains (:mod:`interp.labs.bank_sense.sense_training`): the article's
 two-coordinate SGD widget, the eight-dimensional ``OneHeadSense`` classifier,
 and the biased dataset. Every number is computed
@@ -24,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from interp.labs.bank_sense import causal_masking as cm
+from interp.labs.bank_sense import qk_split
 from interp.labs.bank_sense import sense_training as st
 from interp.labs.bank_sense import toy_heads as th
 from interp.labs.common import progress_bar
@@ -87,6 +90,7 @@ def analyse(*, seed: int = 0, progress: bool = False) -> BankSenseFindings:
             }
         ),
         "causal": cm.causal_comparison(),
+        **qk_split.article_splits(),
     }
     bar.update()
     walk = st.SGDWalkthrough(seed=seed)

@@ -85,6 +85,16 @@ def report(f: BankSenseFindings) -> Report:
     report.table(t["eiffel"], "tower's weights and mixture")
     report.table(t["eiffel_queries"], "queries under the swap matrix")
 
+    report.heading("c'. The scores split into query-side and key-side pieces")
+    for line in split_lines(f):
+        report.text(line)
+    split = t["score_split"]
+    report.table(
+        split[split["value"].abs() > 0].reset_index(drop=True),
+        "each (query coordinate, key coordinate) piece of the scores (pieces that are 0 left out)",
+    )
+    report.table(t["score_split_sides"], "each side's pieces, beside the whole score")
+
     report.heading("d. Three matching directions for bank's query (fixed keys)")
     for name in [*(f"matching_{p}" for p in th.PRESETS), "matching_zero_query"]:
         report.table(t[name], name.replace("_", " "))
@@ -131,6 +141,30 @@ def report(f: BankSenseFindings) -> Report:
     return report
 
 
+def split_lines(f: BankSenseFindings) -> list[str]:
+    """The score splits in words, from the lab's tables."""
+    split = f.tables["score_split"]
+    lines = []
+    for sentence, g in split.groupby("sentence", sort=False):
+        word = g["query_word"].iloc[0]
+        per = g.groupby("source", sort=False)
+        parts = []
+        for source, h in per:
+            live = h[h["value"].abs() > 1e-9]
+            pieces = " + ".join(
+                f"{r.query_coordinate} x {r.key_coordinate} {r.value:.4g}"
+                for r in live.itertuples()
+            )
+            parts.append(f"{source} {h['value'].sum():.4g} = {pieces or '0'}")
+        lines.append(
+            f"'{sentence}', {word}'s row: unscaled dot products "
+            f"{[round(v, 2) for v in per['unscaled'].sum()]}, scores "
+            f"{[round(v, 4) for v in per['value'].sum()]}; by (query coordinate x key "
+            f"coordinate): " + "; ".join(parts) + "."
+        )
+    return lines
+
+
 def summary(f: BankSenseFindings) -> list[str]:
     """Lines for the terminal."""
     r = f.identity["the river bank"]
@@ -141,6 +175,7 @@ def summary(f: BankSenseFindings) -> list[str]:
         f"river bank: weights {np.round(r['weights'], 2).tolist()}, "
         f"mixture {np.round(r['mixture'], 2).tolist()}",
         f"Eiffel swap query: weights {np.round(swap, 4).tolist()}",
+        split_lines(f)[0],
         f"null direction n = {np.round(f.null_space['n'], 6).tolist()}, "
         f"Me = M(e+n) = {f.null_space['Me'].tolist()}",
         f"OneHeadSense (seed {f.seed}): predictions {sense['prediction'].tolist()[:2]}, "

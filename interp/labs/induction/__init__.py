@@ -1,7 +1,8 @@
 """The induction lab: find, and test, the induction circuit of a trained two-layer model.
 
-:mod:`.analysis` computes the findings and their tables; :mod:`.report` lays them out
-as figures, an HTML report and summary lines.
+:mod:`.analysis` computes the findings and their tables (:mod:`.why_attend`: why the
+induction head attends, by QK attribution); :mod:`.report` lays them out as figures, an
+HTML report and summary lines.
 """
 
 from interp.labs.induction.analysis import (
@@ -14,7 +15,7 @@ from interp.labs.induction.analysis import (
     lens_by_half,
     tables,
 )
-from interp.labs.induction.report import figures, lens_lines, report, summary
+from interp.labs.induction.report import figures, lens_lines, report, summary, why_lines
 
 __all__ = [
     "EVAL_SEED",
@@ -29,4 +30,5 @@ __all__ = [
     "report",
     "summary",
     "tables",
+    "why_lines",
 ]

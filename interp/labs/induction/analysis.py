@@ -14,7 +14,10 @@ computes, for the shipped checkpoint or any model with a fixed context:
    with LayerNorm folded in and on the raw weights;
 5. first-half vs repeated-half loss, loss per position with each key head
    ablated (the induction bump), and the in-context-learning score;
-6. zero-ablation of every head alone, and of the key heads together.
+6. zero-ablation of every head alone, and of the key heads together;
+7. why the induction head attends: its score on each prompt's induction target
+   split exactly into (query piece, key piece) pairs, the top writers of each
+   side checked by intervention (:mod:`.why_attend`).
 
 A high attention score names a *hypothesis*; the ablations test it. A head can
 attend like an induction head and do nothing (its output projection may be
@@ -54,6 +57,7 @@ from interp.datasets import repeated_tokens as make_repeated
 from interp.errors import InterpError
 from interp.hooks import head_label
 from interp.labs.common import half_losses, load, progress_bar
+from interp.labs.induction.why_attend import WhyAttend, summary_rows, why_attend
 from interp.metrics import next_token_nll
 
 NAME = "induction"
@@ -90,6 +94,7 @@ class InductionFindings:
     example_patterns: torch.Tensor  # [layer * head, query_pos, key_pos]
     probe_size: int
     lens: pd.DataFrame  # per stage and half: the next token's probability and rank
+    why: WhyAttend  # the induction head's score on its targets, split by QK attribution
 
     @property
     def prev_label(self) -> str:
@@ -151,6 +156,7 @@ class InductionFindings:
                 "much less than 1 nat",
             ),
             ("in-context learning score", icl, "< 0 (late loss below early)"),
+            *summary_rows(self.why, self.induction_label, self.prev_label),
         ]
         return pd.DataFrame(rows, columns=["quantity", "value", "reference"]).astype(
             {"value": object}
@@ -302,6 +308,7 @@ def analyse(
     labels = ["BOS" if j == 0 else t for j, t in enumerate(model.to_str_tokens(example[0]))]
     pats = attention_patterns(model, example)[0].cpu()  # [layer * head, q, k], layer-major
     lens = lens_by_half(model, data)
+    why = why_attend(model, data, ind_head)
     bar.update()
     bar.close()
     return InductionFindings(
@@ -330,6 +337,7 @@ def analyse(
         example_patterns=pats,
         probe_size=int(probe.tokens.shape[0]),
         lens=lens,
+        why=why,
     )
 
 
@@ -381,4 +389,8 @@ def tables(f: InductionFindings) -> dict[str, pd.DataFrame]:
         "loss_by_position": f.loss_by_position,
         "losses": pd.DataFrame([{**f.losses, **{f"icl_{k}": v for k, v in f.icl.iloc[0].items()}}]),
         "logit_lens": f.lens,
+        "qk_per_prompt": f.why.per_prompt,
+        "qk_pairs": f.why.pairs,
+        "qk_sides": f.why.sides,
+        "qk_interventions": f.why.interventions,
     }

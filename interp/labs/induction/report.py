@@ -166,12 +166,57 @@ def report(f: InductionFindings) -> Report:
         caption="mean attention the positional QK circuit alone puts on the previous position, "
         "with LayerNorm folded in (what the head reads) and on the raw W_pos",
     )
+    report.heading(f"Why {f.induction_label} attends: its score split by QK attribution")
+    for line in why_lines(f):
+        report.text(line)
+    report.table(
+        f.why.pairs,
+        caption="the (query piece, key piece) pairs with the largest mean "
+        "share of the score on the induction target, every held-out prompt",
+    )
+    report.table(f.why.sides, caption="each side's writers, summed over the other side")
+    report.table(
+        f.why.interventions,
+        caption="each side's top writers removed from the head's "
+        "query or key input alone (norms recomputed), beside the attribution",
+    )
     report.heading("OV copying scores")
     report.table(f.copying)
     report.heading("Ablations (zero, at hook_z)")
     report.raw(styled_html(f.ablation))
     report.raw(styled_html(f.group_ablation))
     return report
+
+
+def why_lines(f: InductionFindings) -> list[str]:
+    """What the QK attribution says about why the induction head attends, from its numbers."""
+    w, head = f.why, f.induction_label
+    per, top = w.per_prompt, w.pairs.iloc[0]
+    n = len(per)
+    pair = f"(query: {top['query_component']}, key: {top['key_component']})"
+    lines = [
+        f"On each of the {n} held-out prompts, {head}'s query at the last position of the second "
+        f"copy whose next token is predictable, against its induction target (the token after "
+        f"the query token's first occurrence): score {per['score'].mean():.2f} on average "
+        f"(min {per['score'].min():.2f}). The rows of each prompt sum to its score exactly "
+        f"(largest gap {per.attrs['score_gap']:.1e} of the largest score).",
+        f"The pair {pair} carries it: {top['value']:.2f} of the mean score, "
+        f"{top['share']:.0%}; it is the largest pair in {top['top_in'] * n:.0f} of {n} prompts "
+        f"(median share per prompt {per['top_share'].median():.0%}). "
+        + (
+            f"That is K-composition: the token's own embedding asks, and what the "
+            f"previous-token head {f.prev_label} wrote at the target answers."
+            if (top["query_component"], top["key_component"]) in {("embed", f.prev_label)}
+            else f"That is not the K-composition pair (embed, {f.prev_label})."
+        ),
+    ]
+    for r in w.interventions.itertuples():
+        lines.append(
+            f"Removing {r.component} from {head}'s {r.side} input changes the score by "
+            f"{r.measured:+.2f} (attribution {r.attribution:+.2f}: {r.verdict}) and moves "
+            f"{r.attention_moved:.0%} of the attention."
+        )
+    return lines
 
 
 def summary(f: InductionFindings) -> list[str]:
@@ -190,4 +235,5 @@ def summary(f: InductionFindings) -> list[str]:
             f"{r.stage_name} {r.next_token_p:.2f}"
             for r in f.lens[f.lens["half"] == "repeated"].itertuples()
         ),
+        why_lines(f)[1],
     ]

@@ -1,7 +1,8 @@
 """The name-mover lab: which heads move the indirect object's name to the answer, in SmolLM2.
 
-:mod:`.analysis` computes the findings and their tables; :mod:`.report` lays them out
-as figures, an HTML report and summary lines.
+:mod:`.analysis` computes the findings and their tables (:mod:`.why_attend`: why the top
+heads that look at S2 prefer it to IO, by QK attribution); :mod:`.report` lays them out as
+figures, an HTML report and summary lines.
 """
 
 from interp.labs.name_movers.analysis import (
@@ -15,7 +16,7 @@ from interp.labs.name_movers.analysis import (
     logit_diffs,
     tables,
 )
-from interp.labs.name_movers.report import attention_caption, figures, report, summary
+from interp.labs.name_movers.report import attention_caption, figures, report, summary, why_lines
 
 __all__ = [
     "DIRECTION",
@@ -31,4 +32,5 @@ __all__ = [
     "report",
     "summary",
     "tables",
+    "why_lines",
 ]

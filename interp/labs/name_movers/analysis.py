@@ -18,6 +18,9 @@ a drink to") so the answer flips (:func:`interp.datasets.name_mover_prompts`).
    mover would attend to the indirect object; the figure says where these heads look).
 4. The top heads mean-ablated together on the clean prompts against random
    sets of as many heads.
+5. Why the top heads that look at S2 prefer it to IO: ``s[END, S2] - s[END, IO]``
+   split exactly by QK attribution into query-side and key-side writers, each
+   checked by removing it from the head's query or key input (:mod:`.why_attend`).
 
 Example (on a random model, so the numbers mean nothing; the lab runs SmolLM2):
     >>> from interp.models.hf import random_gpt2
@@ -45,6 +48,7 @@ from interp.analysis.heads.patterns import attention_patterns
 from interp.datasets import NameMoverPrompts, name_mover_prompts, name_mover_templates
 from interp.errors import InterpError
 from interp.labs.common import load, progress_bar, random_head_groups
+from interp.labs.name_movers.why_attend import WhyAttend, s2_heads, why_attend
 from interp.metrics import logit_diff_metric
 from interp.protocol import eval_no_grad
 
@@ -79,6 +83,7 @@ class NameMoverFindings:
     dla: pd.DataFrame  # direct logit attribution of IO - S, every head, clean prompts
     lens_final: pd.DataFrame  # per stage, final position: IO's and S's probability and rank
     lens_example: pd.DataFrame  # the lens over every position of prompt 0, target IO
+    why: WhyAttend  # why the top heads that look at S2 prefer it to IO (QK attribution)
 
     @property
     def clean_logit_diff(self) -> float:
@@ -250,6 +255,7 @@ def analyse(
     top = patching.nlargest(k, "normalized")["label"].tolist()
     pats = attention_patterns(model, prompts.clean, heads=top).cpu()
     name_att = _name_attention(pats, prompts, top)
+    why = why_attend(model, prompts, s2_heads(patching, name_att))
     bar.update()
     groups = {f"top {k} by patching": top, **random_head_groups(model, top, k, n_random, seed)}
     ablation = ablate_head_groups(
@@ -284,6 +290,7 @@ def analyse(
         dla=dla,
         lens_final=lens_final,
         lens_example=lens_example,
+        why=why,
     )
 
 
@@ -316,4 +323,8 @@ def tables(f: NameMoverFindings) -> dict[str, pd.DataFrame]:
         "dla": f.dla,
         "direct_verdicts": direct_verdicts(f),
         "logit_lens_final": f.lens_final,
+        "qk_contrast": f.why.contrast,
+        "qk_pairs": f.why.pairs,
+        "qk_sides": f.why.sides,
+        "qk_interventions": f.why.interventions,
     }

@@ -155,6 +155,68 @@ CAUTIONS = [
 ]
 
 
+def _listed(rows: pd.DataFrame) -> str:
+    return ", ".join(f"{r.component} {r.value:+.2f}" for r in rows.itertuples())
+
+
+def why_lines(f: NameMoverFindings) -> list[str]:
+    """What the QK attribution says about why each explained head prefers S2 to IO, and where
+    the interventions bear it out or not, from the numbers."""
+    w = f.why
+    if not w.heads:
+        return [
+            "None of the top heads looks mostly at S2, so there is no S2-vs-IO preference to "
+            "explain."
+        ]
+    looks = f.name_attention.set_index("label")
+    lines = []
+    for h in w.heads:
+        c = w.contrast.set_index("label").loc[h]
+        sides = w.sides[w.sides["label"] == h]
+        key, query = sides[sides["side"] == "key"], sides[sides["side"] == "query"]
+        pair = w.pairs[w.pairs["label"] == h].iloc[0]
+        checks = w.interventions[w.interventions["label"] == h]
+        lines.append(
+            f"{h} puts {looks.loc[h, 'to_s2']:.2f} of its final-position attention on S2 and "
+            f"{looks.loc[h, 'to_io']:.2f} on IO: its score for S2 exceeds its score for IO by "
+            f"{c['difference']:.2f} on average over the {len(f.prompts)} prompts (exact: the rows "
+            f"sum to it; largest gap {c['score_gap']:.0e} of the largest score). What S2's key "
+            f"carries that IO's lacks (key side): {_listed(key)}. What the final position asks "
+            f"(query side): {_listed(query)}. "
+            + (
+                f"No single pair carries it: the largest by size, (query "
+                f"{pair['query_component']}, key {pair['key_component']}), is "
+                f"{pair['value']:+.2f} ({pair['share']:+.0%} of the difference)."
+                if abs(pair["share"]) < 0.5
+                else f"The pair (query {pair['query_component']}, key {pair['key_component']}) "
+                f"carries {pair['share']:.0%} of it."
+            )
+        )
+        for r in checks.itertuples():
+            lines.append(
+                f"{h}: removing {r.component} from its {r.side} input changes the difference by "
+                f"{r.measured:+.2f}; the attribution says {r.attribution:+.2f}: {r.verdict}."
+            )
+        off = checks[checks["verdict"] != "agrees"]
+        if len(off):
+            named = "; ".join(
+                f"{r.component} ({r.side}: attribution {r.attribution:+.2f}, measured "
+                f"{r.measured:+.2f})"
+                for r in off.itertuples()
+            )
+            lines.append(
+                f"Caveat for {h}: attribution and intervention disagree on {named}. The "
+                "attribution holds the norm's scale at its value in the run; removing the piece "
+                "really moves it, so these shares are first-order only."
+            )
+        else:
+            lines.append(
+                f"For {h}, every checked writer's measured change agrees with its attribution "
+                "(same sign, within a quarter of it)."
+            )
+    return lines
+
+
 def report(f: NameMoverFindings) -> Report:
     """The lab's HTML report (:class:`interp.render.Report`)."""
     plots = figures(f)
@@ -203,6 +265,24 @@ def report(f: NameMoverFindings) -> Report:
     r.figure(plots["lens_final"], "lens_final")
     r.table(f.lens_final)
     r.figure(plots["lens_example"], "lens_example")
+    r.heading("Why the heads that look at S2 prefer it to IO: QK attribution, checked")
+    r.text(
+        "Each head's score difference s[END, S2] - s[END, IO] (each prompt's own positions) split "
+        "exactly into (query piece, key piece) pairs, every earlier head and MLP a piece, the "
+        "norms' scales frozen from the run; then each side's top writers removed from the head's "
+        "query or key input alone (norms recomputed) and the difference measured."
+    )
+    for line in why_lines(f):
+        r.text(line)
+    if f.why.heads:
+        r.table(f.why.contrast)
+        r.table(f.why.sides, caption="each side's largest writers of the S2 - IO difference")
+        r.table(f.why.pairs, caption="the (query piece, key piece) pairs with the largest share")
+        r.table(
+            f.why.interventions,
+            caption="each writer removed from the head's query or key "
+            "input alone, beside its attribution",
+        )
     r.heading("Ablating the top heads together")
     r.figure(plots["group_ablation"], "group_ablation")
     r.raw(styled_html(f.group_ablation))
@@ -230,4 +310,19 @@ def summary(f: NameMoverFindings) -> list[str]:
             f"{v.label} {v.dla:+.3f} (rank {v.dla_rank}): {v.verdict}"
             for v in direct_verdicts(f).itertuples()
         ),
+        *[_why_summary(f, h) for h in f.why.heads],
     ]
+
+
+def _why_summary(f: NameMoverFindings, h: str) -> str:
+    w = f.why
+    diff = float(w.contrast.set_index("label").loc[h, "difference"])
+    sides = w.sides[w.sides["label"] == h]
+    checks = w.interventions[w.interventions["label"] == h]
+    agree = int((checks["verdict"] == "agrees").sum())
+    return (
+        f"{h} prefers S2 to IO by {diff:.2f} (score): key side "
+        f"{_listed(sides[sides['side'] == 'key'].head(2))}; query side "
+        f"{_listed(sides[sides['side'] == 'query'].head(2))}; interventions agree on {agree} of "
+        f"{len(checks)} writers"
+    )
