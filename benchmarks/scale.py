@@ -16,8 +16,10 @@ memory is its own:
   ``eap-ig`` (``attribute_edges``, EAP-IG with 5 steps), ``evaluate``
   (``evaluate_circuit`` of the top 2,000 EAP edges, or 2,000 seeded random
   edges without an EAP run), ``patch`` (``patch_components`` of ``resid_pre`` by
-  layer), ``path`` (``path_patch`` of the middle layer's heads to the logits)
-  and ``qk`` (``qk_attribution`` of one head, last query, every key): wall
+  layer), ``path`` (``path_patch`` of the middle layer's heads to the logits),
+  ``ablate`` (``ablate_heads``, zero ablation of the middle layer's heads: the main
+  sweep, its copies packed under the budget) and ``qk`` (``qk_attribution`` of one
+  head, last query, every key): wall
   seconds and their ratio to the plain forward measured in the same process,
   the forward-equivalents the analysis counts (``df.attrs``), the peak
   resident memory over the loaded model (``VmHWM`` reset just before the call;
@@ -115,7 +117,8 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }  # fmt: skip
 ANALYSES = (
-    "load", "forward", "dla", "lens", "heads", "eap", "eap-ig", "evaluate", "patch", "path", "qk",
+    "load", "forward", "dla", "lens", "heads", "eap", "eap-ig", "evaluate", "patch", "path",
+    "ablate", "qk",
 )  # fmt: skip
 CIRCUIT_EDGES = 2000
 
@@ -345,6 +348,10 @@ def _call(name: str, model: Any, task: dict[str, Any], folder: Path) -> tuple[An
         info["senders"] = f"L{L // 2}H0..{H - 1} -> logits"
         senders = [f"L{L // 2}H{h}" for h in range(H)]
         return A.path_patch, dict(senders=senders, **pair), info
+    if name == "ablate":
+        info["heads"] = f"L{L // 2}H0..{H - 1}, zero"
+        heads = [(L // 2, h) for h in range(H)]
+        return A.ablate_heads, dict(ablation="zero", metric=metric, heads=heads), info
     if name == "qk":
         info["head"] = f"L{L // 2}H0, last query, every key"
         return A.qk_attribution, dict(layer=L // 2, head=0), info
@@ -759,7 +766,7 @@ def table(path: Path) -> str:
         if "one_batch_max_diff" in r:
             notes.append(f"vs one batch {r['one_batch_max_diff']:.1e}")
         notes.append(f"load avg {r['host_before']['loadavg']}-{r['host_after']['loadavg']}")
-        for k in ("edges", "edges_from", "faithfulness", "senders", "head"):
+        for k in ("edges", "edges_from", "faithfulness", "senders", "heads", "head"):
             if k in r:
                 notes.append(f"{k} {r[k]:.3f}" if isinstance(r[k], float) else f"{k} {r[k]}")
         lines.append(

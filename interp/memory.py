@@ -13,7 +13,9 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from interp.errors import InterpError
@@ -61,19 +63,109 @@ def available_memory(device: Any = None) -> int:
         return 4 << 30
 
 
-def forward_bytes(model: Any, batch: int, pos: int) -> int:
-    """A rough peak of the activation bytes of one forward pass over ``[batch, pos]`` tokens.
+@dataclasses.dataclass(frozen=True)
+class Dims:
+    """The sizes the memory model reads from a model's config (TransformerLens names)."""
 
-    Per position: the logits, a few residual-width tensors, the MLP's hidden
-    layer, and a layer's attention scores and pattern (``n_heads x pos``);
-    4 bytes each. Used to refuse work that cannot fit before it starts.
-    """
-    cfg = model.cfg
-    d_mlp = int(getattr(cfg, "d_mlp", 0) or 0) if not getattr(cfg, "attn_only", False) else 0
-    d_vocab = int(getattr(cfg, "d_vocab_out", 0) or getattr(cfg, "d_vocab", 0) or 0)
-    d_model = int(getattr(cfg, "d_model", 0) or 0)
-    per_pos = d_vocab + 8 * d_model + 2 * d_mlp + 3 * int(cfg.n_heads) * int(pos)
-    return 4 * int(batch) * int(pos) * per_pos
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_mlp: int  # 0 for attention-only models
+    mlp_width: int  # tensors of the MLP's hidden width a block holds at once (gated: 3)
+    d_vocab: int
+    element: int  # bytes of one activation element (the model's dtype)
+
+    @classmethod
+    def of(cls, model: Any) -> Dims:
+        cfg = model.cfg
+        d = int(getattr(cfg, "d_model", 0) or 0)
+        heads = int(getattr(cfg, "n_heads", 0) or 0)
+        attn_only = bool(getattr(cfg, "attn_only", False))
+        return cls(
+            d_model=d,
+            n_layers=int(getattr(cfg, "n_layers", 0) or 0),
+            n_heads=heads,
+            n_kv_heads=int(getattr(cfg, "n_key_value_heads", 0) or heads),
+            d_head=int(getattr(cfg, "d_head", 0) or (d // max(1, heads))),
+            d_mlp=0 if attn_only else int(getattr(cfg, "d_mlp", 0) or 0),
+            mlp_width=3 if getattr(cfg, "gated_mlp", False) else 2,
+            d_vocab=int(getattr(cfg, "d_vocab_out", 0) or getattr(cfg, "d_vocab", 0) or 0),
+            element=element_bytes(model),
+        )
+
+
+def unembedded_rows(model: Any, pos: int, rows: Sequence[int] | None) -> int:
+    """How many positions of a prompt a pass unembeds: the ``rows`` a metric reads where the
+    model's runtime unembeds only those (:attr:`interp.runtime.Runtime.rows_supported`),
+    else every position."""
+    if rows is None:
+        return int(pos)
+    try:
+        from interp.runtime import runtime_of
+
+        supported = runtime_of(model).rows_supported
+    except Exception:  # noqa: BLE001 - a config without a model: every row
+        supported = False
+    return min(int(pos), len(set(rows))) if supported else int(pos)
+
+
+def stream_bytes(model: Any, pos: int, element: int | None = None) -> int:
+    """One prompt's residual-width tensor ``[pos, d_model]`` (``element`` bytes each,
+    default the model's dtype; the edge engine stores senders' outputs in float32)."""
+    dims = Dims.of(model)
+    return int(pos) * dims.d_model * (dims.element if element is None else element)
+
+
+def block_bytes(model: Any, pos: int) -> int:
+    """What one block holds at its peak in a pass without gradients, per prompt of ``pos``
+    tokens: its attention (the scores and the pattern, ``2 x n_heads x pos`` per token, beside
+    the keys and values repeated to every query head, the queries, the residual stream and the
+    norm's output: 7 residual widths) or its MLP (the hidden layer ``mlp_width`` times, the
+    pattern still held, 4 residual widths), whichever is larger (bridges of Llama-shaped
+    models, traced; ``tests/test_memory_model.py``)."""
+    m = Dims.of(model)
+    P = int(pos)
+    attn = 2 * m.n_heads * P + 7 * m.d_model
+    mlp = m.mlp_width * m.d_mlp + m.n_heads * P + 4 * m.d_model
+    return m.element * P * max(attn, mlp)
+
+
+def logit_bytes(model: Any, pos: int, rows: Sequence[int] | None = None) -> int:
+    """A prompt's logits: ``d_vocab`` per unembedded position (:func:`unembedded_rows`)."""
+    m = Dims.of(model)
+    return m.element * unembedded_rows(model, pos, rows) * m.d_vocab
+
+
+def forward_bytes(model: Any, batch: int, pos: int, *, rows: Sequence[int] | None = None) -> int:
+    """The peak bytes of one forward pass without gradients over ``[batch, pos]`` tokens:
+    per prompt a block's transients (:func:`block_bytes`) and the logits, at the ``rows`` a
+    metric reads where the runtime unembeds only those (:func:`logit_bytes`). The two are
+    counted together: the logits come after the blocks, but the allocator keeps what the
+    blocks freed resident (glibc's heap, for tensors under its 32 MiB mmap threshold)."""
+    return int(batch) * (block_bytes(model, pos) + logit_bytes(model, pos, rows))
+
+
+def saved_bytes(model: Any, pos: int) -> int:
+    """What a forward pass with gradients saves for its backward pass, per prompt: in each
+    layer the MLP's hidden layer ``mlp_width`` times (gate, up, activation), the pattern, the
+    queries and the keys and values repeated to every query head, and the two residual sums
+    (5 residual widths)."""
+    m = Dims.of(model)
+    P = int(pos)
+    per_layer = m.mlp_width * m.d_mlp + m.n_heads * P + 5 * m.d_model
+    return m.element * P * m.n_layers * per_layer
+
+
+def backward_bytes(model: Any, batch: int, pos: int, *, rows: Sequence[int] | None = None) -> int:
+    """The peak bytes of a forward and backward pass over ``[batch, pos]`` tokens, per
+    prompt: what the forward saves (:func:`saved_bytes`), the logits at ``rows``
+    (:func:`logit_bytes`) and their gradient, which is ``[pos, d_vocab]`` whatever the rows
+    (the backward of reading a row of the logits makes the whole)."""
+    m = Dims.of(model)
+    grad = m.element * int(pos) * m.d_vocab
+    return int(batch) * (saved_bytes(model, pos) + logit_bytes(model, pos, rows) + grad)
 
 
 def element_bytes(model: Any) -> int:

@@ -46,7 +46,7 @@ from interp.engine.cache import cache_of, cache_work, check_cache, pass_share
 from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
 from interp.errors import InterpError
 from interp.hooks import hook_name, stage_names
-from interp.memory import forward_bytes
+from interp.memory import block_bytes, element_bytes
 from interp.protocol import HookedModel, check_model, eval_no_grad
 from interp.runtime import runtime_of
 
@@ -108,10 +108,16 @@ def logit_lens(
     L = cfg.n_layers
     names = [hook_name("resid_pre", 0), *(hook_name("resid_post", l) for l in range(L))]
     rt = runtime_of(model)
-    stream = len(names) * n * cfg.d_model * 4
-    per = 0 if cache is not None else forward_bytes(model, 1, n) + stream
+    # per prompt: the cached streams (a pass stopped before the unembedding: a block's
+    # transients) and their stack at the positions read; fixed: a chunk of readout rows, its
+    # logits and log-probabilities at once, then the log-probabilities beside the comparison
+    # with the target's (bool) and its int32 count: 2.25 chunks
+    e = element_bytes(model)
+    stream = len(names) * n * cfg.d_model * e
+    per = (0 if cache is not None else block_bytes(model, n) + stream) + stream * len(pos) // n
+    chunk = min(CHUNK_BYTES, b * len(names) * len(pos) * d_vocab * 4)
     pl = plan(
-        model, b, n, Footprint(2 * CHUNK_BYTES, per), memory_budget=memory_budget,
+        model, b, n, Footprint(chunk * 9 // 4, per), memory_budget=memory_budget,
         analysis="logit_lens", forward_equivalents=pass_share(L, names),
         fix="read fewer positions (at=) or use shorter prompts",
     )  # fmt: skip
@@ -194,7 +200,8 @@ def _read(rt: Any, stack: torch.Tensor, tgt: torch.Tensor, k: int) -> tuple[torc
         t = tgt_flat[part]
         safe = t.clamp(min=0)
         lp = logp.gather(-1, safe[:, None])[:, 0]
-        rank = (logp > lp[:, None]).sum(-1) + 1
+        # int32: a bool sum in int64 makes a hidden copy of 8 bytes per logit
+        rank = (logp > lp[:, None]).sum(-1, dtype=torch.int32) + 1
         t_logp.append(torch.where(t >= 0, lp, torch.nan).cpu())
         t_rank.append(torch.where(t >= 0, rank, -1).cpu())
         del logp
