@@ -157,7 +157,7 @@ def rows(opts: Any) -> list[dict[str, Any]]:
                 out.append(row)
                 continue
             est = saved.get(f"{shrink}:{batch}x{pos}:{name}") or r.get("estimate") or {}
-            measured = r["peak_gib"] * GiB
+            measured = r.get("peak_call_gib", r["peak_gib"]) * GiB  # the call's own peak
             row.update(status="ok", measured=measured, estimate=est.get("peak_bytes"))
             if row["estimate"]:
                 row["ratio"] = row["estimate"] / max(1.0, measured)
