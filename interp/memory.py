@@ -1,10 +1,27 @@
-"""Memory: what a computation may use, and what one forward pass needs, known before it runs.
+"""Memory: what a computation may use, and what its passes hold, known before they run.
 
 :func:`budget` is the one default every engine packs its passes under: a
 quarter of the memory free on the model's device (``MemAvailable`` on a CPU,
 free memory on a GPU), unless the caller gives a budget in bytes.
-:func:`forward_bytes` is a rough peak of one forward pass's activations, used
-to refuse work that cannot fit before it starts (:func:`check_memory`).
+
+The memory model: the terms every analysis's footprint
+(:class:`interp.engine.chunks.Footprint`) is built from, each a function of the
+model's config (:class:`Dims`: width, layers, heads, key-value heads, MLP width,
+vocabulary, dtype), the prompts' length and the rows a metric reads, per prompt:
+
+* :func:`stream_bytes`: one residual-width tensor ``[pos, d_model]``;
+* :func:`block_bytes`: what one block holds at its peak in a pass without gradients
+  (its attention's scores and pattern, or its MLP's hidden layer);
+* :func:`logit_bytes`: the logits, only at the rows a metric reads where the runtime
+  unembeds only those;
+* :func:`forward_bytes`: a pass without gradients, a block's transients and the logits;
+* :func:`saved_bytes` and :func:`backward_bytes`: a pass with gradients, what every layer
+  saves for the backward pass, the logits and their gradient.
+
+They count the tensors the code holds (traced on Llama-shaped bridges);
+``benchmarks/memory_model.py`` checks the estimates built from them against
+measured peaks on three sizes. :func:`check_memory` refuses work that cannot fit
+before it starts.
 
 Example:
     >>> budget("cpu", 1 << 20)
@@ -96,21 +113,6 @@ class Dims:
         )
 
 
-def unembedded_rows(model: Any, pos: int, rows: Sequence[int] | None) -> int:
-    """How many positions of a prompt a pass unembeds: the ``rows`` a metric reads where the
-    model's runtime unembeds only those (:attr:`interp.runtime.Runtime.rows_supported`),
-    else every position."""
-    if rows is None:
-        return int(pos)
-    try:
-        from interp.runtime import runtime_of
-
-        supported = runtime_of(model).rows_supported
-    except Exception:  # noqa: BLE001 - a config without a model: every row
-        supported = False
-    return min(int(pos), len(set(rows))) if supported else int(pos)
-
-
 def stream_bytes(model: Any, pos: int, element: int | None = None) -> int:
     """One prompt's residual-width tensor ``[pos, d_model]`` (``element`` bytes each,
     default the model's dtype; the edge engine stores senders' outputs in float32)."""
@@ -133,15 +135,17 @@ def block_bytes(model: Any, pos: int) -> int:
 
 
 def logit_bytes(model: Any, pos: int, rows: Sequence[int] | None = None) -> int:
-    """A prompt's logits: ``d_vocab`` per unembedded position (:func:`unembedded_rows`)."""
+    """A prompt's logits: ``d_vocab`` at each of the ``rows`` a pass unembeds (``None``: every
+    position; :meth:`interp.runtime.Runtime.unembedded` says which a runtime unembeds)."""
     m = Dims.of(model)
-    return m.element * unembedded_rows(model, pos, rows) * m.d_vocab
+    n = int(pos) if rows is None else min(int(pos), len(set(rows)))
+    return m.element * n * m.d_vocab
 
 
 def forward_bytes(model: Any, batch: int, pos: int, *, rows: Sequence[int] | None = None) -> int:
     """The peak bytes of one forward pass without gradients over ``[batch, pos]`` tokens:
-    per prompt a block's transients (:func:`block_bytes`) and the logits, at the ``rows`` a
-    metric reads where the runtime unembeds only those (:func:`logit_bytes`). The two are
+    per prompt a block's transients (:func:`block_bytes`) and the logits at the ``rows`` it
+    unembeds (:func:`logit_bytes`). The two are
     counted together: the logits come after the blocks, but the allocator keeps what the
     blocks freed resident (glibc's heap, for tensors under its 32 MiB mmap threshold)."""
     return int(batch) * (block_bytes(model, pos) + logit_bytes(model, pos, rows))

@@ -214,11 +214,11 @@ def copy_bytes(
     f = stream_bytes(model, pos, element=4)
     e = stream_bytes(model, pos)
     if logits_only:
-        return f + e + logit_bytes(model, pos, rows), 0
+        return f + e + logit_bytes(model, pos, rows), 0  # the readout reads only the rows
     R_l = graph.n_heads + 2 * graph.n_kv_heads  # a layer's attention receivers
     layer = R_l * f + max((R_l + GATHER) * f, 2 * graph.n_heads * e)
     store = (len(graph.senders) + 1) * f if running else 0
-    per_copy = forward_bytes(model, 1, pos, rows=rows) + e + layer + store
+    per_copy = forward_bytes(model, 1, pos, rows=rt.unembedded(rows)) + e + layer + store
     return per_copy, store
 
 

@@ -81,7 +81,9 @@ def copy_bytes(
     rt = runtime_of(model)
     names = dict.fromkeys(st.hook for e in edits for st in e)
     edited = sum(rt.activation_bytes(n, pos) for n in names)
-    return forward_bytes(model, 1, pos, rows=rows) + stream_bytes(model, pos) + edited
+    return (
+        forward_bytes(model, 1, pos, rows=rt.unembedded(rows)) + stream_bytes(model, pos) + edited
+    )
 
 
 def footprint(

@@ -358,7 +358,8 @@ def edge_footprint(
     rt, graph = task.rt, task.graph
     model = rt.model
     P = int(task.tokens.shape[1])
-    rows = task.metric.rows if task.metric is not None else None
+    metric_rows = task.metric.rows if task.metric is not None else None
+    rows = rt.unembedded(metric_rows)  # the logits' rows a pass unembeds
     S, R, L = len(graph.senders), len(graph.receivers), graph.n_layers
     f = stream_bytes(model, P, element=4)  # a sender's output, a receiver's gradient
     e = stream_bytes(model, P)  # a residual stream of the model's own
@@ -374,7 +375,7 @@ def edge_footprint(
         return Footprint(fixed=int(fixed), per_prompt=int(per))
     running = kind == "circuit"
     per_copy, store = copy_bytes(
-        graph, rt, P, running=running, rows=rows, logits_only=logits_only and not running
+        graph, rt, P, running=running, rows=metric_rows, logits_only=logits_only and not running
     )
     recording = graph.n_heads * e + forward_bytes(model, 1, P, rows=rows)  # the sender pass
     if running:

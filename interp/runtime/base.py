@@ -141,6 +141,11 @@ class Runtime:
         """Whether :meth:`run` can unembed only some positions (else it unembeds all)."""
         return False
 
+    def unembedded(self, rows: Sequence[int] | None) -> Sequence[int] | None:
+        """The rows :meth:`run` unembeds when asked for ``rows`` (``None``: every row), for
+        the memory model (:func:`interp.memory.logit_bytes`)."""
+        return rows if self.rows_supported else None
+
     def activation_shape(self, name: str, pos: int) -> tuple[int, ...]:
         """The shape of one prompt's activation at hook ``name``, by the hook's kind: a
         residual-width stream ``[pos, d_model]``, per-head vectors ``[pos, head, d_head]``

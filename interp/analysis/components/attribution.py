@@ -222,7 +222,7 @@ def attribute_heads(
     n, P = tokens.shape
     # a forward and backward pass (logits at the metric's rows), the heads' outputs,
     # replacement values and gradients at hook_z, patterns where corrected
-    per = backward_bytes(model, 1, P, rows=m.rows)
+    per = backward_bytes(model, 1, P, rows=rt.unembedded(m.rows))
     per += 3 * sum(rt.activation_bytes(x, P) for x in names)
     per += len(pattern_layers) * rt.activation_bytes(hook_name("pattern", 0), P)
     extra = 1.0 if patching or ablation == "resample" or ablation == "mean" else 0.0

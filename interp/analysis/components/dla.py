@@ -148,7 +148,8 @@ def direct_logit_attribution(
     wanted += [x for x in (names["pos_embed"], names["scale"]) if x]
     # a forward pass whose logits are not read (unembedded at one row where the runtime can)
     # and the hooks' activations at the positions read
-    per = forward_bytes(model, 1, n, rows=_ONE_ROW) + len(wanted) * len(pos) * cfg.d_model * 4
+    rows = runtime_of(model).unembedded(_ONE_ROW)
+    per = forward_bytes(model, 1, n, rows=rows) + len(wanted) * len(pos) * cfg.d_model * 4
     pl = plan(
         model, b, n, Footprint(0, 0 if cache is not None else per), memory_budget=memory_budget,
         analysis="direct_logit_attribution", forward_equivalents=1.0, fix="use shorter prompts",
