@@ -18,9 +18,10 @@ vocabulary, dtype), the prompts' length and the rows a metric reads, per prompt:
 * :func:`saved_bytes` and :func:`backward_bytes`: a pass with gradients, what every layer
   saves for the backward pass, the logits and their gradient.
 
-They count the tensors the code holds (traced on Llama-shaped bridges);
-``benchmarks/memory_model.py`` checks the estimates built from them against
-measured peaks on three sizes. :func:`check_memory` refuses work that cannot fit
+They count the tensors the code holds (traced on Llama-shaped bridges), and one thing
+the allocator adds: what a pass frees under glibc's mmap threshold stays resident in its
+heap (:data:`HEAP_KEPT`). ``benchmarks/memory_model.py`` checks the estimates built
+from them against measured peaks on three sizes. :func:`check_memory` refuses work that cannot fit
 before it starts.
 
 Example:
@@ -142,13 +143,21 @@ def logit_bytes(model: Any, pos: int, rows: Sequence[int] | None = None) -> int:
     return m.element * n * m.d_vocab
 
 
+# What a pass's freed tensors leave resident, in blocks' transients: glibc keeps tensors under
+# its mmap threshold (at most 32 MiB) in its heap once freed, and the heap does not shrink
+# while later tensors sit above them, so a pass's resident peak holds a block's transients
+# live and about as much again kept (traced on the 1B shape and two smaller ones: resident
+# 1.6-2.3x the live peak of passes without gradients; ``benchmarks/memory_model.py``).
+HEAP_KEPT = 1
+
+
 def forward_bytes(model: Any, batch: int, pos: int, *, rows: Sequence[int] | None = None) -> int:
     """The peak bytes of one forward pass without gradients over ``[batch, pos]`` tokens:
-    per prompt a block's transients (:func:`block_bytes`) and the logits at the ``rows`` it
-    unembeds (:func:`logit_bytes`). The two are
-    counted together: the logits come after the blocks, but the allocator keeps what the
-    blocks freed resident (glibc's heap, for tensors under its 32 MiB mmap threshold)."""
-    return int(batch) * (block_bytes(model, pos) + logit_bytes(model, pos, rows))
+    per prompt a block's transients (:func:`block_bytes`), live and kept by the allocator
+    (:data:`HEAP_KEPT`), and the logits at the ``rows`` it unembeds (:func:`logit_bytes`;
+    ``()`` for a pass stopped before the unembedding)."""
+    block = (1 + HEAP_KEPT) * block_bytes(model, pos)
+    return int(batch) * (block + logit_bytes(model, pos, rows))
 
 
 def saved_bytes(model: Any, pos: int) -> int:
@@ -166,10 +175,12 @@ def backward_bytes(model: Any, batch: int, pos: int, *, rows: Sequence[int] | No
     """The peak bytes of a forward and backward pass over ``[batch, pos]`` tokens, per
     prompt: what the forward saves (:func:`saved_bytes`), the logits at ``rows``
     (:func:`logit_bytes`) and their gradient, which is ``[pos, d_vocab]`` whatever the rows
-    (the backward of reading a row of the logits makes the whole)."""
+    (the backward of reading a row of the logits makes the whole), and the gradients of one
+    block's transients at a time (:func:`block_bytes`)."""
     m = Dims.of(model)
     grad = m.element * int(pos) * m.d_vocab
-    return int(batch) * (saved_bytes(model, pos) + logit_bytes(model, pos, rows) + grad)
+    held = saved_bytes(model, pos) + logit_bytes(model, pos, rows) + grad
+    return int(batch) * (held + block_bytes(model, pos))
 
 
 def element_bytes(model: Any) -> int:

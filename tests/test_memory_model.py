@@ -17,6 +17,7 @@ from interp.engine.sites import head_edits
 from interp.engine.sweep import footprint
 from interp.engine.tasks import check, edge_footprint
 from interp.memory import (
+    HEAP_KEPT,
     Dims,
     backward_bytes,
     block_bytes,
@@ -54,6 +55,8 @@ def test_forward_terms_grow_with_batch_length_and_rows(llama, native):
     assert forward_bytes(llama, 6, 8) == 3 * forward_bytes(llama, 2, 8)  # linear in batch
     # attention's scores grow with the square of the length: more than twice at twice the length
     assert block_bytes(llama, 64) > 2 * block_bytes(llama, 32)
+    # a pass stopped before the unembedding: a block's transients, live and kept by the heap
+    assert forward_bytes(llama, 1, 8, rows=()) == (1 + HEAP_KEPT) * block_bytes(llama, 8)
     # a bridge unembeds only the rows a metric reads; the native model unembeds every row
     bridge, ours = runtime_of(llama).unembedded((-1,)), runtime_of(native).unembedded((-1,))
     assert logit_bytes(llama, 8, rows=bridge) * 8 == logit_bytes(llama, 8)
@@ -84,9 +87,14 @@ def test_eap_per_prompt_bytes_grow_linearly_with_pos_and_senders():
             task.graph = graph(task.graph)
         return task, edge_footprint(task, "eap").per_prompt
 
+    def kept(pos):  # the backward's per-layer tensors, which the allocator keeps resident
+        grads = backward_bytes(model, 1, pos, rows=runtime_of(model).unembedded(metric.rows))
+        return HEAP_KEPT * (grads - logit_bytes(model, pos, (-1,)))
+
     task, at8 = eap(8)
     _, at16 = eap(16)
-    assert at16 == 2 * at8  # linear in the prompt's length
+    assert at16 - kept(16) == 2 * (at8 - kept(8))  # the stores: linear in the prompt's length
+    assert at16 > 2 * at8  # the kept attention patterns grow with its square
     more = dataclasses.replace(task.graph, senders=task.graph.senders * 2)
     _, doubled = eap(8, graph=lambda g: more)
     f = stream_bytes(model, 8, element=4)  # a sender's output, float32

@@ -79,8 +79,13 @@ def copy_bytes(
     from interp.memory import forward_bytes, stream_bytes
 
     rt = runtime_of(model)
-    names = dict.fromkeys(st.hook for e in edits for st in e)
-    edited = sum(rt.activation_bytes(n, pos) for n in names)
+    edited = max(  # the hooks of one edit clone their activations
+        (
+            sum(rt.activation_bytes(n, pos) for n in dict.fromkeys(st.hook for st in e))
+            for e in edits
+        ),
+        default=0,
+    )
     return (
         forward_bytes(model, 1, pos, rows=rt.unembedded(rows)) + stream_bytes(model, pos) + edited
     )

@@ -353,7 +353,14 @@ def edge_footprint(
     The fixed part is the graph's masks and scores."""
     from interp.engine.edge_run import GATHER
     from interp.engine.edges import copy_bytes
-    from interp.memory import Dims, backward_bytes, forward_bytes, stream_bytes
+    from interp.memory import (
+        HEAP_KEPT,
+        Dims,
+        backward_bytes,
+        forward_bytes,
+        logit_bytes,
+        stream_bytes,
+    )
 
     rt, graph = task.rt, task.graph
     model = rt.model
@@ -366,9 +373,12 @@ def edge_footprint(
     fixed = S * R * (P if task.each else 1) * 8 * 4
     if kind in ("eap", "eap-ig"):
         m = Dims.of(model)
-        backward = 2 * S * f + backward_bytes(model, 1, P, rows=rows)
+        grads = backward_bytes(model, 1, P, rows=rows)
+        backward = 2 * S * f + grads
         read = L * (m.n_heads + 2 * m.n_kv_heads) * m.d_head * P * 4 + L * f  # q, k, v, mlp
-        matrix = (S + R) * f + read + (2 * L + 1) * e
+        # the backward's per-layer tensors stay resident beside the matrix (HEAP_KEPT)
+        kept = HEAP_KEPT * (grads - logit_bytes(model, P, rows))
+        matrix = (S + R) * f + read + (2 * L + 1) * e + kept
         per = max(backward, matrix)
         if kind == "eap-ig":
             per = max(per, (S + R) * f + backward_bytes(model, 1, P, rows=rows) + 3 * e)

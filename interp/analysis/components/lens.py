@@ -46,7 +46,7 @@ from interp.engine.cache import StopForward, cache_work, check_cache, pass_share
 from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
 from interp.errors import InterpError
 from interp.hooks import hook_name, stage_names
-from interp.memory import block_bytes, element_bytes
+from interp.memory import element_bytes, forward_bytes
 from interp.protocol import HookedModel, check_model, eval_no_grad
 from interp.runtime import runtime_of
 
@@ -113,7 +113,7 @@ def logit_lens(
     # its logits and log-probabilities at once, then the log-probabilities beside the
     # comparison with the target's (bool) and its int32 count: 2.25 chunks
     stack = len(names) * len(pos) * cfg.d_model * element_bytes(model)
-    per = stack + (0 if cache is not None else block_bytes(model, n))
+    per = stack + (0 if cache is not None else forward_bytes(model, 1, n, rows=()))
     chunk = min(CHUNK_BYTES, b * len(names) * len(pos) * d_vocab * 4)
     pl = plan(
         model, b, n, Footprint(chunk * 9 // 4, per), memory_budget=memory_budget,
