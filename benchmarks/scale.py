@@ -16,12 +16,17 @@ memory is its own:
   ``eap-ig`` (``attribute_edges``, EAP-IG with 5 steps), ``evaluate``
   (``evaluate_circuit`` of the top 2,000 EAP edges, or 2,000 seeded random
   edges without an EAP run), ``patch`` (``patch_components`` of ``resid_pre`` by
-  layer), ``path`` (``path_patch`` of the middle layer's heads to the logits)
-  and ``qk`` (``qk_attribution`` of one head, last query, every key): wall
+  layer), ``path`` (``path_patch`` of the middle layer's heads to the logits),
+  ``ablate`` (``ablate_heads``, zero ablation of the middle layer's heads: the main
+  sweep, its copies packed under the budget) and ``qk`` (``qk_attribution`` of one
+  head, last query, every key): wall
   seconds and their ratio to the plain forward measured in the same process,
   the forward-equivalents the analysis counts (``df.attrs``), the peak
   resident memory over the loaded model (``VmHWM`` reset just before the call;
-  on a GPU ``max_memory_allocated``) in GiB and over the weights' bytes.
+  on a GPU ``max_memory_allocated``) in GiB and over the weights' bytes; beside it
+  the peak over what was resident when the call began (``peak_call_gib``: the
+  warm-up forwards' own growth, thread pools and kernel caches, is no analysis's),
+  which the estimate is compared with.
 
 The task is random clean / corrupted tokens (seeded) with a logit-difference
 metric on random answer / wrong ids per sequence. Analyses that take
@@ -115,7 +120,8 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }  # fmt: skip
 ANALYSES = (
-    "load", "forward", "dla", "lens", "heads", "eap", "eap-ig", "evaluate", "patch", "path", "qk",
+    "load", "forward", "dla", "lens", "heads", "eap", "eap-ig", "evaluate", "patch", "path",
+    "ablate", "qk",
 )  # fmt: skip
 CIRCUIT_EDGES = 2000
 
@@ -345,6 +351,10 @@ def _call(name: str, model: Any, task: dict[str, Any], folder: Path) -> tuple[An
         info["senders"] = f"L{L // 2}H0..{H - 1} -> logits"
         senders = [f"L{L // 2}H{h}" for h in range(H)]
         return A.path_patch, dict(senders=senders, **pair), info
+    if name == "ablate":
+        info["heads"] = f"L{L // 2}H0..{H - 1}, zero"
+        heads = [(L // 2, h) for h in range(H)]
+        return A.ablate_heads, dict(ablation="zero", metric=metric, heads=heads), info
     if name == "qk":
         info["head"] = f"L{L // 2}H0, last query, every key"
         return A.qk_attribution, dict(layer=L // 2, head=0), info
@@ -486,6 +496,7 @@ def child_measure(spec: dict[str, Any]) -> dict[str, Any]:
         out["forwards_timed"] = [round(x, 3) for x in times]
     out["forward_s"] = forward_s
     grew = p["rss_peak"] - rss_model
+    own = p["rss_peak"] - peak.rss0  # over what was resident when the call began
     out.update(
         seconds=seconds,
         wall_fwd=seconds / forward_s,
@@ -494,15 +505,17 @@ def child_measure(spec: dict[str, Any]) -> dict[str, Any]:
         chunked=chunked,
         peak_gib=grew / GiB,
         peak_over_weights=grew / w,
+        peak_call_gib=own / GiB,
+        warm_gib=(peak.rss0 - rss_model) / GiB,  # the warm-up's own growth (thread pools...)
         **info,
     )
     if "cuda_peak" in p:
         out["cuda_peak_gib"] = (p["cuda_peak"] - p["cuda_before"]) / GiB
-        grew = p["cuda_peak"] - p["cuda_before"]
+        grew = own = p["cuda_peak"] - p["cuda_before"]
     if est is not None:
         out["estimate"] = est
         if est.get("peak_bytes"):
-            out["estimate_over_measured"] = est["peak_bytes"] / max(1, grew)
+            out["estimate_over_measured"] = est["peak_bytes"] / max(1, own)
     out["host_after"] = _host()
     return out
 
@@ -759,7 +772,7 @@ def table(path: Path) -> str:
         if "one_batch_max_diff" in r:
             notes.append(f"vs one batch {r['one_batch_max_diff']:.1e}")
         notes.append(f"load avg {r['host_before']['loadavg']}-{r['host_after']['loadavg']}")
-        for k in ("edges", "edges_from", "faithfulness", "senders", "head"):
+        for k in ("edges", "edges_from", "faithfulness", "senders", "heads", "head"):
             if k in r:
                 notes.append(f"{k} {r[k]:.3f}" if isinstance(r[k], float) else f"{k} {r[k]}")
         lines.append(

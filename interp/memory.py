@@ -1,10 +1,28 @@
-"""Memory: what a computation may use, and what one forward pass needs, known before it runs.
+"""Memory: what a computation may use, and what its passes hold, known before they run.
 
 :func:`budget` is the one default every engine packs its passes under: a
 quarter of the memory free on the model's device (``MemAvailable`` on a CPU,
 free memory on a GPU), unless the caller gives a budget in bytes.
-:func:`forward_bytes` is a rough peak of one forward pass's activations, used
-to refuse work that cannot fit before it starts (:func:`check_memory`).
+
+The memory model: the terms every analysis's footprint
+(:class:`interp.engine.chunks.Footprint`) is built from, each a function of the
+model's config (:class:`Dims`: width, layers, heads, key-value heads, MLP width,
+vocabulary, dtype), the prompts' length and the rows a metric reads, per prompt:
+
+* :func:`stream_bytes`: one residual-width tensor ``[pos, d_model]``;
+* :func:`block_bytes`: what one block holds at its peak in a pass without gradients
+  (its attention's scores and pattern, or its MLP's hidden layer);
+* :func:`logit_bytes`: the logits, only at the rows a metric reads where the runtime
+  unembeds only those;
+* :func:`forward_bytes`: a pass without gradients, a block's transients and the logits;
+* :func:`saved_bytes` and :func:`backward_bytes`: a pass with gradients, what every layer
+  saves for the backward pass, the logits and their gradient.
+
+They count the tensors the code holds (traced on Llama-shaped bridges), and one thing
+the allocator adds: what a pass frees under glibc's mmap threshold stays resident in its
+heap (:data:`HEAP_KEPT`). ``benchmarks/memory_model.py`` checks the estimates built
+from them against measured peaks on three sizes. :func:`check_memory` refuses work that cannot fit
+before it starts.
 
 Example:
     >>> budget("cpu", 1 << 20)
@@ -13,7 +31,9 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from interp.errors import InterpError
@@ -61,19 +81,106 @@ def available_memory(device: Any = None) -> int:
         return 4 << 30
 
 
-def forward_bytes(model: Any, batch: int, pos: int) -> int:
-    """A rough peak of the activation bytes of one forward pass over ``[batch, pos]`` tokens.
+@dataclasses.dataclass(frozen=True)
+class Dims:
+    """The sizes the memory model reads from a model's config (TransformerLens names)."""
 
-    Per position: the logits, a few residual-width tensors, the MLP's hidden
-    layer, and a layer's attention scores and pattern (``n_heads x pos``);
-    4 bytes each. Used to refuse work that cannot fit before it starts.
-    """
-    cfg = model.cfg
-    d_mlp = int(getattr(cfg, "d_mlp", 0) or 0) if not getattr(cfg, "attn_only", False) else 0
-    d_vocab = int(getattr(cfg, "d_vocab_out", 0) or getattr(cfg, "d_vocab", 0) or 0)
-    d_model = int(getattr(cfg, "d_model", 0) or 0)
-    per_pos = d_vocab + 8 * d_model + 2 * d_mlp + 3 * int(cfg.n_heads) * int(pos)
-    return 4 * int(batch) * int(pos) * per_pos
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_mlp: int  # 0 for attention-only models
+    mlp_width: int  # tensors of the MLP's hidden width a block holds at once (gated: 3)
+    d_vocab: int
+    element: int  # bytes of one activation element (the model's dtype)
+
+    @classmethod
+    def of(cls, model: Any) -> Dims:
+        cfg = model.cfg
+        d = int(getattr(cfg, "d_model", 0) or 0)
+        heads = int(getattr(cfg, "n_heads", 0) or 0)
+        attn_only = bool(getattr(cfg, "attn_only", False))
+        return cls(
+            d_model=d,
+            n_layers=int(getattr(cfg, "n_layers", 0) or 0),
+            n_heads=heads,
+            n_kv_heads=int(getattr(cfg, "n_key_value_heads", 0) or heads),
+            d_head=int(getattr(cfg, "d_head", 0) or (d // max(1, heads))),
+            d_mlp=0 if attn_only else int(getattr(cfg, "d_mlp", 0) or 0),
+            mlp_width=3 if getattr(cfg, "gated_mlp", False) else 2,
+            d_vocab=int(getattr(cfg, "d_vocab_out", 0) or getattr(cfg, "d_vocab", 0) or 0),
+            element=element_bytes(model),
+        )
+
+
+def stream_bytes(model: Any, pos: int, element: int | None = None) -> int:
+    """One prompt's residual-width tensor ``[pos, d_model]`` (``element`` bytes each,
+    default the model's dtype; the edge engine stores senders' outputs in float32)."""
+    dims = Dims.of(model)
+    return int(pos) * dims.d_model * (dims.element if element is None else element)
+
+
+def block_bytes(model: Any, pos: int) -> int:
+    """What one block holds at its peak in a pass without gradients, per prompt of ``pos``
+    tokens: its attention (the scores and the pattern, ``2 x n_heads x pos`` per token, beside
+    the keys and values repeated to every query head, the queries, the residual stream and the
+    norm's output: 7 residual widths) or its MLP (the hidden layer ``mlp_width`` times, the
+    pattern still held, 4 residual widths), whichever is larger (bridges of Llama-shaped
+    models, traced; ``tests/test_memory_model.py``)."""
+    m = Dims.of(model)
+    P = int(pos)
+    attn = 2 * m.n_heads * P + 7 * m.d_model
+    mlp = m.mlp_width * m.d_mlp + m.n_heads * P + 4 * m.d_model
+    return m.element * P * max(attn, mlp)
+
+
+def logit_bytes(model: Any, pos: int, rows: Sequence[int] | None = None) -> int:
+    """A prompt's logits: ``d_vocab`` at each of the ``rows`` a pass unembeds (``None``: every
+    position; :meth:`interp.runtime.Runtime.unembedded` says which a runtime unembeds)."""
+    m = Dims.of(model)
+    n = int(pos) if rows is None else min(int(pos), len(set(rows)))
+    return m.element * n * m.d_vocab
+
+
+# What a pass's freed tensors leave resident, in blocks' transients: glibc keeps tensors under
+# its mmap threshold (at most 32 MiB) in its heap once freed, and the heap does not shrink
+# while later tensors sit above them, so a pass's resident peak holds a block's transients
+# live and about as much again kept (traced on the 1B shape and two smaller ones: resident
+# 1.6-2.3x the live peak of passes without gradients; ``benchmarks/memory_model.py``).
+HEAP_KEPT = 1
+
+
+def forward_bytes(model: Any, batch: int, pos: int, *, rows: Sequence[int] | None = None) -> int:
+    """The peak bytes of one forward pass without gradients over ``[batch, pos]`` tokens:
+    per prompt a block's transients (:func:`block_bytes`), live and kept by the allocator
+    (:data:`HEAP_KEPT`), and the logits at the ``rows`` it unembeds (:func:`logit_bytes`;
+    ``()`` for a pass stopped before the unembedding)."""
+    block = (1 + HEAP_KEPT) * block_bytes(model, pos)
+    return int(batch) * (block + logit_bytes(model, pos, rows))
+
+
+def saved_bytes(model: Any, pos: int) -> int:
+    """What a forward pass with gradients saves for its backward pass, per prompt: in each
+    layer the MLP's hidden layer ``mlp_width`` times (gate, up, activation), the pattern, the
+    queries and the keys and values repeated to every query head, and the two residual sums
+    (5 residual widths)."""
+    m = Dims.of(model)
+    P = int(pos)
+    per_layer = m.mlp_width * m.d_mlp + m.n_heads * P + 5 * m.d_model
+    return m.element * P * m.n_layers * per_layer
+
+
+def backward_bytes(model: Any, batch: int, pos: int, *, rows: Sequence[int] | None = None) -> int:
+    """The peak bytes of a forward and backward pass over ``[batch, pos]`` tokens, per
+    prompt: what the forward saves (:func:`saved_bytes`), the logits at ``rows``
+    (:func:`logit_bytes`) and their gradient, which is ``[pos, d_vocab]`` whatever the rows
+    (the backward of reading a row of the logits makes the whole), and the gradients of one
+    block's transients at a time (:func:`block_bytes`)."""
+    m = Dims.of(model)
+    grad = m.element * int(pos) * m.d_vocab
+    held = saved_bytes(model, pos) + logit_bytes(model, pos, rows) + grad
+    return int(batch) * (held + block_bytes(model, pos))
 
 
 def element_bytes(model: Any) -> int:

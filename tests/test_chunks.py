@@ -181,8 +181,12 @@ def test_a_metric_that_does_not_say_how_it_combines_is_refused_when_split():
 
 def test_work_that_cannot_fit_one_prompt_is_refused_with_its_estimate():
     model = load_model("induction-2l")
+    one = A.attribute_edges(model, CLEAN, corrupted_tokens=CORRUPTED, metric=DIFF, estimate=True)
+    below = one.footprint.peak(1) - 1  # its score table (refused first when larger) still fits
     with pytest.raises(InterpError, match=r"needs about .* for a single prompt.*budget"):
-        A.attribute_edges(model, CLEAN, corrupted_tokens=CORRUPTED, metric=DIFF, memory_budget=1)
+        A.attribute_edges(
+            model, CLEAN, corrupted_tokens=CORRUPTED, metric=DIFF, memory_budget=below
+        )
     with pytest.raises(InterpError, match="memory_budget"):
         A.ablate_heads(model, CLEAN, memory_budget=-5)
 

@@ -57,7 +57,7 @@ class ContinuingRuntime(Runtime):
         with self.model.hooks(fwd_hooks=list(hooks)):
             return self.model.continue_from(repeat_copies(state, copies), start - 1)
 
-    def block_inputs(self, tokens, layers):
+    def block_inputs(self, tokens, layers, *, rows=None):  # rows: may unembed only those
         kept = {}
 
         def keep(x, hook):

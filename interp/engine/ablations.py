@@ -245,10 +245,21 @@ def source_run(
     Raises:
         InterpError: for a metric that returns a non-scalar.
     """
+    from interp.runtime import runtime_of
+
     names = list(names)
-    if cache is None:
-        logits, acts = model.run_with_cache(tokens, names_filter=names)
+    rt = runtime_of(model)
+    if cache is None:  # the activations kept by hooks; logits only where the metric reads
+        acts: dict[str, torch.Tensor] = {}
+
+        def keeper(name: str) -> Any:  # keyed by the name asked for (bridges alias hooks)
+            def keep(x: torch.Tensor, hook: Any) -> None:
+                acts[name] = x.detach()
+
+            return keep
+
+        logits = rt.run(tokens, hooks=[(n, keeper(n)) for n in names], rows=metric.rows)
     else:
-        logits, acts = model(tokens), cache.complete(names)
+        logits, acts = rt.run(tokens, rows=metric.rows), cache.complete(names)
     value = scalar(metric(logits, tokens if score_tokens is None else score_tokens), metric.name)
     return value, {n: acts[n] for n in names}

@@ -50,18 +50,22 @@ class Footprint:
     chunk, ``per_prompt`` held for each prompt of a chunk, and ``per_copy`` for each prompt
     of each copy a pass carries (edits that share a pass each run a copy of the chunk:
     :mod:`interp.engine.batching` packs as many as the rest of the budget holds, at most
-    ``most_copies``, the number of edits; ``reread`` of each copy's bytes is read back by
-    later layers, which limits packing on a CPU)."""
+    ``most_copies``, the most edits one pass can take; ``reread`` of each copy's bytes is
+    read back by later layers, which limits packing on a CPU). ``first`` is a phase before
+    the passes that carry copies (the run that records what they edit with), per prompt,
+    held beside ``per_prompt`` in place of the copies."""
 
     fixed: int
     per_prompt: int
     per_copy: int = 0
     reread: int = 0
     most_copies: int = 1
+    first: int = 0
 
     def peak(self, prompts: int, copies: int = 1) -> int:
         """The peak bytes of a chunk of ``prompts`` prompts whose passes carry ``copies``."""
-        return int(self.fixed + prompts * (self.per_prompt + copies * self.per_copy))
+        passes = max(self.first, copies * self.per_copy)
+        return int(self.fixed + prompts * (self.per_prompt + passes))
 
     def spare(self, prompts: int, budget: int) -> int:
         """The bytes of ``budget`` left for a chunk's copies once its held state is counted
@@ -137,7 +141,7 @@ def plan_chunks(
             f"{what} needs about {gib(one)} for a single prompt, more than the memory budget "
             f"of {gib(budget)}; {fix}, or raise the budget (memory_budget=, --memory)"
         )
-    each = max(1, footprint.per_prompt + footprint.per_copy)
+    each = max(1, footprint.per_prompt + max(footprint.first, footprint.per_copy))
     most = max(1, (budget - footprint.fixed) // each)
     n_chunks = max(1, math.ceil(n_prompts / most))
     size, extra = divmod(n_prompts, n_chunks)

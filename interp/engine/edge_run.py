@@ -65,6 +65,36 @@ def sender_hooks(
     return hooks
 
 
+GATHER = 16  # senders gathered at a time when a sum reads only a few (EdgeRun._sum)
+
+
+def _product(
+    mt: torch.Tensor,
+    src: torch.Tensor,
+    used: torch.Tensor | None,
+    n: int,
+    out: torch.Tensor,
+    sign: float,
+) -> None:
+    """``out (+)= sign * mt @ src[senders]`` in place: ``mt`` ``[receiver, sender]`` (over
+    ``used`` when given, else the first ``n`` senders), ``src`` ``[sender, ...]``, ``out``
+    ``[receiver, ...]`` (written when ``sign`` is 1, subtracted from when -1)."""
+    flat = out.view(out.shape[0], -1)
+    if used is None:
+        rows = src[:n].reshape(n, -1)
+        if sign > 0:
+            torch.mm(mt, rows, out=flat)
+        else:
+            flat.addmm_(mt, rows, alpha=sign)
+        return
+    if sign > 0:
+        flat.zero_()
+    for lo in range(0, used.numel(), GATHER):
+        part = used[lo : lo + GATHER]
+        rows = src.index_select(0, part).reshape(part.numel(), -1)
+        flat.addmm_(mt[:, lo : lo + GATHER], rows, alpha=sign)
+
+
 class EdgeRun:
     """The hooks of one batched pass of ``k`` copies in which receivers' inputs are edited
     (module docstring). ``masks [k, sender, receiver]`` (float) says which edges of each copy
@@ -126,14 +156,15 @@ class EdgeRun:
             if rest is not None:
                 out -= rest
         if self.pos is not None:
-            out = out * self.pos.to(out.device)[:, None]
+            out.mul_(self.pos.to(out.device)[:, None])  # in place: out is this call's own
         return out
 
     def _sum(self, m: torch.Tensor) -> torch.Tensor | None:
         """``sum_s m[k, s, r] * (alt_s - ref_s)`` over the senders ``m`` covers, as matrix
-        products that read each sender's output once. In a running pass the store already
-        holds ``alt_s - running_s`` (one product per copy); with a fixed ``ref``, two products
-        (no ``alt - ref`` is built)."""
+        products that read each sender's output once, written into the result. In a running
+        pass the store already holds ``alt_s - running_s`` (one product per copy); with a fixed
+        ``ref``, two products (no ``alt - ref`` is built). A few senders (under a quarter) are
+        gathered :data:`GATHER` at a time, so no copy of the store grows with the graph."""
         k, n, R = m.shape[:3]
         used = torch.nonzero(m.flatten(2).sum(dim=(0, 2)) != 0).flatten()
         if used.numel() == 0:
@@ -145,19 +176,16 @@ class EdgeRun:
             return self._sum_by_position(m, used if few else None, n)
         mt = m.transpose(1, 2)  # [k, receiver, sender]
         if self.ref is None:  # this pass's differences, [sender, k, batch, pos, d_model]
-            diff = self.running.index_select(0, used) if few else self.running[:n]
-            shape = diff.shape[2:]
-            mt = mt.to(diff.dtype)
-            out = diff.new_empty((k, R, *shape))
+            src = self.running
+            out = src.new_empty((k, R, *src.shape[2:]))
             for c in range(k):
-                out[c] = (mt[c] @ diff[:, c].reshape(diff.shape[0], -1)).view(R, *shape)
+                _product(mt[c].to(src.dtype), src[:, c], used if few else None, n, out[c], 1.0)
             return out
-        alt = self.alt.index_select(0, used) if few else self.alt[:n]
-        ref = self.ref.index_select(0, used) if few else self.ref[:n]
-        shape = alt.shape[1:]  # [batch, pos, d_model]
-        mt = mt.to(alt.dtype)
-        out = (mt.reshape(k * R, -1) @ alt.reshape(alt.shape[0], -1)).view(k, R, *shape)
-        out -= (mt.reshape(k * R, -1) @ ref.reshape(ref.shape[0], -1)).view(k, R, *shape)
+        out = self.alt.new_empty((k, R, *self.alt.shape[1:]))
+        mt = mt.reshape(k * R, -1).to(self.alt.dtype)  # every copy in one product
+        flat = out.view(k * R, *self.alt.shape[1:])
+        _product(mt, self.alt, used if few else None, n, flat, 1.0)
+        _product(mt, self.ref, used if few else None, n, flat, -1.0)
         return out
 
     def _sum_by_position(self, m: torch.Tensor, used: torch.Tensor | None, n: int) -> Any:
@@ -225,6 +253,9 @@ class EdgeRun:
 
     def _keep(self, key: str) -> Callable:
         def hook(x: torch.Tensor, hook: Any) -> None:
+            if key.startswith("pre"):  # a new layer: the earlier ones' inputs and edits are
+                self.resid.clear()  # read no more (held, they would grow with every layer)
+                self.layer_delta.clear()
             self.resid[key] = x
 
         return hook

@@ -118,7 +118,8 @@ def run(
     ``start`` skips blocks ``0 .. start - 1`` (what enters block ``start`` in ``kept``,
     from the runtime's ``block_inputs``); ``start == n_layers`` reads only the logits'
     input: ``final`` (the base residual the final norm reads) plus its edit. ``rows`` (the
-    positions a metric reads) may limit the unembedding; other rows are then 0.
+    positions a metric reads) may limit the unembedding; other rows as
+    :func:`interp.runtime.scatter_rows` leaves them.
     """
     from interp.runtime import kept_rows, scatter_rows
 
@@ -185,25 +186,51 @@ def _probe(rt: Runtime, graph: Graph, parts: list[Layer], tokens: torch.Tensor) 
         return False, f"{type(exc).__name__}: {exc}"
 
 
-def copy_bytes(graph: Graph, rt: Runtime, tokens: int, *, running: bool) -> tuple[int, int]:
-    """The edge engine's memory model of one copy of a pass over ``tokens`` tokens: its
-    bytes (one forward pass's activations, each layer's per-receiver inputs and, in a
-    running pass, the senders' outputs) and the part later layers read back (those
-    outputs)."""
-    from interp.memory import forward_bytes
+def copy_bytes(
+    graph: Graph,
+    rt: Runtime,
+    pos: int,
+    *,
+    running: bool,
+    rows: Sequence[int] | None = None,
+    logits_only: bool = False,
+) -> tuple[int, int]:
+    """The edge engine's memory model of one copy of one prompt in a pass of ``pos`` tokens:
+    its bytes and the part later layers read back. A forward pass's transients, the logits at
+    the metric's ``rows`` where the runtime unembeds only those
+    (:func:`interp.memory.forward_bytes`); the state a resumed pass starts from, repeated per
+    copy; one layer's edits while its receivers are recomputed: the edit of each of its
+    attention receivers (held through its q, k and v hooks) and, first, the sum subtracted
+    from it with the senders gathered for it (:data:`interp.engine.edge_run.GATHER` at a
+    time), then the edited inputs and their norm (a query head's each); in a running pass,
+    the store of every sender's difference and their running total, which later layers read
+    back. A pass that edits only the logits' input (``logits_only``) runs no block: per copy
+    the edit, the edited final stream and its logits at ``rows``. Residual-width tensors of
+    the engine are float32."""
+    from interp.engine.edge_run import GATHER
+    from interp.memory import forward_bytes, logit_bytes, stream_bytes
 
-    stream = tokens * rt.d_model * 4
-    store = len(graph.senders) * stream if running else 0
-    per_copy = store + 3 * max(graph.n_heads, 1) * stream + forward_bytes(rt.model, 1, tokens)
+    model = rt.model
+    f = stream_bytes(model, pos, element=4)
+    e = stream_bytes(model, pos)
+    if logits_only:
+        return f + e + logit_bytes(model, pos, rows), 0  # the readout reads only the rows
+    R_l = graph.n_heads + 2 * graph.n_kv_heads  # a layer's attention receivers
+    layer = R_l * f + max((R_l + GATHER) * f, 2 * graph.n_heads * e)
+    store = (len(graph.senders) + 1) * f if running else 0
+    per_copy = forward_bytes(model, 1, pos, rows=rt.unembedded(rows)) + e + layer + store
     return per_copy, store
 
 
-def edits_per_pass(prep: Any, *, running: bool) -> int:
+def edits_per_pass(prep: Any, *, running: bool, logits_only: bool = False) -> int:
     """Copies per pass (:func:`interp.engine.batching.copies_per_pass`) under the task's
     budget (:func:`copy_bytes`)."""
-    per_copy, store = copy_bytes(prep.graph, prep.rt, prep.tokens.numel(), running=running)
+    b, pos = prep.tokens.shape
+    per_copy, store = copy_bytes(
+        prep.graph, prep.rt, pos, running=running, rows=prep.metric.rows, logits_only=logits_only
+    )
     return copies_per_pass(
-        prep.tokens.numel(), prep.tokens.device, per_copy=per_copy, reread=store,
+        prep.tokens.numel(), prep.tokens.device, per_copy=b * per_copy, reread=b * store,
         memory_budget=prep.memory_budget,
     )  # fmt: skip
 
@@ -243,6 +270,7 @@ def evaluate_masks(
                 for c in range(len(group)):
                     part = logits[c * b : (c + 1) * b]
                     out.append(scalar(prep.metric(part, prep.tokens), prep.metric.name))
+                del logits, part, er  # gone before the next pass makes its own
                 bar.update(len(group))
     finally:
         bar.close()
@@ -260,6 +288,22 @@ def edit_starts(prep: Any, edits: Sequence[Edit]) -> list[int]:
     if not prep.rt.can_resume:  # passes run whole (the logits' input still alone)
         starts = [0 if st < L else L for st in starts]
     return starts
+
+
+def pass_shape(prep: Any, edits: Sequence[Edit]) -> dict[str, Any]:
+    """What :func:`patch_edges` will hold for ``edits`` (its memory model,
+    :func:`interp.engine.tasks.edge_footprint`): ``resumes``, the blocks whose entering
+    stream it keeps to resume there; ``copies``, the most edits one pass can carry (those
+    that resume at one block); ``logits_only``, whether every pass edits only the logits."""
+    from collections import Counter
+
+    L = prep.graph.n_layers
+    starts = edit_starts(prep, edits)
+    return {
+        "resumes": len(set(starts) - {0, L}),
+        "copies": max(Counter(starts).values(), default=1),
+        "logits_only": all(st >= L for st in starts),
+    }
 
 
 def patch_cost(prep: Any, edits: Sequence[Edit]) -> float:
@@ -292,7 +336,7 @@ def patch_edges(
     L = graph.n_layers
     shape = (*graph.valid.shape, prep.tokens.shape[1]) if prep.each else graph.valid.shape
     starts = edit_starts(prep, edits)
-    k = edits_per_pass(prep, running=False)
+    k = edits_per_pass(prep, running=False, logits_only=all(st >= L for st in starts))
     chunks = pack(starts, k)
     values: dict[int, float] = {}
     bar = tqdm(total=len(edits), disable=not progress, desc=desc, unit="edit")
@@ -301,7 +345,7 @@ def patch_edges(
             kept: dict[int, Any] = {}
             need = {starts[c[0]] for c in chunks} - {0, L}
             if need:
-                _, kept = rt.block_inputs(prep.base, need)
+                _, kept = rt.block_inputs(prep.base, need, rows=(-1,))  # logits unread
                 prep.cost.forward()
             final = prep.base_inputs["final"]
             for chunk in chunks:
@@ -319,6 +363,7 @@ def patch_edges(
                 for c, i in enumerate(chunk):
                     part = logits[c * b : (c + 1) * b]
                     values[i] = scalar(prep.metric(part, prep.tokens), prep.metric.name)
+                del logits, part, er, stacked  # gone before the next pass makes its own
                 bar.update(len(chunk))
     finally:
         bar.close()

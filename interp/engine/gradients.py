@@ -90,8 +90,12 @@ def differentiable(value: Any, name: str, what: str) -> None:
         )
 
 
-def _vjp(norm: Norm | None, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    return g if norm is None else norm.vjp(x, g)
+def _vjp(
+    norm: Norm | None, x: torch.Tensor, g: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    if norm is None:
+        return g if out is None or out is g else out.copy_(g)
+    return norm.vjp(x, g, out=out)
 
 
 @dataclasses.dataclass
@@ -104,14 +108,19 @@ class ReceiverGrads:
     mid: dict[int, torch.Tensor]  # ... and each MLP
     senders: torch.Tensor | None  # [sender, batch, pos, d_model] of this pass
 
-    def attention_inputs(self, parts: list[Layer], layer: int) -> torch.Tensor:
+    def attention_inputs(
+        self, parts: list[Layer], layer: int, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``[q heads + k heads + v heads, batch, pos, d_model]``: the gradient with respect to
-        each of a layer's attention receivers' inputs, through the norm in one autograd call."""
+        each of a layer's attention receivers' inputs, through the norm in place, written into
+        ``out`` when given (float32, that shape: the rows of the gradient matrix)."""
         part = parts[layer]
         gs = [self.at[(k, layer)] for k in ("q", "k", "v")]  # [batch, pos, head, d_head]
         b, p = gs[0].shape[:2]
         d = part.W["q"].shape[1]
-        g_norm = torch.empty(sum(g.shape[2] for g in gs), b, p, d, device=gs[0].device)
+        g_norm = out
+        if g_norm is None:
+            g_norm = torch.empty(sum(g.shape[2] for g in gs), b, p, d, device=gs[0].device)
         lo = 0
         for k, g in zip(("q", "k", "v"), gs):  # each head's g @ W^T, written in place
             h, e = g.shape[2], g.shape[3]
@@ -119,7 +128,7 @@ class ReceiverGrads:
             w = part.W[k].float().transpose(1, 2)  # [head, d_head, d_model]
             torch.bmm(a, w, out=g_norm[lo : lo + h].view(h, b * p, d))
             lo += h
-        return _vjp(part.ln1, self.pre[layer], g_norm)
+        return _vjp(part.ln1, self.pre[layer], g_norm, out=g_norm)
 
     def inputs(self, parts: list[Layer], kind: str, layer: int) -> torch.Tensor:
         """The gradient with respect to each receiver's input: ``[receiver, batch, pos,
@@ -249,7 +258,14 @@ def receiver_gradient_matrix(
             view.add_(g, alpha=weight)
 
     for l in range(graph.n_layers):
-        put(index.q[l] + index.k[l] + index.v[l], grads.attention_inputs(parts, l))
+        rows = index.q[l] + index.k[l] + index.v[l]
+        if fresh and rows == list(range(rows[0], rows[0] + len(rows))):
+            view = out[rows[0] : rows[0] + len(rows)]  # written in place: no layer-sized copy
+            grads.attention_inputs(parts, l, out=view.view(len(rows), *g_logits.shape[1:]))
+            if weight != 1.0:
+                view.mul_(weight)
+        else:
+            put(rows, grads.attention_inputs(parts, l))
         if index.mlp[l] >= 0:
             put([index.mlp[l]], grads.inputs(parts, "mlp", l))
     put([index.logits], g_logits)
@@ -320,7 +336,7 @@ def head_gradients(
     hooks = [(hook_name("z", l), keep_z) for l in layers]
     hooks += [(hook_name("pattern", j), keep_pattern) for j in pattern_layers]
     with eval_mode(rt.model), FrozenParams(rt.model), torch.enable_grad():
-        logits = rt.run(tokens, hooks=hooks)
+        logits = rt.run(tokens, hooks=hooks, rows=getattr(metric, "rows", None))
         value = metric(logits, tokens if score_tokens is None else score_tokens)
         differentiable(value, metric.name, "attribution patching")
         inputs = [zs[l] for l in layers] + [pats[j] for j in pattern_layers]

@@ -69,49 +69,80 @@ class SweepResult:
     cost: float = 0.0  # forward-equivalents (interp.engine.batching.Cost)
 
 
-def bytes_per_copy(model: HookedModel, tokens: torch.Tensor) -> int:
-    """Rough peak activation bytes of one forward copy of ``tokens`` (no grad)."""
-    from interp.memory import forward_bytes
+def copy_bytes(
+    model: HookedModel, pos: int, edits: Sequence[Edit], rows: Sequence[int] | None = None
+) -> int:
+    """What one copy of one prompt adds to a pass (:mod:`interp.engine.batching`): a forward
+    pass's transients, with the logits only at the metric's ``rows`` where the runtime
+    unembeds only those (:func:`interp.memory.forward_bytes`), the state the pass resumes
+    from, repeated per copy, and each edited activation's copy (the edit hooks clone it)."""
+    from interp.memory import forward_bytes, stream_bytes
 
-    return forward_bytes(model, *tokens.shape)
+    rt = runtime_of(model)
+    edited = max(  # the hooks of one edit clone their activations
+        (
+            sum(rt.activation_bytes(n, pos) for n in dict.fromkeys(st.hook for st in e))
+            for e in edits
+        ),
+        default=0,
+    )
+    return (
+        forward_bytes(model, 1, pos, rows=rt.unembedded(rows)) + stream_bytes(model, pos) + edited
+    )
 
 
 def footprint(
-    model: HookedModel, pos: int, edits: Sequence[Edit], names: Sequence[str] = ()
+    model: HookedModel,
+    pos: int,
+    edits: Sequence[Edit],
+    names: Sequence[str] = (),
+    *,
+    rows: Sequence[int] | None = None,
 ) -> Footprint:
     """The memory a sweep holds (:mod:`interp.engine.chunks`): per prompt, the residual
-    stream at each block an edit resumes from and the values spliced in at ``names``; per
-    prompt of each copy of a pass, one forward pass's activations (edits share passes as
-    copies of the batch, as many as the rest of the budget holds)."""
-    from interp.memory import element_bytes, forward_bytes
+    stream entering each block an edit resumes at (the base pass keeps them) and the values
+    spliced in at ``names`` (the source run's, a mean or a resample: none for zero
+    ablation); per prompt of each copy of a pass, :func:`copy_bytes` (edits that resume at
+    one block share passes as copies of the batch, as many as the rest of the budget holds:
+    at most the most edits of one block)."""
+    from collections import Counter
+
+    from interp.memory import stream_bytes
 
     rt = runtime_of(model)
-    starts = {edit_start(e) for e in edits} - {0}
-    kept = (len(starts) + 1) * pos * rt.d_model * element_bytes(model)
+    starts = Counter(edit_start(e) for e in edits)
+    kept = len(set(starts) - {0}) * stream_bytes(model, pos)
     values = sum(rt.activation_bytes(n, pos) for n in dict.fromkeys(names))
     return Footprint(
         fixed=0,
         per_prompt=kept + values,
-        per_copy=forward_bytes(model, 1, pos),
-        most_copies=max(1, len(edits)),
+        per_copy=copy_bytes(model, pos, edits, rows),
+        most_copies=max(starts.values(), default=1),
     )
 
 
 def edits_per_pass(
-    model: HookedModel, tokens: torch.Tensor, n_edits: int, requested: Any, memory_budget: Any
+    model: HookedModel,
+    tokens: torch.Tensor,
+    edits: Sequence[Edit],
+    requested: Any,
+    memory_budget: Any,
+    rows: Sequence[int] | None = None,
 ) -> int:
-    """How many edits share one forward pass (:func:`interp.engine.batching.copies_per_pass`).
+    """How many edits share one forward pass (:func:`interp.engine.batching.copies_per_pass`,
+    each copy :func:`copy_bytes` per prompt).
 
     Raises:
         InterpError: for a non-positive or non-integer ``batch_size`` or ``memory_budget``.
     """
     from interp.protocol import model_device
 
+    b, pos = tokens.shape
     return copies_per_pass(
         tokens.numel(),
         model_device(model),
-        per_copy=bytes_per_copy(model, tokens),
-        n=n_edits,
+        per_copy=b * copy_bytes(model, pos, edits, rows),
+        n=len(edits),
         requested=requested,
         memory_budget=memory_budget,
     )
@@ -186,10 +217,10 @@ class _ResumeBlocks:
 
     name = "resume-blocks"
 
-    def __init__(self, rt: Runtime, tokens: torch.Tensor, starts: set[int]):
+    def __init__(self, rt: Runtime, tokens: torch.Tensor, starts: set[int], rows: Any = None):
         self.rt = rt
         self.tokens = tokens
-        self.base_logits, self.kept = rt.block_inputs(tokens, starts - {0})
+        self.base_logits, self.kept = rt.block_inputs(tokens, starts - {0}, rows=rows)
 
     def run(self, chunk, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
         k = len(chunk)
@@ -255,7 +286,7 @@ def plan(
 ) -> dict:
     """What a sweep will do: ``path``, ``note``, ``edits``, ``edits_per_pass``, ``passes``."""
     path, note = choose_path(model, tokens, edits)
-    k = edits_per_pass(model, tokens, len(edits), batch_size, None)
+    k = edits_per_pass(model, tokens, edits, batch_size, None)
     n_chunks = len(pack([edit_start(e) for e in edits], k, mixed=path == "loop"))
     return {
         "path": path,
@@ -313,9 +344,9 @@ def sweep(
     rt = runtime_of(model)
     starts = [edit_start(e) for e in edits]
     check_sweep_work(model, edits)
-    k = edits_per_pass(model, tokens, len(edits), batch_size, memory_budget)
-    path, note = choose_path(model, tokens, edits)
     rows = metric.rows
+    k = edits_per_pass(model, tokens, edits, batch_size, memory_budget, rows)
+    path, note = choose_path(model, tokens, edits)
     chunks = pack(starts, k, mixed=path == "loop")
     cost = Cost(rt.n_layers)
     bar = tqdm(total=len(chunks) + 1, disable=not progress, desc=desc, unit="pass")
@@ -325,10 +356,10 @@ def sweep(
             engine: Any = _AfterBlock(rt, tokens, set(starts))
             base_logits, run = engine.base_logits, engine.run
         elif path == _ResumeBlocks.name:
-            engine = _ResumeBlocks(rt, tokens, set(starts))
+            engine = _ResumeBlocks(rt, tokens, set(starts), rows)
             base_logits, run = engine.base_logits, engine.run
         else:
-            base_logits = rt.run(tokens)
+            base_logits = rt.run(tokens, rows=rows)
 
             def run(chunk, values, rows, cost):
                 return _loop_pass(rt, tokens, chunk, values, cost)  # rows: every row
@@ -336,13 +367,15 @@ def sweep(
         cost.forward()
         scored = tokens if score_tokens is None else score_tokens
         base = scalar(metric(base_logits, scored), metric.name)
+        if path != "loop":
+            engine.base_logits = None  # the base run's logits are not held through the sweep
         del base_logits
         bar.update(1)
         for chunk in chunks:
             outs = run([edits[i] for i in chunk], values, rows, cost)
-            for i, logits in zip(chunk, outs):
-                results[i] = scalar(metric(logits, scored), metric.name)
-            del outs
+            for i in chunk:
+                results[i] = scalar(metric(outs.pop(0), scored), metric.name)
+            del outs  # a pass's logits are gone before the next pass makes its own
             bar.update(1)
     finally:
         bar.close()

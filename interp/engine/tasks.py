@@ -317,30 +317,82 @@ def chunk_tasks(
             task.cost.add(sub.cost.total * chunks.share(sl))
 
 
-def edge_footprint(task: EdgeTask, kind: str, *, copies: int = 1) -> Footprint:
+def edge_footprint(
+    task: EdgeTask,
+    kind: str,
+    *,
+    copies: int = 1,
+    resumes: int = 0,
+    logits_only: bool = False,
+) -> Footprint:
     """The memory an edge analysis holds (:mod:`interp.engine.chunks`), from the model's
-    config, the graph and the prompts' length: ``kind`` ``"patch"`` (path patching and exact
-    edges: the base and replacement outputs of every sender, each receiver layer's input and
-    the states a pass resumes from), ``"circuit"`` (circuit evaluation: the replacement
-    outputs) or ``"eap"`` (edge attribution: the senders' outputs and their difference, every
-    receiver's gradient and a backward pass's activations); per copy of a pass
-    (:func:`interp.engine.edges.copy_bytes`), up to ``copies`` (the edits or circuits). The
-    fixed part is the graph's masks and scores."""
+    config, the graph, the prompts' length and the metric's rows. Per prompt (``S`` senders,
+    ``R`` receivers, ``L`` layers, ``H`` heads a layer; the engine's residual-width tensors
+    are float32):
+
+    * ``"patch"`` (path patching, exact edges): the base and replacement outputs of every
+      sender (``2 S``), each receiver layer's base input (``2 L + 1``), the stream entering
+      each of the ``resumes`` blocks passes resume at and the senders a sum gathers
+      (:data:`interp.engine.edge_run.GATHER`, from both outputs); per copy of a pass,
+      :func:`interp.engine.edges.copy_bytes` (up to ``copies``: the most edits that resume
+      at one block; ``logits_only`` when every edit reads only the logits' input). First,
+      the pass that records the replacement outputs: a layer's heads' outputs at once
+      (``H``) beside a forward pass;
+    * ``"circuit"`` (circuit evaluation): the replacement outputs and their prefix sum
+      (``2 S``, the sum made by the first pass that edits most of a layer's edges); per
+      copy, a running pass (:func:`~interp.engine.edges.copy_bytes` with the store), up to
+      ``copies`` (the circuits); first, the pass that records the replacement outputs;
+    * ``"eap"`` and ``"eap-ig"`` (edge attribution): the larger of its phases. The backward
+      pass: the replacement outputs and this pass's (``2 S``), a forward and backward pass's
+      activations (:func:`interp.memory.backward_bytes`). The gradient matrix: the senders'
+      difference (``S``), every receiver's gradient (``R``), the gradients at each layer's
+      read points and the streams they are carried back through (``2 L + 1``). EAP-IG's
+      later steps: the difference and the matrix beside a backward pass and the embeddings
+      it interpolates between.
+
+    The fixed part is the graph's masks and scores."""
+    from interp.engine.edge_run import GATHER
     from interp.engine.edges import copy_bytes
-    from interp.memory import forward_bytes
+    from interp.memory import (
+        HEAP_KEPT,
+        Dims,
+        backward_bytes,
+        forward_bytes,
+        logit_bytes,
+        stream_bytes,
+    )
 
     rt, graph = task.rt, task.graph
+    model = rt.model
     P = int(task.tokens.shape[1])
+    metric_rows = task.metric.rows if task.metric is not None else None
+    rows = rt.unembedded(metric_rows)  # the logits' rows a pass unembeds
     S, R, L = len(graph.senders), len(graph.receivers), graph.n_layers
-    stream = P * rt.d_model * 4  # one prompt's residual-width float32 tensor
+    f = stream_bytes(model, P, element=4)  # a sender's output, a receiver's gradient
+    e = stream_bytes(model, P)  # a residual stream of the model's own
     fixed = S * R * (P if task.each else 1) * 8 * 4
-    if kind == "eap":
-        per = (2 * S + R) * stream + 3 * forward_bytes(rt.model, 1, P) + 6 * L * stream
+    if kind in ("eap", "eap-ig"):
+        m = Dims.of(model)
+        grads = backward_bytes(model, 1, P, rows=rows)
+        backward = 2 * S * f + grads
+        read = L * (m.n_heads + 2 * m.n_kv_heads) * m.d_head * P * 4 + L * f  # q, k, v, mlp
+        # the backward's per-layer tensors stay resident beside the matrix (HEAP_KEPT)
+        kept = HEAP_KEPT * (grads - logit_bytes(model, P, rows))
+        matrix = (S + R) * f + read + (2 * L + 1) * e + kept
+        per = max(backward, matrix)
+        if kind == "eap-ig":
+            per = max(per, (S + R) * f + backward_bytes(model, 1, P, rows=rows) + 3 * e)
         return Footprint(fixed=int(fixed), per_prompt=int(per))
     running = kind == "circuit"
-    per_copy, store = copy_bytes(graph, rt, P, running=running)
-    held = (S if running else 2 * S + 3 * L + 1) * stream
+    per_copy, store = copy_bytes(
+        graph, rt, P, running=running, rows=metric_rows, logits_only=logits_only and not running
+    )
+    recording = graph.n_heads * e + forward_bytes(model, 1, P, rows=rows)  # the sender pass
+    if running:
+        held = 2 * S * f
+    else:
+        held = 2 * S * f + (2 * L + 1 + int(resumes)) * e + 2 * GATHER * f
     return Footprint(
         fixed=int(fixed), per_prompt=int(held), per_copy=int(per_copy), reread=int(store),
-        most_copies=max(1, int(copies)),
+        most_copies=max(1, int(copies)), first=int(recording),
     )  # fmt: skip

@@ -68,9 +68,15 @@ def kept_rows(rows: Sequence[int] | None, n: int) -> list[int] | None:
 
 def scatter_rows(logits: torch.Tensor, rows: Sequence[int] | None, n: int) -> torch.Tensor:
     """Logits of only some positions (``logits_to_keep``) back at those positions of a
-    ``[batch, n, d_vocab]`` tensor whose other rows are 0; full logits pass through."""
+    ``[batch, n, d_vocab]`` tensor whose other rows are 0; full logits pass through.
+
+    One row (a metric that reads one position, as most do) comes back as a view that repeats
+    it at every position, so no ``[batch, n, d_vocab]`` tensor is made: the other rows are
+    then that row's copy, not 0 (a metric that declares its rows reads no other)."""
     if rows is None or logits.shape[1] == n:
         return logits
+    if logits.shape[1] == 1:
+        return logits.expand(logits.shape[0], n, logits.shape[-1])
     keep = torch.tensor(kept_rows(rows, n), device=logits.device)
     full = logits.new_zeros(logits.shape[0], n, logits.shape[-1])
     full[:, keep] = logits
@@ -135,6 +141,11 @@ class Runtime:
         """Whether :meth:`run` can unembed only some positions (else it unembeds all)."""
         return False
 
+    def unembedded(self, rows: Sequence[int] | None) -> Sequence[int] | None:
+        """The rows :meth:`run` unembeds when asked for ``rows`` (``None``: every row), for
+        the memory model (:func:`interp.memory.logit_bytes`)."""
+        return rows if self.rows_supported else None
+
     def activation_shape(self, name: str, pos: int) -> tuple[int, ...]:
         """The shape of one prompt's activation at hook ``name``, by the hook's kind: a
         residual-width stream ``[pos, d_model]``, per-head vectors ``[pos, head, d_head]``
@@ -183,7 +194,8 @@ class Runtime:
         ``tokens`` with ``hooks``; ``start > 0`` resumes at block ``start`` from ``state``
         (what enters that block, from :meth:`block_inputs`, or a residual stream
         ``[batch, pos, d_model]``), the earlier blocks not run. ``rows`` (positions a metric
-        reads) may limit the unembedding: other rows are then 0.
+        reads) may limit the unembedding: other rows are then 0, or the one row read repeated
+        (:func:`scatter_rows`).
 
         Raises:
             InterpError: for ``start > 0`` on a kind that cannot resume.
@@ -199,10 +211,15 @@ class Runtime:
         return self.model(tokens)
 
     def block_inputs(
-        self, tokens: torch.Tensor, layers: set[int] | Sequence[int]
+        self,
+        tokens: torch.Tensor,
+        layers: set[int] | Sequence[int],
+        *,
+        rows: Sequence[int] | None = None,
     ) -> tuple[torch.Tensor, dict[int, Any]]:
-        """One clean pass: its logits and, for each ``l`` in ``layers`` (all > 0), what
-        enters block ``l``, ready to resume there (:meth:`run` with ``start=l``).
+        """One clean pass: its logits (unembedded at ``rows`` where :meth:`run` can) and, for
+        each ``l`` in ``layers`` (all > 0), what enters block ``l``, ready to resume there
+        (:meth:`run` with ``start=l``).
 
         Raises:
             InterpError: on a kind that cannot resume.

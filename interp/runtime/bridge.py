@@ -106,7 +106,11 @@ class BridgeRuntime(Runtime):
         return scatter_rows(logits, keep, n)
 
     def block_inputs(
-        self, tokens: torch.Tensor, layers: set[int] | Sequence[int]
+        self,
+        tokens: torch.Tensor,
+        layers: set[int] | Sequence[int],
+        *,
+        rows: Sequence[int] | None = None,
     ) -> tuple[torch.Tensor, dict[int, Any]]:
         kept: dict[int, Any] = {}
         blocks = self.model.blocks
@@ -119,7 +123,7 @@ class BridgeRuntime(Runtime):
 
         handles = [blocks[l - 1].register_forward_hook(grab(l)) for l in sorted(layers)]
         try:
-            return self.model(tokens), kept
+            return self.run(tokens, rows=rows), kept
         finally:
             for h in handles:
                 h.remove()

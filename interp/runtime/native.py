@@ -55,7 +55,11 @@ class NativeRuntime(Runtime):
             return self.model.forward_from(repeat_copies(state, copies), start - 1)
 
     def block_inputs(
-        self, tokens: torch.Tensor, layers: set[int] | Sequence[int]
+        self,
+        tokens: torch.Tensor,
+        layers: set[int] | Sequence[int],
+        *,
+        rows: Sequence[int] | None = None,
     ) -> tuple[torch.Tensor, dict[int, Any]]:
         kept: dict[int, Any] = {}
 

@@ -33,6 +33,7 @@ import torch
 from interp.errors import InterpError
 
 ATOL, RTOL = 1e-5, 1e-5  # the closed form must match the module this closely to be used
+VJP_BLOCK = 8  # receivers carried back through a norm at a time (Norm.vjp)
 
 
 def is_centred(kind: Any, module: Any) -> bool:
@@ -151,21 +152,26 @@ class Norm:
         return out if bias is None else out + bias.float()
 
     # --------------------------------------------------------------- backward
-    def vjp(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    def vjp(
+        self, x: torch.Tensor, g: torch.Tensor, *, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``[receiver, batch, pos, d_model]``: ``g`` (the gradient at the norm's output, one
-        per receiver) carried back through the norm at input ``x`` (``[batch, pos, d_model]``).
+        per receiver) carried back through the norm at input ``x`` (``[batch, pos, d_model]``),
+        written into ``out`` when given (float32, ``g``'s shape; it may be ``g`` itself).
 
         The closed form costs a few elementwise passes (the mean and scale of ``x`` are
-        shared by every receiver); it is checked once against autograd through the module,
-        and a norm that does not match uses autograd throughout."""
+        shared by every receiver), :data:`VJP_BLOCK` receivers at a time, so its temporaries
+        do not grow with the receivers; it is checked once against autograd through the
+        module, and a norm that does not match uses autograd throughout."""
         if self._vjp_ok is None:
             slice_x, slice_g = x[:1, :2], g[:2, :1, :2]
             want = self._autograd_vjp(slice_x, slice_g)
             got = self._closed_vjp(slice_x, slice_g)
             self._vjp_ok = got is not None and torch.allclose(got, want, atol=1e-6, rtol=1e-4)
         if self._vjp_ok:
-            return self._closed_vjp(x, g)
-        return self._autograd_vjp(x, g)
+            return self._closed_vjp(x, g, out)
+        grad = self._autograd_vjp(x, g)
+        return grad if out is None else out.copy_(grad)
 
     def _autograd_vjp(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         with torch.enable_grad():
@@ -173,7 +179,9 @@ class Norm:
             (grad,) = torch.autograd.grad(self.module(leaf), leaf, grad_outputs=g.to(leaf.dtype))
         return grad.float()
 
-    def _closed_vjp(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor | None:
+    def _closed_vjp(
+        self, x: torch.Tensor, g: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
         weight = self.weight
         if weight is None:
             return None
@@ -182,8 +190,12 @@ class Norm:
             xf = xf - xf.mean(-1, keepdim=True)
         scale = (xf.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()  # [batch, pos, 1]
         xhat = xf / scale
-        wg = g.float() * weight.float()  # [receiver, batch, pos, d]
-        out = wg - xhat * (wg * xhat).mean(-1, keepdim=True)
-        if self.centred:
-            out = out - wg.mean(-1, keepdim=True)
-        return out / scale
+        w = weight.float()
+        res = torch.empty(g.shape, dtype=torch.float32, device=g.device) if out is None else out
+        for lo in range(0, g.shape[0], VJP_BLOCK):  # blocks of receivers: bounded temporaries
+            wg = g[lo : lo + VJP_BLOCK].float() * w  # [receiver, batch, pos, d]
+            part = wg - xhat * (wg * xhat).mean(-1, keepdim=True)
+            if self.centred:
+                part -= wg.mean(-1, keepdim=True)
+            torch.div(part, scale, out=res[lo : lo + VJP_BLOCK])
+        return res

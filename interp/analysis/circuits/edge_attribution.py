@@ -54,7 +54,7 @@ from interp.engine.batching import check_work
 from interp.engine.cache import activation_of
 from interp.engine.chunks import Estimate, WeightedMean, plan
 from interp.engine.direction import Direction
-from interp.engine.edges import patch_cost, patch_edges
+from interp.engine.edges import pass_shape, patch_cost, patch_edges
 from interp.engine.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
 from interp.engine.tasks import EdgeTask, begin, check, chunk_tasks, edge_footprint
 from interp.errors import InterpError
@@ -153,10 +153,9 @@ def attribute_edges(
             fix="use fewer steps (5 is EAP-IG's usual number)",
         )
     pl = plan(
-        model, *task.tokens.shape, edge_footprint(
-            task, "patch" if method == "exact" else "eap",
-            copies=len(edits) if method == "exact" else 1,
-        ),
+        model, *task.tokens.shape,
+        edge_footprint(task, "patch", **pass_shape(task, edits)) if method == "exact"
+        else edge_footprint(task, method),
         memory_budget=memory_budget, analysis="attribute_edges", forward_equivalents=0.0,
         fix="use shorter prompts, or whole edges (positions=None)" if task.each
         else "use shorter prompts",

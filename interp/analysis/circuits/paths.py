@@ -45,7 +45,7 @@ from interp.analysis.shapes import Tokens
 from interp.engine.batching import check_work
 from interp.engine.chunks import Estimate, WeightedMean, plan
 from interp.engine.direction import Direction, check_span, clean_first, effects, normalized
-from interp.engine.edges import patch_cost, patch_edges
+from interp.engine.edges import pass_shape, patch_cost, patch_edges
 from interp.engine.tasks import begin, check, chunk_tasks, edge_footprint
 from interp.errors import InterpError
 from interp.metrics import Metric
@@ -119,7 +119,8 @@ def path_patch(
         fix="pass fewer senders",
     )
     pl = plan(
-        model, *task.tokens.shape, edge_footprint(task, "patch", copies=len(edits)),
+        model, *task.tokens.shape,
+        edge_footprint(task, "patch", **pass_shape(task, edits)),
         memory_budget=memory_budget,
         analysis="path_patch", forward_equivalents=work, fix="use shorter prompts",
     )  # fmt: skip

@@ -113,8 +113,10 @@ def ablate(
     work = check_sweep_work(model, edits)  # before the values' pass
     n, pos = a.tokens.shape
     extra = 0.0 if a.ablation == "zero" or a.cache is not None else 1.0
+    held = () if a.ablation == "zero" else names  # zero ablation splices no values in
     pl = plan(
-        model, n, pos, footprint(model, pos, edits, names), memory_budget=memory_budget,
+        model, n, pos, footprint(model, pos, edits, held, rows=a.metric.rows),
+        memory_budget=memory_budget,
         analysis=analysis, forward_equivalents=work + extra, what=f"{analysis} ({a.ablation})",
         fix="ablate at fewer positions or use shorter prompts",
     )  # fmt: skip
@@ -242,7 +244,8 @@ def patch(
     rows, edits = cells(shapes)  # the cells read only the activations' shapes
     work = check_sweep_work(model, edits)
     pl = plan(
-        model, n, pos, footprint(model, pos, edits, names), memory_budget=memory_budget,
+        model, n, pos, footprint(model, pos, edits, names, rows=p.metric.rows),
+        memory_budget=memory_budget,
         analysis=analysis, forward_equivalents=work + 1.0, what=analysis,
         fix="patch fewer cells (fewer positions or a coarser by=) or use shorter prompts",
     )  # fmt: skip

@@ -75,7 +75,7 @@ from interp.engine.gradients import FrozenParams, head_gradients, pattern_at
 from interp.errors import InterpError
 from interp.head_checks import parse_heads
 from interp.hooks import hook_name
-from interp.memory import forward_bytes
+from interp.memory import backward_bytes
 from interp.metrics import prepare_metric
 from interp.protocol import HookedModel, check_model, eval_mode, eval_no_grad, positions_label
 from interp.runtime import Runtime, head_weight, runtime_of
@@ -103,7 +103,7 @@ def _qk_correction(
     W_O = head_weight(rt.model, "W_O")  # [layer, head, d_head, d_model]
     later = sorted(g_pattern)
     with torch.no_grad():
-        inputs = rt.block_inputs(tokens, later)[1]
+        inputs = rt.block_inputs(tokens, later, rows=(-1,))[1]  # its logits are not read
     out = {k: 0.0 for k in chosen}
     b = tokens.shape[0]
     with eval_mode(rt.model), FrozenParams(rt.model):
@@ -220,9 +220,10 @@ def attribute_heads(
     base, source = runs(direction, tokens, corrupted_tokens) if patching else (tokens, None)
     pattern_layers = list(range(min(layers) + 1, rt.n_layers)) if correction == "qk" else []
     n, P = tokens.shape
-    # a forward and backward pass: its activations (about three forward copies), the heads'
-    # outputs, replacement values and gradients at hook_z, patterns where corrected
-    per = 3 * forward_bytes(model, 1, P) + 3 * sum(rt.activation_bytes(x, P) for x in names)
+    # a forward and backward pass (logits at the metric's rows), the heads' outputs,
+    # replacement values and gradients at hook_z, patterns where corrected
+    per = backward_bytes(model, 1, P, rows=rt.unembedded(m.rows))
+    per += 3 * sum(rt.activation_bytes(x, P) for x in names)
     per += len(pattern_layers) * rt.activation_bytes(hook_name("pattern", 0), P)
     extra = 1.0 if patching or ablation == "resample" or ablation == "mean" else 0.0
     pl = plan(

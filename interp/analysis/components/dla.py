@@ -67,6 +67,9 @@ BYS: tuple[str, ...] = ("head", "layer", "component")
 REMAINDER_TOL = 1e-5  # of the largest share: below this the pieces add up and no row is shown
 
 
+_ONE_ROW = (-1,)  # the one logit row a pass unembeds when its logits are not read
+
+
 def _names(model: HookedModel) -> dict[str, Any]:
     """The hooks a decomposition reads, for the hooks this model has."""
     have = hook_names(model)
@@ -143,7 +146,10 @@ def direct_logit_attribution(
         )
     wanted = [names["embed"], names["final"], *names["z"], *names["mlp_out"]]
     wanted += [x for x in (names["pos_embed"], names["scale"]) if x]
-    per = forward_bytes(model, 1, n) + len(wanted) * len(pos) * cfg.d_model * 4
+    # a forward pass whose logits are not read (unembedded at one row where the runtime can)
+    # and the hooks' activations at the positions read
+    rows = runtime_of(model).unembedded(_ONE_ROW)
+    per = forward_bytes(model, 1, n, rows=rows) + len(wanted) * len(pos) * cfg.d_model * 4
     pl = plan(
         model, b, n, Footprint(0, 0 if cache is not None else per), memory_budget=memory_budget,
         analysis="direct_logit_attribution", forward_equivalents=1.0, fix="use shorter prompts",
@@ -195,8 +201,8 @@ def _at_positions(
 
         return keep
 
-    model.run_with_hooks(tokens, fwd_hooks=[(n, keeper(n)) for n in names])
-    return kept
+    runtime_of(model).run(tokens, hooks=[(n, keeper(n)) for n in names], rows=_ONE_ROW)
+    return kept  # the logits are not read: unembedded at one row where the runtime can
 
 
 def _shares(model, acts, names, tokens, ans, bad, pos):

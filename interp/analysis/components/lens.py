@@ -42,11 +42,11 @@ from interp.analysis.components._readout import (
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_int, check_not_padding, check_tokens
-from interp.engine.cache import cache_of, cache_work, check_cache, pass_share
+from interp.engine.cache import StopForward, cache_work, check_cache, pass_share
 from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
 from interp.errors import InterpError
 from interp.hooks import hook_name, stage_names
-from interp.memory import forward_bytes
+from interp.memory import element_bytes, forward_bytes
 from interp.protocol import HookedModel, check_model, eval_no_grad
 from interp.runtime import runtime_of
 
@@ -108,10 +108,15 @@ def logit_lens(
     L = cfg.n_layers
     names = [hook_name("resid_pre", 0), *(hook_name("resid_post", l) for l in range(L))]
     rt = runtime_of(model)
-    stream = len(names) * n * cfg.d_model * 4
-    per = 0 if cache is not None else forward_bytes(model, 1, n) + stream
+    # per prompt: every stage's stream at the positions read (one tensor, filled by a pass
+    # stopped before the unembedding: a block's transients); fixed: a chunk of readout rows,
+    # its logits and log-probabilities at once, then the log-probabilities beside the
+    # comparison with the target's (bool) and its int32 count: 2.25 chunks
+    stack = len(names) * len(pos) * cfg.d_model * element_bytes(model)
+    per = stack + (0 if cache is not None else forward_bytes(model, 1, n, rows=()))
+    chunk = min(CHUNK_BYTES, b * len(names) * len(pos) * d_vocab * 4)
     pl = plan(
-        model, b, n, Footprint(2 * CHUNK_BYTES, per), memory_budget=memory_budget,
+        model, b, n, Footprint(chunk * 9 // 4, per), memory_budget=memory_budget,
         analysis="logit_lens", forward_equivalents=pass_share(L, names),
         fix="read fewer positions (at=) or use shorter prompts",
     )  # fmt: skip
@@ -123,12 +128,11 @@ def logit_lens(
         work = pass_share(L, names) if acts is None else cache_work(acts)
         for sl in chunk_bar(pl.chunks, progress=progress, desc="logit lens"):
             if acts is None:
-                got, rows = cache_of(model, tokens[sl], names), slice(None)
+                stack = _streams(model, tokens[sl], names, pos)
             else:
-                got, rows = acts, sl
-            stack = torch.stack([got[nm][rows][:, pos] for nm in names])
+                stack = torch.stack([acts[nm][sl][:, pos] for nm in names])
             parts.append(_read(rt, stack, tgt[sl], k))  # [stage, batch, P, d_model] read
-            del got, stack
+            del stack
     top_p_all, top_i_all, logp_all, rank_all = (
         torch.cat([p[i].view(L + 1, -1, len(pos), *p[i].shape[1:]) for p in parts], 1).flatten(0, 2)
         for i in range(4)
@@ -177,6 +181,38 @@ def logit_lens(
     return df
 
 
+def _streams(model: HookedModel, tokens: torch.Tensor, names: list[str], pos: list[int]) -> Any:
+    """``[stage, batch, P, d_model]``: each hook's residual stream at the positions ``pos``,
+    copied into one tensor made before the pass (one pass, stopped after the last hook), so
+    no block's stream is held between the next blocks' transients (they would pin the
+    allocator's heap, which would then grow block by block)."""
+    at = torch.tensor(pos, device=tokens.device)
+    shape = (len(names), tokens.shape[0], len(pos), int(model.cfg.d_model))
+    kept: dict[str, torch.Tensor] = {}  # "out": made at the first hook, in its dtype
+    slot = {nm: i for i, nm in enumerate(names)}
+    seen: set[str] = set()
+
+    def keeper(name: str) -> Any:
+        def keep(x: torch.Tensor, hook: Any) -> None:
+            if "out" not in kept:
+                kept["out"] = torch.empty(shape, dtype=x.dtype, device=x.device)
+            kept["out"][slot[name]].copy_(x.detach().index_select(1, at.to(x.device)))
+            seen.add(name)
+            if len(seen) == len(names):
+                raise StopForward
+
+        return keep
+
+    try:
+        model.run_with_hooks(tokens, fwd_hooks=[(nm, keeper(nm)) for nm in names])
+    except StopForward:
+        pass
+    missing = [nm for nm in names if nm not in seen]
+    if missing:
+        raise InterpError(f"the logit lens read {missing[0]}, which this model never fired")
+    return kept["out"]
+
+
 def _read(rt: Any, stack: torch.Tensor, tgt: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
     """Top-``k`` probabilities and ids, the target's log-probability and rank, of every row of
     ``stack`` (``[stage, batch, P, d_model]``) through the final norm and unembedding, flat
@@ -185,17 +221,20 @@ def _read(rt: Any, stack: torch.Tensor, tgt: torch.Tensor, k: int) -> tuple[torc
     flat = stack.reshape(-1, stack.shape[-1])
     tgt_flat = tgt[None].expand(S, b, P).reshape(-1).to(flat.device)
     d_vocab = int(getattr(rt.cfg, "d_vocab_out", None) or rt.cfg.d_vocab)
-    top_p, top_i, t_logp, t_rank = [], [], [], []
-    for part in chunks(flat.shape[0], d_vocab):
+    n = flat.shape[0]  # the results are made first: nothing a chunk leaves pins the heap
+    top_p, top_i = torch.empty(n, k), torch.empty(n, k, dtype=torch.long)
+    t_logp, t_rank = torch.empty(n), torch.empty(n, dtype=torch.long)
+    for part in chunks(n, d_vocab):
         logp = F.log_softmax(rt.readout(flat[part]).float(), dim=-1)  # [rows, d_vocab]
         v, i = logp.topk(k, dim=-1)
-        top_p.append(v.exp().cpu())
-        top_i.append(i.cpu())
+        top_p[part] = v.exp().cpu()
+        top_i[part] = i.cpu()
         t = tgt_flat[part]
         safe = t.clamp(min=0)
         lp = logp.gather(-1, safe[:, None])[:, 0]
-        rank = (logp > lp[:, None]).sum(-1) + 1
-        t_logp.append(torch.where(t >= 0, lp, torch.nan).cpu())
-        t_rank.append(torch.where(t >= 0, rank, -1).cpu())
-        del logp
-    return torch.cat(top_p), torch.cat(top_i), torch.cat(t_logp), torch.cat(t_rank)
+        # int32: a bool sum in int64 makes a hidden copy of 8 bytes per logit
+        rank = (logp > lp[:, None]).sum(-1, dtype=torch.int32) + 1
+        t_logp[part] = torch.where(t >= 0, lp, torch.nan).cpu()
+        t_rank[part] = torch.where(t >= 0, rank, -1).cpu()
+        del logp, v, i, lp, rank
+    return top_p, top_i, t_logp, t_rank
