@@ -237,7 +237,9 @@ def load_hf_dir(
     if quiet:
         hf_logging.set_verbosity_error()
     try:
-        hf, info = cls.from_pretrained(d, **kwargs)
+        hf, info = _from_pretrained(cls, d, kwargs)
+    except CheckpointError:
+        raise
     except Exception as exc:  # noqa: BLE001 - safetensors, torch and HF each raise their own
         first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise CheckpointError(
@@ -268,6 +270,29 @@ def load_hf_dir(
             file=sys.stderr,
         )
     return bridge
+
+
+def _from_pretrained(cls: Any, d: Path, kwargs: dict[str, Any]) -> Any:
+    """``cls.from_pretrained(d, **kwargs)``; when the folder stores another precision than
+    the one asked for (and everything loads on the CPU), its weights are read and converted
+    a piece at a time first (:mod:`interp.models.weights`: the load then peaks near the
+    converted weights, not the stored file plus them)."""
+    import torch
+    from transformers import AutoConfig
+
+    from interp.models.weights import read_weights, stored_dtypes
+
+    dtype = kwargs["dtype"]
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    if kwargs.get("device_map") is None and stored_dtypes(d) - {dtype}:
+        config = AutoConfig.from_pretrained(d, local_files_only=True)
+        model_cls = cls._model_mapping.get(type(config), None)
+        if model_cls is not None and not getattr(model_cls, "_keep_in_fp32_modules", None):
+            state = read_weights(d, dtype)
+            rest = {k: v for k, v in kwargs.items() if k != "local_files_only"}
+            return model_cls.from_pretrained(None, config=config, state_dict=state, **rest)
+    return cls.from_pretrained(d, **kwargs)
 
 
 def random_gpt2(
