@@ -55,7 +55,8 @@ def sender_hooks(
     for l in range(graph.n_layers):
 
         def heads(z: torch.Tensor, hook: Any, l: int = l) -> None:
-            out = torch.einsum("bphe,hed->hbpd", z, parts[l].W_O.to(z.dtype))
+            # in float32 whatever the model's precision: the outputs are summed, never rounded
+            out = torch.einsum("bphe,hed->hbpd", z.float(), parts[l].W_O.to(z.device).float())
             for h, s in enumerate(index.heads[l]):
                 store(s, out[h])
 
@@ -249,9 +250,12 @@ class EdgeRun:
             pre = self._base(f"pre{l}")  # [k, batch, pos, d_model]
             inp = pre[:, None] + d.to(pre.dtype)  # [k, receiver, batch, pos, d_model]
             normed = inp if part.ln1 is None else part.ln1(inp)
-            new = torch.einsum("krbpd,rde->kbpre", normed, part.W[kind].to(normed.dtype))
+            # accumulated in float32 and rounded once to the model's precision, as the model's
+            # own projection is (per head here, fused there: equal up to that rounding)
+            W = part.W[kind].to(normed.device).float()
+            new = torch.einsum("krbpd,rde->kbpre", normed.float(), W)
             if part.b[kind] is not None:
-                new = new + part.b[kind].to(new.dtype)
+                new = new + part.b[kind].to(new.device).float()
             own = x.view(new.shape)  # unedited receivers keep the model's values, bit for bit
             keep = edited.to(x.device)[:, None, None, :, None]
             return torch.where(keep, new.to(x.dtype), own).reshape(x.shape)

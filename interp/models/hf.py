@@ -25,6 +25,7 @@ from typing import Any
 
 from interp.errors import CheckpointError, InterpError
 from interp.models.hf_tokenizers import folder_tokenizer, read_config, word_tokenizer
+from interp.precision import tolerance
 
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 VERDICT = "interp-bridge-verified.json"
@@ -116,12 +117,12 @@ def check_agreement(got: Any, reference: Any, *, arch: str, dtype: Any = None) -
     """The largest difference between a bridge's logits and its Hugging Face model's.
 
     The tolerance is relative to the logits' size: 1e-3 in float32 (bridges
-    agree to about 1e-6), 5e-2 in half precision.
+    agree to about 1e-6); in float16 / bfloat16 the precision's rule
+    (:func:`interp.precision.tolerance`).
 
     Raises:
         InterpError: for logits of another shape, or a difference beyond the tolerance.
     """
-    import torch
 
     if tuple(got.shape) != tuple(reference.shape):
         raise InterpError(
@@ -130,8 +131,7 @@ def check_agreement(got: Any, reference: Any, *, arch: str, dtype: Any = None) -
             "reproduce the model, so every analysis would be wrong"
         )
     scale = max(1.0, float(reference.abs().max()))
-    half = dtype in (torch.float16, torch.bfloat16)
-    tol = (5e-2 if half else 1e-3) * scale
+    tol = tolerance(dtype, scale, float32=1e-3)
     gap = float((got - reference).abs().max())
     if not gap <= tol:
         raise InterpError(

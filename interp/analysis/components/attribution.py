@@ -77,6 +77,7 @@ from interp.head_checks import parse_heads
 from interp.hooks import hook_name
 from interp.memory import forward_bytes
 from interp.metrics import prepare_metric
+from interp.precision import model_dtype
 from interp.protocol import HookedModel, check_model, eval_mode, eval_no_grad, positions_label
 from interp.runtime import Runtime, head_weight, runtime_of
 
@@ -296,7 +297,7 @@ def attribute_heads(
     ex_col = [exact.get(k, float("nan")) for k in chosen]
     if patching:
         span = source_value - value
-        check_span(value, source_value, "the normalized estimate")
+        check_span(value, source_value, "the normalized estimate", model_dtype(model))
         clean, corrupted = clean_first(direction, value, source_value)
         df = rows_frame(
             chosen,

@@ -59,12 +59,15 @@ from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
 from interp.errors import InterpError
 from interp.hooks import head_label, hook_name
 from interp.memory import forward_bytes
+from interp.precision import is_reduced, tolerance
 from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
 from interp.runtime import runtime_of
 
 By = Literal["head", "layer", "component"]
 BYS: tuple[str, ...] = ("head", "layer", "component")
-REMAINDER_TOL = 1e-5  # of the largest share: below this the pieces add up and no row is shown
+# of the largest share: below this the pieces add up and no row is shown (float32; in float16 /
+# bfloat16 the precision's rule of the larger of that and the logits read, interp.precision)
+REMAINDER_TOL = 1e-5
 
 
 def _names(model: HookedModel) -> dict[str, Any]:
@@ -291,7 +294,11 @@ def _remainder(parts: list[tuple], norm: Any) -> tuple[list, dict[str, Any]]:
         "remainder": remainder,
     }
     scale_of = max(1.0, max(abs(float(r[-1].mean())) for r in rows))
-    if abs(remainder) > REMAINDER_TOL * scale_of:
+    if is_reduced(logits.dtype):  # the model rounds its logits at their own size
+        read = [logit_of(ans)] + ([] if bad is None else [logit_of(bad)])
+        scale_of = max(scale_of, max(float(x.abs().max()) for x in read))
+    attrs["remainder_tol"] = tolerance(logits.dtype, scale_of, float32=REMAINDER_TOL)
+    if abs(remainder) > attrs["remainder_tol"]:
         why = []
         if missing > 1e-4 * max(1.0, largest):
             why.append(

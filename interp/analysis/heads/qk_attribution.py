@@ -50,13 +50,16 @@ from interp.engine.cache import cache_work, check_cache
 from interp.errors import InterpError
 from interp.head_checks import check_layer_head
 from interp.hooks import head_label, hook_name
+from interp.precision import rtol, tolerance
 from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
 from interp.runtime import runtime_of
 from interp.runtime.attention import QKGeometry
 
 By = Literal["head", "component", "layer"]
 BYS = ("head", "component", "layer")
-CHECK_RTOL = 1e-4  # rows vs the model's score, over the largest score: refused above this
+# rows vs the model's score, over the largest score: refused above this (float32; in float16 /
+# bfloat16 the precision's rule, interp.precision, and df.attrs["check_rtol"] says which)
+CHECK_RTOL = 1e-4
 MASKED = -1e20  # a model's score below this is a mask, not a score
 REMAINDER_TOL = 1e-5  # of the stream's largest entry: a larger gap is a `remainder` piece
 
@@ -112,9 +115,11 @@ def residual_pieces(
             post_mlp = f"blocks.{l}.ln2_post.hook_out"
             mlp = acts[post_mlp] if post_mlp in acts else acts[hook_name("mlp_out", l)]
             out.append((f"L{l}.mlp", "mlp", l, mlp.float()))
-    resid = acts[hook_name("resid_pre", layer)].float()
-    missing = resid - sum(t[3] for t in out)
-    if float(missing.abs().max()) > REMAINDER_TOL * max(1.0, float(resid.abs().max())):
+    given = acts[hook_name("resid_pre", layer)]
+    resid = given.float()
+    missing = resid - sum(t[3] for t in out)  # in float16 / bfloat16 the stream's own rounding
+    size = float(resid.abs().max())
+    if float(missing.abs().max()) > tolerance(given.dtype, size, float32=REMAINDER_TOL):
         out.append(("remainder", "remainder", None, missing))
     return out
 
@@ -280,10 +285,11 @@ def attribute_scores(
         gap, scale_of, against = _check(model, acts, layer, head, qpos, share.sum((0, 1)), geometry)
     kidx = {k: i for i, k in enumerate(keys)}
     explained = share.sum((0, 1))  # [batch, query, key]
-    if gap > CHECK_RTOL:
+    check_rtol = rtol(acts[hook_name("pattern", layer)].dtype, float32=CHECK_RTOL)
+    if gap > check_rtol:
         raise InterpError(
             f"the pieces reproduce L{layer}H{head}'s {against} only to {gap:.2g} (above "
-            f"{CHECK_RTOL:g}); this architecture does something to its queries or keys that "
+            f"{check_rtol:g}); this architecture does something to its queries or keys that "
             "QK attribution does not read, so no rows are returned"
         )
     names_q, Gq = _grouping([_group(*x, by) for x in qn])
@@ -337,7 +343,7 @@ def attribute_scores(
             score_scale=scale_of,
             checked_against=against,
             remainder=any(x[0] == "remainder" for x in qn),
-            check_rtol=CHECK_RTOL,
+            check_rtol=check_rtol,
             frozen="ln1" + (" and QK-norm" if geometry.q_norm is not None else "") + " scales",
             rotary=None if geometry.rotary is None else geometry.rotary.style,
             notes=notes,
