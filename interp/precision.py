@@ -23,8 +23,8 @@ allows in bfloat16 is the model's own rounding, not the analysis's.
 
 Example:
     >>> import torch
-    >>> tolerance(torch.float32, 12.0, float32=1e-5)
-    0.00012
+    >>> tolerance(torch.float32, 12.0, float32=1e-5) == 1e-5 * 12.0
+    True
     >>> tolerance(torch.bfloat16, 12.0, float32=1e-5)  # 8 * 2**-7 * 12
     0.75
 """

@@ -197,7 +197,7 @@ class EdgeRun:
         if self.ref is None:
 
             def store(s: int, x: torch.Tensor) -> None:
-                x = x.float().view(self.k, self.b, *x.shape[1:])
+                x = x.float().view(self.k, self.b, *x.shape[1:])  # the layer's device
                 if self.running is None:
                     shape = (len(g.senders), *x.shape)
                     buf = self.cum.get("running buffer")  # reused across passes: no new pages
@@ -205,7 +205,7 @@ class EdgeRun:
                         buf = self.cum["running buffer"] = x.new_empty(shape)
                     self.running = buf
                 d = self.running[s]
-                torch.sub(self.alt[s], x, out=d)  # alt_s - running_s, each copy
+                torch.sub(self.alt[s], x.to(d.device), out=d)  # alt_s - running_s, each copy
                 self.run_total = d.clone() if self.run_total is None else self.run_total + d
                 self.n_stored += 1
 
@@ -248,7 +248,7 @@ class EdgeRun:
             d = d[:, lo : lo + width]
             part = self.parts[l]
             pre = self._base(f"pre{l}")  # [k, batch, pos, d_model]
-            inp = pre[:, None] + d.to(pre.dtype)  # [k, receiver, batch, pos, d_model]
+            inp = pre[:, None] + d.to(pre.device, pre.dtype)  # [k, receiver, batch, pos, d_model]
             normed = inp if part.ln1 is None else part.ln1(inp)
             # accumulated in float32 and rounded once to the model's precision, as the model's
             # own projection is (per head here, fused there: equal up to that rounding)
@@ -270,7 +270,7 @@ class EdgeRun:
             if d is None:
                 return None
             mid = self._base(f"mid{l}")
-            inp = mid + d[:, 0].to(mid.dtype)
+            inp = mid + d[:, 0].to(mid.device, mid.dtype)
             ln2 = self.parts[l].ln2
             new = (inp if ln2 is None else ln2(inp)).to(x.dtype)
             edited = self.edited(receiver)[:, 0].to(x.device)  # [k]
@@ -286,7 +286,7 @@ class EdgeRun:
                 return None
             self.resid["final"] = x
             base = self._base("final")
-            return (base + d[:, 0].to(base.dtype)).reshape(x.shape).to(x.dtype)
+            return (base + d[:, 0].to(base.device, base.dtype)).reshape(x.shape).to(x.dtype)
 
         return hook
 

@@ -128,7 +128,7 @@ def run(
         d = edge_run.delta([edge_run.index.logits], len(edge_run.graph.senders))
         x = final[None].expand(k, *final.shape)
         if d is not None:
-            x = x + d[:, 0].to(x.dtype)
+            x = x + d[:, 0].to(x.device, x.dtype)
         x = x.reshape(k * final.shape[0], *final.shape[1:])
         keep = kept_rows(rows, n)
         if keep is None:

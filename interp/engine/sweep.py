@@ -171,9 +171,8 @@ class _AfterBlock:
                 sel = st.index(z.ndim, z.device)
                 new[sel] = 0.0 if target is None else target[sel]
             diff = new - z  # [batch, pos, head, d_head]
-            deltas.append(
-                resid + torch.einsum("bphe,hed->bpd", diff, W.to(z.dtype)).to(resid.dtype)
-            )
+            out = torch.einsum("bphe,hed->bpd", diff.float(), W.to(diff.device).float())
+            deltas.append(resid + out.to(resid.dtype))  # accumulated in float32, rounded once
         state = torch.cat(deltas) if k > 1 else deltas[0]
         logits = self.rt.run(self.tokens, start=layer + 1, state=state)
         if cost is not None:

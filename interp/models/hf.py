@@ -76,14 +76,19 @@ def bridge_from_hf(
     these library versions, so it runs once.
 
     Raises:
-        InterpError: when TransformerLens cannot wrap the architecture, or the
+        InterpError: for a model whose weights were offloaded
+            (:func:`interp.models.placement.check_not_offloaded`), when TransformerLens
+            cannot wrap the architecture, or the
             bridge's logits differ from the Hugging Face model's (the message
             names the architecture and the size of the difference).
     """
     import torch
     from transformer_lens.model_bridge import TransformerBridge
 
+    from interp.models.placement import check_not_offloaded
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    check_not_offloaded(hf_model)
     hf_model.eval()
     arch = architecture_of(hf_model)
     tok = tokenizer or word_tokenizer(int(hf_model.config.vocab_size))

@@ -120,8 +120,8 @@ def _qk_correction(
             with torch.no_grad():
                 for start in range(0, len(upstream), per_pass):
                     part = upstream[start : start + per_pass]
-                    deltas = torch.stack(
-                        [diff[l][:, :, h].to(W_O.dtype) @ W_O[l, h] for l, h in part]
+                    deltas = torch.stack(  # in float32, rounded once to the model's dtype
+                        [diff[l][:, :, h].float() @ W_O[l, h].float() for l, h in part]
                     ).to(x.dtype)  # [k, batch, pos, d_model]
                     k = len(part)
                     A = pattern_at(rt, tokens.repeat(k, 1), j, (x[None] + deltas).flatten(0, 1))
@@ -261,8 +261,8 @@ def attribute_heads(
         part.backward()
         diff = {}
         for l in layers:
-            t = torch.zeros_like(z[l]) if target is None else target[l].to(z[l].dtype)
-            d = t - z[l]  # [batch, pos, head, d_head]
+            t = torch.zeros_like(z[l]) if target is None else target[l].to(z[l].device)
+            d = t.float() - z[l].float()  # [batch, pos, head, d_head], float32 in any precision
             diff[l] = d if pos is None else d * pos.to(d.device).view(1, -1, 1, 1)
         first = _first_order(chosen, diff, g_z)
         if correction == "qk" and pattern_layers:

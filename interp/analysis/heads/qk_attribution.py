@@ -92,19 +92,24 @@ def residual_pieces(
     """What entered ``layer``'s residual stream, piece by piece: ``(label, kind, layer,
     [batch, pos, d_model])`` for the embeddings, every earlier head, output bias and MLP."""
     rt = runtime_of(model)
+    dev = acts[hook_name("resid_pre", layer)].device  # where the layer computes (a split model)
+
+    def read(name: str) -> torch.Tensor:
+        return acts[name].to(dev).float()
+
     out: list[tuple[str, str, int | None, torch.Tensor]] = []
-    out.append(("embed", "embed", None, acts[hook_name("embed")].float()))
-    pe = acts[hook_name("pos_embed")] if hook_name("pos_embed") in acts else None
+    out.append(("embed", "embed", None, read(hook_name("embed"))))
+    pe = read(hook_name("pos_embed")) if hook_name("pos_embed") in acts else None
     if pe is not None and rt.has_positional and pe.shape == out[0][3].shape:
-        out.append(("pos_embed", "embed", None, pe.float()))
+        out.append(("pos_embed", "embed", None, pe))
     b_O = rt.output_bias()
     for l in range(layer):
-        W_O = rt.layer_weight("W_O", l).float()  # [head, d_head, d_model]
-        z = acts[hook_name("z", l)].float()  # [batch, pos, head, d_head]
+        W_O = rt.layer_weight("W_O", l).to(dev).float()  # [head, d_head, d_model]
+        z = read(hook_name("z", l))  # [batch, pos, head, d_head]
         per = list(torch.einsum("bphe,hed->hbpd", z, W_O))
         labels = [head_label(l, h) for h in range(len(per))]
         if b_O is not None and bool(b_O[l].abs().max() > 0):
-            per.append(b_O[l].float().expand_as(per[0]))
+            per.append(b_O[l].to(dev).float().expand_as(per[0]))
             labels.append(f"L{l}.attn_bias")
         post = rt.norm("ln1_post", l)
         if post is not None:  # a sandwich norm on the attention's output, frozen too
@@ -113,8 +118,8 @@ def residual_pieces(
             out.append((lab, "attn_bias" if lab.endswith("bias") else "head", l, piece))
         if hook_name("mlp_out", l) in acts and not rt.attention_only:
             post_mlp = f"blocks.{l}.ln2_post.hook_out"
-            mlp = acts[post_mlp] if post_mlp in acts else acts[hook_name("mlp_out", l)]
-            out.append((f"L{l}.mlp", "mlp", l, mlp.float()))
+            mlp = read(post_mlp if post_mlp in acts else hook_name("mlp_out", l))
+            out.append((f"L{l}.mlp", "mlp", l, mlp))
     given = acts[hook_name("resid_pre", layer)]
     resid = given.float()
     missing = resid - sum(t[3] for t in out)  # in float16 / bfloat16 the stream's own rounding
@@ -131,9 +136,10 @@ def _frozen(norm: Any, pieces: list[torch.Tensor]) -> list[torch.Tensor]:
     if gain is None:
         raise InterpError("a norm of this model is not a LayerNorm / RMSNorm with a gain")
     inv = norm.inverse_scale(sum(pieces))
+    gain = gain.to(inv.device)
     out = [norm.centre(p) * inv * gain for p in pieces]
     if norm.bias is not None:
-        out[-1] = out[-1] + norm.bias.float()
+        out[-1] = out[-1] + norm.bias.to(inv.device).float()
     return out
 
 
