@@ -24,6 +24,7 @@ from interp.checks import check_tokens
 from interp.errors import InterpError
 from interp.head_checks import check_layer_head
 from interp.hooks import head_label, hook_name
+from interp.precision import model_dtype, tolerance
 from interp.protocol import HookedModel, eval_no_grad
 from interp.runtime import runtime_of
 
@@ -88,13 +89,15 @@ def qk_interventions(
     cells = list(zip(df["query_position"], df["key_position"], strict=True))
     cells = sorted(set(cells))
     n_cells = len(cells)
+    dtype = model_dtype(model)  # float16 / bfloat16: the no-op check allows its rounding
     with eval_no_grad(model):
         terms = {t[0]: t[3] for t in residual_pieces(model, acts, layer)}
         base_s, base_p = _read_cells(model, tokens, layer, head, cells, [], geometry)
         for side in ("q", "k"):  # the no-op edit reproduces the clean run
             noop = [_edit(model, acts, layer, head, side, None)]
             s0, _ = _read_cells(model, tokens, layer, head, cells, noop, geometry)
-            if float((s0 - base_s).abs().max()) > 1e-4 * max(1.0, float(base_s.abs().max())):
+            size = float(base_s.abs().max())
+            if float((s0 - base_s).abs().max()) > tolerance(dtype, size, float32=1e-4):
                 raise InterpError(
                     f"recomputing L{layer}H{head}'s hook_{side} from its input does not reproduce "
                     "the model's scores, so this model's q/k inputs cannot be edited here"
@@ -146,13 +149,15 @@ def _edit(
     rt = runtime_of(model)
     lay = rt.layer(layer)
     idx = head if side == "q" else head // max(1, int(model.cfg.n_heads) // rt.n_kv_heads)
-    resid = acts[hook_name("resid_pre", layer)].float()
-    x = resid if piece is None else resid - piece
+    given = acts[hook_name("resid_pre", layer)]
+    resid = given.float()
+    x = resid if piece is None else resid - piece.to(resid.device)
     ln = model.blocks[layer].ln1 if lay.ln1 is not None else None
-    with torch.no_grad():
-        normed = ln(x.to(resid.dtype)).float() if ln is not None else x
+    with torch.no_grad():  # the norm in the model's precision, as the model runs it
+        normed = ln(x.to(given.dtype)).float() if ln is not None else x
     b = lay.b[side]
-    new = normed @ lay.W[side][idx].float() + (0.0 if b is None else b[idx].float())
+    W = lay.W[side][idx].to(normed.device).float()
+    new = normed @ W + (0.0 if b is None else b[idx].to(normed.device).float())
 
     def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
         value = value.clone()
