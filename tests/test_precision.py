@@ -25,6 +25,7 @@ from interp.analysis import (
     evaluate_circuit,
     qk_attribution,
 )
+from interp.errors import CheckpointError
 from interp.hooks import hook_name
 from interp.metrics import logit_diff_metric, loss_metric
 from interp.models import load_model
@@ -98,6 +99,10 @@ def test_a_folder_loads_in_bfloat16_and_float16_converted_piece_by_piece(tmp_pat
         with torch.no_grad():
             logits = model(_tokens()[0])
         assert logits.dtype == getattr(torch, dtype) and bool(torch.isfinite(logits).all())
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])  # a copy cut short
+    with pytest.raises(CheckpointError, match="damaged or incomplete: restore them"):
+        load_model(tmp_path, dtype="bfloat16")
 
 
 def test_dla_rows_add_up_to_the_logit_difference_in_bfloat16(pair):

@@ -38,6 +38,7 @@ import torch
 from interp.errors import CheckpointError
 
 CHUNK_BYTES = 64 << 20  # the one read buffer: bytes of the file in memory at a time
+_DAMAGED = "damaged or incomplete: restore them"
 _DTYPES = {
     "F64": torch.float64,
     "F32": torch.float32,
@@ -69,23 +70,29 @@ def weight_files(folder: str | os.PathLike[str]) -> list[Path]:
 
 def _header(f: Any, path: Path) -> tuple[dict[str, Any], int]:
     raw = f.read(8)
-    if len(raw) != 8:
-        raise CheckpointError(f"{str(path)!r} is truncated (no safetensors header)")
-    (n,) = struct.unpack("<Q", raw)
+    (n,) = struct.unpack("<Q", raw) if len(raw) == 8 else (-1,)
     try:
-        header = json.loads(f.read(n))
+        header = json.loads(f.read(n)) if 0 <= n <= 100_000_000 else None
     except ValueError:
-        raise CheckpointError(f"{str(path)!r} has a damaged safetensors header") from None
+        header = None
+    if not isinstance(header, dict):
+        raise CheckpointError(
+            f"{str(path)!r} has no readable safetensors header; the folder's weights are {_DAMAGED}"
+        )
     header.pop("__metadata__", None)
     return header, 8 + n
 
 
 def stored_dtypes(folder: str | os.PathLike[str]) -> set[torch.dtype]:
-    """The floating dtypes the folder's weights are stored in (empty without safetensors)."""
+    """The floating dtypes the folder's weights are stored in (empty without safetensors, or
+    when a header cannot be read: the loader then reports the damage itself)."""
     out: set[torch.dtype] = set()
     for path in weight_files(folder):
-        with open(path, "rb") as f:
-            header, _ = _header(f, path)
+        try:
+            with open(path, "rb") as f:
+                header, _ = _header(f, path)
+        except (OSError, CheckpointError):
+            return set()
         for spec in header.values():
             dt = _DTYPES.get(str(spec.get("dtype")))
             if dt is not None and dt.is_floating_point:
@@ -111,7 +118,7 @@ def read_weights(folder: str | os.PathLike[str], dtype: torch.dtype) -> dict[str
                 if src is None:
                     raise CheckpointError(
                         f"{str(path)!r} stores {name} as {spec.get('dtype')}, which this reader "
-                        "does not convert; load the folder without dtype="
+                        "does not convert; load the folder without dtype= (or convert it)"
                     )
                 lo, hi = spec["data_offsets"]
                 target = dtype if src.is_floating_point else src
@@ -135,6 +142,6 @@ def _fill(
         view = memoryview(buf)[: n * item]
         got = f.readinto(view)
         if got != n * item:
-            raise CheckpointError(f"{str(path)!r} is truncated: a tensor's bytes end early")
+            raise CheckpointError(f"{str(path)!r} ends inside a tensor; its weights are {_DAMAGED}")
         flat[done : done + n].copy_(torch.frombuffer(view, dtype=src))
         done += n
