@@ -2,11 +2,11 @@
 
 Every exactness claim states its tolerance through one rule
 (:mod:`interp.precision`): a float32 claim keeps its own; in bfloat16 it is
-``ULPS * eps`` (8 * 2**-7 = 0.0625) of the magnitude the claim names. Each test
+``ULPS * eps`` (16 * 2**-7 = 0.125) of the magnitude the claim names. Each test
 below holds one claim on a random grouped-query Llama (2 layers, 4 query and 2
 key/value heads) in bfloat16, the twin of a float32 one with the same weights.
-Measured gaps are a few eps at most (module docstring of
-``benchmarks/precision.py``), so the rule has a margin of about 4x.
+Measured gaps are 0 to 1.5 eps on these models and 2.9 eps at most (the edge
+probe on the 16-layer Llama-3.2-1B shape; ``benchmarks/precision.py``).
 """
 
 import copy
@@ -68,11 +68,11 @@ def _spearman(a: pd.Series, b: pd.Series) -> float:
 
 
 def test_the_rule_is_the_float32_claim_or_ulps_of_the_precision():
-    assert ULPS == 8
+    assert ULPS == 16
     assert rtol(torch.float32, float32=1e-5) == 1e-5
-    assert rtol(B16, float32=1e-5) == 8 * 2**-7
-    assert rtol(torch.float16, float32=1e-5) == 8 * 2**-10
-    assert tolerance(B16, 0.5, float32=1e-5) == 8 * 2**-7  # magnitudes below 1 count as 1
+    assert rtol(B16, float32=1e-5) == 16 * 2**-7
+    assert rtol(torch.float16, float32=1e-5) == 16 * 2**-10
+    assert tolerance(B16, 0.5, float32=1e-5) == 16 * 2**-7  # magnitudes below 1 count as 1
 
 
 def test_a_folder_loads_in_bfloat16_and_float16_converted_piece_by_piece(tmp_path):
@@ -106,7 +106,7 @@ def test_a_folder_loads_in_bfloat16_and_float16_converted_piece_by_piece(tmp_pat
 
 
 def test_dla_rows_add_up_to_the_logit_difference_in_bfloat16(pair):
-    """Rows sum to the model's own (bfloat16) logit difference within 8 eps of the logits
+    """Rows sum to the model's own (bfloat16) logit difference within 16 eps of the logits
     read; no remainder row: the gap is the model's rounding."""
     f32, b16 = pair
     clean, _ = _tokens()
@@ -119,7 +119,7 @@ def test_dla_rows_add_up_to_the_logit_difference_in_bfloat16(pair):
 
 
 def test_qk_rows_add_up_to_the_score_in_bfloat16(pair):
-    """Rows reproduce the model's bfloat16 scores to 8 eps of the largest score."""
+    """Rows reproduce the model's bfloat16 scores to 16 eps of the largest score."""
     _, b16 = pair
     clean, _ = _tokens()
     df = qk_attribution(b16, clean, layer=1, head=2)
@@ -131,7 +131,7 @@ def test_qk_rows_add_up_to_the_score_in_bfloat16(pair):
 
 def test_the_whole_circuit_is_the_model_in_bfloat16(pair):
     """Every edge kept edits nothing: the clean metric exactly; no edge kept is the corrupted
-    run within 8 eps of the logits (each receiver's input summed in float32, rounded once)."""
+    run within 16 eps of the logits (each receiver's input summed in float32, rounded once)."""
     _, b16 = pair
     clean, corrupted = _tokens()
     whole = evaluate_circuit(b16, clean, corrupted_tokens=corrupted, edges=None, metric=METRIC)
@@ -146,7 +146,7 @@ def test_the_whole_circuit_is_the_model_in_bfloat16(pair):
 
 def test_eap_gradients_in_bfloat16_are_autograds_through_split_inputs(pair):
     """EAP in bfloat16 is (corrupted - clean) . dM/d(input) by plain autograd through
-    TransformerLens's split-qkv hooks in bfloat16, to 8 eps of the sum of |terms| (measured:
+    TransformerLens's split-qkv hooks in bfloat16, to 16 eps of the sum of |terms| (measured:
     about 0.03 eps; the engine carries the gradients in float32)."""
     _, b16 = pair
     clean, corrupted = _tokens(6, 7)
@@ -183,7 +183,7 @@ def test_eap_gradients_in_bfloat16_are_autograds_through_split_inputs(pair):
 
 
 def test_sweeps_keep_their_exact_path_in_bfloat16(pair):
-    """The resumed sweep is trusted in bfloat16 (its probe holds to 8 eps of the logits), and
+    """The resumed sweep is trusted in bfloat16 (its probe holds to 16 eps of the logits), and
     each head's effect is one run_with_hooks's, within that tolerance of the metric's logits."""
     from interp.analysis import zero_head_hooks
 

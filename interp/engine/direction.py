@@ -77,17 +77,18 @@ def clean_first(direction: str, base: Any, source: Any) -> tuple[Any, Any]:
 
 def check_span(base: float, source: float, what: str, dtype: Any = None) -> None:
     """Refuse a normalisation by ``source - base`` when the two runs agree, exactly or to
-    within rounding (:data:`SPAN_RTOL` of their size in float32; the precision's rule of
-    :mod:`interp.precision` for a model in float16 / bfloat16, ``dtype``): runs that agree
+    within rounding (:data:`SPAN_RTOL` of their size in float32; ``SPAN_ULPS`` eps of it for
+    a model in float16 / bfloat16, ``dtype``: :mod:`interp.precision`): runs that agree
     in exact arithmetic are bit-equal on one CPU and a rounding apart on another, and a
     table normalised by rounding noise is not a result.
 
     Raises:
         InterpError: naming both values and what to change.
     """
-    from interp.precision import tolerance
+    from interp.precision import SPAN_ULPS, tolerance
 
-    if abs(source - base) <= tolerance(dtype, max(abs(base), abs(source)), float32=SPAN_RTOL):
+    size = max(abs(base), abs(source))
+    if abs(source - base) <= tolerance(dtype, size, float32=SPAN_RTOL, ulps=SPAN_ULPS):
         raise InterpError(
             f"the two runs give the same metric ({base:.6g} and {source:.6g}, equal to float "
             f"rounding), so {what} would divide by zero or by noise; pass prompts (or an "
