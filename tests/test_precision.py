@@ -75,7 +75,7 @@ def test_the_rule_is_the_float32_claim_or_ulps_of_the_precision():
     assert tolerance(B16, 0.5, float32=1e-5) == 16 * 2**-7  # magnitudes below 1 count as 1
 
 
-def test_a_folder_loads_in_bfloat16_and_float16_converted_piece_by_piece(tmp_path):
+def test_a_folder_loads_in_bfloat16_and_float16_converted_piece_by_piece(tmp_path, pair):
     """A float32 folder read in bfloat16: every weight is the float32 weight rounded (the
     reader converts through one buffer, no float32 copy of the model); float16 loads and runs
     on this CPU too."""
@@ -91,7 +91,7 @@ def test_a_folder_loads_in_bfloat16_and_float16_converted_piece_by_piece(tmp_pat
     assert set(got) == set(stored)
     for name, w in stored.items():
         assert got[name].dtype == B16 and torch.equal(got[name], w.to(B16)), name
-    f32 = load_model(tmp_path)
+    f32 = pair[0]  # the same weights, bridged in float32
     for dtype in ("bfloat16", "float16"):
         model = load_model(tmp_path, dtype=dtype)
         assert model.W_Q.dtype == getattr(torch, dtype)
@@ -246,28 +246,28 @@ def test_offload_is_refused_before_or_as_the_weights_load():
         bridge_from_hf(hf, architecture_name=ARCH)
 
 
-def test_a_model_split_over_devices_gives_the_numbers_of_the_whole(tmp_path):
+def test_a_model_split_over_devices_gives_the_numbers_of_the_whole(tmp_path, pair):
     """A device_map naming every module's device, and accelerate's dispatch with its hooks
     on every module (the hooks that move activations between devices, forced here where
     every device is the CPU), give the unsplit model's DLA, QK attribution, head ablation, EAP
     and circuit evaluation to 1e-6."""
     from accelerate import dispatch_model
 
-    hf = _hf_llama(layers=3)
+    hf = _hf_llama()
     hf.save_pretrained(tmp_path)
-    names = ["model.embed_tokens", *(f"model.layers.{l}" for l in range(3))]
+    names = ["model.embed_tokens", *(f"model.layers.{l}" for l in range(2))]
     device_map = {n: "cpu" for n in [*names, "model.norm", "model.rotary_emb", "lm_head"]}
-    whole = load_model(tmp_path)
+    whole = pair[0]  # the same weights, unsplit
     split = load_model(tmp_path, device_map=device_map)
     dispatched = copy.deepcopy(hf)
     dispatch_model(dispatched, device_map=device_map, force_hooks=True)
     assert any(hasattr(m, "_hf_hook") for m in dispatched.modules())
     hooked = bridge_from_hf(dispatched, architecture_name=ARCH)
     clean, corrupted = _tokens(2)
-    circuit = ["L0H1 -> L2H1.q", "L1.mlp -> logits", "embed -> L1KV0.v"]
+    circuit = ["L0H1 -> L1H1.q", "L0.mlp -> logits", "embed -> L1KV0.v"]
     analyses = {
         "dla": (lambda m: direct_logit_attribution(m, clean, answer=5, wrong=9), "value"),
-        "qk": (lambda m: qk_attribution(m, clean, layer=2, head=1), "value"),
+        "qk": (lambda m: qk_attribution(m, clean, layer=1, head=1), "value"),
         "ablate": (lambda m: ablate_heads(m, clean, metric=METRIC), "effect"),
         "eap": (
             lambda m: attribute_edges(m, clean, corrupted_tokens=corrupted, metric=METRIC),
