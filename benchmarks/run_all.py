@@ -17,6 +17,7 @@ for name in (
     "composition",
     "atlas",
     "load",
+    "precision",
 ):
     print(f"\n== {name} ==")
     runpy.run_path(str(HERE / f"{name}.py"), run_name="__main__")

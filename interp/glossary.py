@@ -52,7 +52,8 @@ GLOSSARY: dict[str, str] = {
     "except when denoising",
     "normalized": "``effect / (m(source run) - m(base run))``: 1 when a patch moves the "
     "metric all the way to the run it patches from, 0 when it does nothing; two runs whose "
-    "metrics agree to 1e-5 relative (float rounding) are refused, not divided by",
+    "metrics agree to 1e-5 relative (float rounding; 2 eps of a float16 / bfloat16 model's "
+    "precision) are refused, not divided by",
     "faithfulness": "``(m_circuit - m_corrupted) / (m_clean - m_corrupted)``: 1 keeps the "
     "clean behaviour, 0 none of it",
     "component": "a named part of the model: a head's map for weight analyses (``'Q'``, "

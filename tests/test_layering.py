@@ -1,7 +1,7 @@
 """Dependencies point one way, and no module reaches into another package's private parts.
 
 Layers, lowest first: errors / paths / files / tables / glossary, then hooks / head_checks /
-protocol / memory / checks / metrics, then models, then the runtime (the one
+protocol / memory / precision / checks / metrics, then models, then the runtime (the one
 place that knows model kinds), then the engine, then analysis / datasets, then
 training / render / figures / labs, then the CLI. Every ``import`` in the package
 (module-level or inside a function) is parsed; one that points upward fails, as does importing a
@@ -19,6 +19,7 @@ LAYERS = [
         "interp.hooks",
         "interp.protocol",
         "interp.memory",
+        "interp.precision",
         "interp.checks",
         "interp.head_checks",
         "interp.metrics",

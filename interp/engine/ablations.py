@@ -149,7 +149,7 @@ def values_for(
         }
     n_ref = None if reference_tokens is None else ref.shape[0]
     idx = resample_index(tokens.shape[0], n_ref, seed, device=tokens.device)
-    return {n: x[idx] for n, x in got.items()}
+    return {n: x[idx.to(x.device)] for n, x in got.items()}  # each on its layer's device
 
 
 class Replacements:

@@ -75,16 +75,20 @@ def clean_first(direction: str, base: Any, source: Any) -> tuple[Any, Any]:
     return (base, source) if direction == "noising" else (source, base)
 
 
-def check_span(base: float, source: float, what: str) -> None:
+def check_span(base: float, source: float, what: str, dtype: Any = None) -> None:
     """Refuse a normalisation by ``source - base`` when the two runs agree, exactly or to
-    within float32 rounding (:data:`SPAN_RTOL` of their size): runs that agree in exact
-    arithmetic are bit-equal on one CPU and a rounding apart on another, and a table
-    normalised by rounding noise is not a result.
+    within rounding (:data:`SPAN_RTOL` of their size in float32; ``SPAN_ULPS`` eps of it for
+    a model in float16 / bfloat16, ``dtype``: :mod:`interp.precision`): runs that agree
+    in exact arithmetic are bit-equal on one CPU and a rounding apart on another, and a
+    table normalised by rounding noise is not a result.
 
     Raises:
         InterpError: naming both values and what to change.
     """
-    if abs(source - base) <= SPAN_RTOL * max(1.0, abs(base), abs(source)):
+    from interp.precision import SPAN_ULPS, tolerance
+
+    size = max(abs(base), abs(source))
+    if abs(source - base) <= tolerance(dtype, size, float32=SPAN_RTOL, ulps=SPAN_ULPS):
         raise InterpError(
             f"the two runs give the same metric ({base:.6g} and {source:.6g}, equal to float "
             f"rounding), so {what} would divide by zero or by noise; pass prompts (or an "

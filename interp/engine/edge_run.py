@@ -55,7 +55,8 @@ def sender_hooks(
     for l in range(graph.n_layers):
 
         def heads(z: torch.Tensor, hook: Any, l: int = l) -> None:
-            out = torch.einsum("bphe,hed->hbpd", z, parts[l].W_O.to(z.dtype))
+            # in float32 whatever the model's precision: the outputs are summed, never rounded
+            out = torch.einsum("bphe,hed->hbpd", z.float(), parts[l].W_O.to(z.device).float())
             for h, s in enumerate(index.heads[l]):
                 store(s, out[h])
 
@@ -224,7 +225,7 @@ class EdgeRun:
         if self.ref is None:
 
             def store(s: int, x: torch.Tensor) -> None:
-                x = x.float().view(self.k, self.b, *x.shape[1:])
+                x = x.float().view(self.k, self.b, *x.shape[1:])  # the layer's device
                 if self.running is None:
                     shape = (len(g.senders), *x.shape)
                     buf = self.cum.get("running buffer")  # reused across passes: no new pages
@@ -232,7 +233,7 @@ class EdgeRun:
                         buf = self.cum["running buffer"] = x.new_empty(shape)
                     self.running = buf
                 d = self.running[s]
-                torch.sub(self.alt[s], x, out=d)  # alt_s - running_s, each copy
+                torch.sub(self.alt[s], x.to(d.device), out=d)  # alt_s - running_s, each copy
                 self.run_total = d.clone() if self.run_total is None else self.run_total + d
                 self.n_stored += 1
 
@@ -278,11 +279,14 @@ class EdgeRun:
             d = d[:, lo : lo + width]
             part = self.parts[l]
             pre = self._base(f"pre{l}")  # [k, batch, pos, d_model]
-            inp = pre[:, None] + d.to(pre.dtype)  # [k, receiver, batch, pos, d_model]
+            inp = pre[:, None] + d.to(pre.device, pre.dtype)  # [k, receiver, batch, pos, d_model]
             normed = inp if part.ln1 is None else part.ln1(inp)
-            new = torch.einsum("krbpd,rde->kbpre", normed, part.W[kind].to(normed.dtype))
+            # accumulated in float32 and rounded once to the model's precision, as the model's
+            # own projection is (per head here, fused there: equal up to that rounding)
+            W = part.W[kind].to(normed.device).float()
+            new = torch.einsum("krbpd,rde->kbpre", normed.float(), W)
             if part.b[kind] is not None:
-                new = new + part.b[kind].to(new.dtype)
+                new = new + part.b[kind].to(new.device).float()
             own = x.view(new.shape)  # unedited receivers keep the model's values, bit for bit
             keep = edited.to(x.device)[:, None, None, :, None]
             return torch.where(keep, new.to(x.dtype), own).reshape(x.shape)
@@ -297,7 +301,7 @@ class EdgeRun:
             if d is None:
                 return None
             mid = self._base(f"mid{l}")
-            inp = mid + d[:, 0].to(mid.dtype)
+            inp = mid + d[:, 0].to(mid.device, mid.dtype)
             ln2 = self.parts[l].ln2
             new = (inp if ln2 is None else ln2(inp)).to(x.dtype)
             edited = self.edited(receiver)[:, 0].to(x.device)  # [k]
@@ -313,7 +317,7 @@ class EdgeRun:
                 return None
             self.resid["final"] = x
             base = self._base("final")
-            return (base + d[:, 0].to(base.dtype)).reshape(x.shape).to(x.dtype)
+            return (base + d[:, 0].to(base.device, base.dtype)).reshape(x.shape).to(x.dtype)
 
         return hook
 

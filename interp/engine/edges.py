@@ -129,7 +129,7 @@ def run(
         d = edge_run.delta([edge_run.index.logits], len(edge_run.graph.senders))
         x = final[None].expand(k, *final.shape)
         if d is not None:
-            x = x + d[:, 0].to(x.dtype)
+            x = x + d[:, 0].to(x.device, x.dtype)
         x = x.reshape(k * final.shape[0], *final.shape[1:])
         keep = kept_rows(rows, n)
         if keep is None:
@@ -167,23 +167,35 @@ def _probe(rt: Runtime, graph: Graph, parts: list[Layer], tokens: torch.Tensor) 
             force = torch.ones_like(valid)[None] * valid  # every edge, so every receiver recomputed
             zero = EdgeRun(graph, parts, force, clean_out, clean_out, 1)  # alt - ref = 0
             got = run(rt, probe, zero)
-            # float32 rounding of a per-head einsum against the model's fused projection,
-            # carried through every layer: well inside 1e-5 of the logits' size on the models tested
-            tol = 1e-5 * max(1.0, float(ref_logits.abs().max()))
-            gap = float((got.float() - ref_logits.float()).abs().max())
+            # the rounding of a per-head product against the model's fused projection, carried
+            # through every layer: well inside 1e-5 of the logits' size in float32 on the models
+            # tested; in float16 / bfloat16 the precision's rule (interp.precision)
+            gap, tol = _gap(got, ref_logits, float32=1e-5)
             if gap > tol:
-                return False, f"recomputed inputs change the logits by {gap:.2e}"
+                return False, f"recomputed inputs change the logits by {gap:.2e} (> {tol:.2g})"
             every = EdgeRun(graph, parts, force, corr_out, None, 1)
             got = run(rt, probe, every)
-            tol = 1e-3 * max(1.0, float(corr_logits.abs().max()))
-            gap = float((got.float() - corr_logits.float()).abs().max())
+            gap, tol = _gap(got, corr_logits, float32=1e-3)
             if gap > tol:
-                return False, f"corrupting every edge differs from the corrupted run by {gap:.2e}"
+                return False, (
+                    f"corrupting every edge differs from the corrupted run by {gap:.2e} "
+                    f"(> {tol:.2g})"
+                )
         return True, ""
     except InterpError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure means "cannot split this model"
         return False, f"{type(exc).__name__}: {exc}"
+
+
+def _gap(got: torch.Tensor, want: torch.Tensor, *, float32: float) -> tuple[float, float]:
+    """The largest gap between two computations of the logits, and the tolerance of a claim
+    that holds to ``float32`` (relative to the largest logit) in the logits' precision."""
+    from interp.precision import tolerance
+
+    size = float(want.float().abs().max())
+    gap = float((got.float() - want.float()).abs().max())
+    return gap, tolerance(want.dtype, size, float32=float32)
 
 
 def copy_bytes(

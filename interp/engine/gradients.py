@@ -181,7 +181,7 @@ def receiver_gradients(
             seen.add(s)
 
     def root(x: torch.Tensor, hook: Any) -> torch.Tensor:
-        x = embed.to(x.dtype) if embed is not None else x
+        x = embed.to(x.device, x.dtype) if embed is not None else x
         store(index.embed, x)
         return x.detach().requires_grad_(True)  # everything downstream is in the graph
 

@@ -110,7 +110,7 @@ def edit_hooks(
                 if target_all is None:
                     rows[sel] = 0.0
                 else:
-                    rows[sel] = target_all[sel].to(x.dtype)
+                    rows[sel] = target_all[sel].to(x.device, x.dtype)
             return x
 
         return hook

@@ -3,7 +3,8 @@
 A sweep evaluates a metric under many *edits* (:mod:`interp.engine.sites`).
 Every path gives what one ``run_with_hooks`` per edit gives (the "plain loop"),
 and each is checked against that loop once per model (on a slice of the
-tokens, to 1e-5) before it is trusted; the table says which path ran.
+tokens, to 1e-5; in float16 / bfloat16 to the precision's rule,
+:mod:`interp.precision`) before it is trusted; the table says which path ran.
 
 ``resume-after-block`` (attention-only models, edits of one layer's ``hook_z``
 only). A head's output enters the residual stream only as ``z_h @ W_O[l, h]``,
@@ -201,9 +202,8 @@ class _AfterBlock:
                 sel = st.index(z.ndim, z.device)
                 new[sel] = 0.0 if target is None else target[sel]
             diff = new - z  # [batch, pos, head, d_head]
-            deltas.append(
-                resid + torch.einsum("bphe,hed->bpd", diff, W.to(z.dtype)).to(resid.dtype)
-            )
+            out = torch.einsum("bphe,hed->bpd", diff.float(), W.to(diff.device).float())
+            deltas.append(resid + out.to(resid.dtype))  # accumulated in float32, rounded once
         state = torch.cat(deltas) if k > 1 else deltas[0]
         logits = self.rt.run(self.tokens, start=layer + 1, state=state)
         if cost is not None:
@@ -251,12 +251,25 @@ def _probe(rt: Runtime, tokens: torch.Tensor, path_cls: Any, edit: Edit) -> tupl
             ref = _loop_pass(rt, probe, [edit], None)[0]
         if got.shape != ref.shape:
             return False, f"{path_cls.name} gave logits of shape {tuple(got.shape)}"
-        if not torch.allclose(got.float(), ref.float(), atol=ATOL, rtol=RTOL):
+        if not _agree(got, ref):
             diff = float((got.float() - ref.float()).abs().max())
             return False, f"{path_cls.name} differed from the plain loop by {diff:.2e}"
         return True, ""
     except Exception as exc:  # noqa: BLE001 - any failure means "this path does not apply"
         return False, f"{path_cls.name} failed its check ({type(exc).__name__}: {exc})"
+
+
+def _agree(got: torch.Tensor, ref: torch.Tensor) -> bool:
+    """A path's logits against the plain loop's: to :data:`ATOL` / :data:`RTOL` in float32, to
+    the precision's rule (:mod:`interp.precision`, of the largest logit) in float16 / bfloat16."""
+    from interp.precision import is_reduced, tolerance
+
+    if not is_reduced(ref.dtype):
+        return bool(torch.allclose(got.float(), ref.float(), atol=ATOL, rtol=RTOL))
+    size = float(ref.float().abs().max())
+    return float((got.float() - ref.float()).abs().max()) <= tolerance(
+        ref.dtype, size, float32=RTOL
+    )
 
 
 def choose_path(model: HookedModel, tokens: torch.Tensor, edits: Sequence[Edit]) -> tuple[str, str]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from interp.errors import CheckpointError, InterpError
 from interp.models.hf_tokenizers import folder_tokenizer, read_config, word_tokenizer
+from interp.precision import tolerance
 
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 VERDICT = "interp-bridge-verified.json"
@@ -75,14 +76,19 @@ def bridge_from_hf(
     these library versions, so it runs once.
 
     Raises:
-        InterpError: when TransformerLens cannot wrap the architecture, or the
+        InterpError: for a model whose weights were offloaded
+            (:func:`interp.models.placement.check_not_offloaded`), when TransformerLens
+            cannot wrap the architecture, or the
             bridge's logits differ from the Hugging Face model's (the message
             names the architecture and the size of the difference).
     """
     import torch
     from transformer_lens.model_bridge import TransformerBridge
 
+    from interp.models.placement import check_not_offloaded
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    check_not_offloaded(hf_model)
     hf_model.eval()
     arch = architecture_of(hf_model)
     tok = tokenizer or word_tokenizer(int(hf_model.config.vocab_size))
@@ -116,12 +122,12 @@ def check_agreement(got: Any, reference: Any, *, arch: str, dtype: Any = None) -
     """The largest difference between a bridge's logits and its Hugging Face model's.
 
     The tolerance is relative to the logits' size: 1e-3 in float32 (bridges
-    agree to about 1e-6), 5e-2 in half precision.
+    agree to about 1e-6); in float16 / bfloat16 the precision's rule
+    (:func:`interp.precision.tolerance`).
 
     Raises:
         InterpError: for logits of another shape, or a difference beyond the tolerance.
     """
-    import torch
 
     if tuple(got.shape) != tuple(reference.shape):
         raise InterpError(
@@ -130,8 +136,7 @@ def check_agreement(got: Any, reference: Any, *, arch: str, dtype: Any = None) -
             "reproduce the model, so every analysis would be wrong"
         )
     scale = max(1.0, float(reference.abs().max()))
-    half = dtype in (torch.float16, torch.bfloat16)
-    tol = (5e-2 if half else 1e-3) * scale
+    tol = tolerance(dtype, scale, float32=1e-3)
     gap = float((got - reference).abs().max())
     if not gap <= tol:
         raise InterpError(
@@ -237,7 +242,9 @@ def load_hf_dir(
     if quiet:
         hf_logging.set_verbosity_error()
     try:
-        hf, info = cls.from_pretrained(d, **kwargs)
+        hf, info = _from_pretrained(cls, d, kwargs)
+    except CheckpointError:
+        raise
     except Exception as exc:  # noqa: BLE001 - safetensors, torch and HF each raise their own
         first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise CheckpointError(
@@ -268,6 +275,29 @@ def load_hf_dir(
             file=sys.stderr,
         )
     return bridge
+
+
+def _from_pretrained(cls: Any, d: Path, kwargs: dict[str, Any]) -> Any:
+    """``cls.from_pretrained(d, **kwargs)``; when the folder stores another precision than
+    the one asked for (and everything loads on the CPU), its weights are read and converted
+    a piece at a time first (:mod:`interp.models.weights`: the load then peaks near the
+    converted weights, not the stored file plus them)."""
+    import torch
+    from transformers import AutoConfig
+
+    from interp.models.weights import read_weights, stored_dtypes
+
+    dtype = kwargs["dtype"]
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    if kwargs.get("device_map") is None and stored_dtypes(d) - {dtype}:
+        config = AutoConfig.from_pretrained(d, local_files_only=True)
+        model_cls = cls._model_mapping.get(type(config), None)
+        if model_cls is not None and not getattr(model_cls, "_keep_in_fp32_modules", None):
+            state = read_weights(d, dtype)
+            rest = {k: v for k, v in kwargs.items() if k != "local_files_only"}
+            return model_cls.from_pretrained(None, config=config, state_dict=state, **rest)
+    return cls.from_pretrained(d, **kwargs)
 
 
 def random_gpt2(

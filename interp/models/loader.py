@@ -191,14 +191,17 @@ def load_model(
     ``device`` moves the whole model; ``dtype`` (``"float32"`` default,
     ``"bfloat16"``, ...) sets its precision; ``device_map`` is passed to
     Hugging Face / accelerate to split a model too large for one device
-    (then ``device`` must be None). Analyses keep their tensors on the
-    model's device.
+    (then ``device`` must be None; offload is refused: :mod:`interp.models.placement`).
+    Analyses keep their tensors on the device of each layer they read.
 
     Raises:
         InterpError: for an unknown name, a missing path, a folder that is not a
             model, a missing weights package (with the install command), a
             dtype that is not floating, a device this machine lacks, ``device``
-            together with ``device_map``, a hub id while the hub is unreachable
+            together with ``device_map``, a ``device_map`` that offloads weights to disk
+            or to the CPU beside a GPU (:mod:`interp.models.placement`; checked before
+            the weights load, or after for ``"auto"``), a precision this machine cannot
+            run (:func:`interp.precision.check_runs`), a hub id while the hub is unreachable
             (listing the offline aliases), an architecture TransformerLens cannot
             wrap, a bridge whose logits disagree with its Hugging Face model, or
             a Hugging Face folder (or hub model) without a usable tokenizer: no
@@ -217,6 +220,11 @@ def load_model(
     device = check_device(device)
     if device is not None and device_map is not None:
         raise InterpError("pass device or device_map, not both (device_map places every layer)")
+    from interp.models.placement import check_device_map
+    from interp.precision import check_runs
+
+    check_device_map(device_map)
+    check_runs(torch_dtype, device)
     name = os.fspath(name_or_path)
     if name == "induction-2l":  # the alias of our shipped checkpoint
         kind, path = "checkpoint", data_dir() / INDUCTION_CHECKPOINT

@@ -49,6 +49,15 @@ class Layer:
     W_O: torch.Tensor  # [head, d_head, d_model]
 
 
+def module_device(module: Any, fallback: Any = None) -> torch.device:
+    """The device of ``module``'s first parameter (of ``fallback``'s, or the CPU, when it has
+    none): where a layer of a model split over devices computes."""
+    for m in (module, fallback):
+        for p in m.parameters() if hasattr(m, "parameters") else ():
+            return p.device
+    return torch.device("cpu")
+
+
 def repeat_copies(x: Any, k: int) -> Any:
     """``x`` (a tensor, or a tuple of them, as blocks return) repeated ``k`` times along the
     batch: the input of a pass that carries ``k`` copies; anything else is passed through."""
@@ -229,12 +238,19 @@ class Runtime:
     def readout(self, resid: torch.Tensor) -> torch.Tensor:
         """Logits of residual vectors ``[..., d_model]`` through the model's own final norm
         (recomputed on each vector) and unembedding: what the model does after its last
-        block."""
+        block, on the device of the final norm, the logits back on ``resid``'s device."""
         ln = getattr(self.model, "ln_final", None)
-        x = ln(resid) if ln is not None else resid
+        W_U = self.model.W_U
+        x = resid.to(W_U.device)
+        x = ln(x) if ln is not None else x
         b = self.unembed_bias()
-        out = x @ self.model.W_U
-        return out if b is None else out + b
+        out = x @ W_U
+        return (out if b is None else out + b).to(resid.device)
+
+    def head_device(self) -> torch.device:
+        """The device of the model's output layer (its final norm and unembedding: the last
+        of a model split over devices)."""
+        return module_device(getattr(self.model, "ln_final", None), self.model)
 
     def _bias(self, name: str) -> torch.Tensor | None:
         """``model.<name>`` detached; ``None`` where the model has none (bridges raise)."""

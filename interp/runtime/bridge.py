@@ -191,8 +191,9 @@ class BridgeRuntime(Runtime):
 
     def readout(self, resid: torch.Tensor) -> torch.Tensor:
         ln = getattr(self.model, "ln_final", None)
-        x = ln(resid) if ln is not None else resid
         unembed = getattr(self.model, "unembed", None)
         if callable(getattr(unembed, "forward", None)):
-            return unembed(x)  # the wrapped model's own output layer
+            x = resid.to(self.head_device())
+            x = ln(x) if ln is not None else x
+            return unembed(x).to(resid.device)  # the wrapped model's own output layer
         return super().readout(resid)

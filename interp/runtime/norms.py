@@ -15,6 +15,13 @@ model's. :class:`Norm` wraps one norm module with:
   (another formula, Gemma's ``1 + weight``) is used as it is, always;
 * **a closed-form VJP**, checked once against autograd through the module.
 
+In float16 and bfloat16 the norm of an input is the module's own (a model's
+norm rounds where its own code rounds: Llama's normalises in float32, rounds
+to the model's dtype and multiplies by the weight there; a closed form in
+float32 would differ from it by a rounding); the gain and the VJP, which
+analyses and gradients use in float32, are checked against the module to the
+tolerance of the model's precision (:mod:`interp.precision`).
+
 Example:
     >>> import torch
     >>> from interp.models import load_model
@@ -31,9 +38,22 @@ from typing import Any
 import torch
 
 from interp.errors import InterpError
+from interp.precision import is_reduced, rtol
 
-ATOL, RTOL = 1e-5, 1e-5  # the closed form must match the module this closely to be used
+ATOL, RTOL = 1e-5, 1e-5  # the closed form must match the module this closely (float32) to be used
+VJP_ATOL, VJP_RTOL = 1e-6, 1e-4  # the closed-form VJP against autograd through the module
 VJP_BLOCK = 8  # receivers carried back through a norm at a time (Norm.vjp)
+
+
+def _close(
+    got: torch.Tensor, want: torch.Tensor, dtype: Any, *, atol: float, rtol32: float
+) -> bool:
+    """``got`` and ``want`` agree to a float32 claim's tolerance, or in float16 / bfloat16 to
+    the model's precision (relative to the largest entry of ``want``)."""
+    if not is_reduced(dtype):
+        return bool(torch.allclose(got, want, atol=atol, rtol=rtol32))
+    scale = max(1.0, float(want.abs().max())) if want.numel() else 1.0
+    return bool((got - want).abs().max() <= rtol(dtype, float32=rtol32) * scale)
 
 
 def is_centred(kind: Any, module: Any) -> bool:
@@ -99,9 +119,8 @@ class Norm:
                 probe = torch.randn(4, w.shape[-1], generator=gen).to(w.device, w.dtype)
                 want = self.module(probe).float()
                 for g in (w.float(), 1.0 + w.float()):
-                    if torch.allclose(
-                        self._normalised(probe) * g, want - self._bias_f(), atol=ATOL, rtol=RTOL
-                    ):
+                    mine = self._normalised(probe) * g
+                    if _close(mine, want - self._bias_f(), w.dtype, atol=ATOL, rtol32=RTOL):
                         self._gain = g
                         break
         return self._gain
@@ -127,7 +146,10 @@ class Norm:
 
     # ------------------------------------------------------------------ forward
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """The norm of ``x`` (``[..., d_model]``, any leading dims), exactly the module's."""
+        """The norm of ``x`` (``[..., d_model]``, any leading dims), exactly the module's
+        (the module itself in float16 / bfloat16: module docstring)."""
+        if is_reduced(x.dtype):
+            return self.module(x)
         key = tuple(x.shape[-1:])
         if key not in self._closed_ok:
             probe = x.reshape(-1, x.shape[-1])[:4]
@@ -167,7 +189,9 @@ class Norm:
             slice_x, slice_g = x[:1, :2], g[:2, :1, :2]
             want = self._autograd_vjp(slice_x, slice_g)
             got = self._closed_vjp(slice_x, slice_g)
-            self._vjp_ok = got is not None and torch.allclose(got, want, atol=1e-6, rtol=1e-4)
+            self._vjp_ok = got is not None and _close(
+                got, want, x.dtype, atol=VJP_ATOL, rtol32=VJP_RTOL
+            )
         if self._vjp_ok:
             return self._closed_vjp(x, g, out)
         grad = self._autograd_vjp(x, g)

@@ -51,6 +51,7 @@ from interp.engine.edges import evaluate_masks
 from interp.engine.tasks import EdgeTask, begin, check, chunk_tasks, edge_footprint
 from interp.errors import InterpError
 from interp.metrics import Metric
+from interp.precision import model_dtype
 from interp.protocol import HookedModel, model_name, positions_label
 
 Ablation = Literal["patch", "zero", "mean", "resample"]
@@ -82,7 +83,7 @@ def _corrupted(prep: EdgeTask, *, check: bool = True) -> float:
     else:
         corrupted = evaluate_masks(prep, [prep.graph.valid])[0]
     if check:
-        check_span(prep.base_value, corrupted, "faithfulness")
+        check_span(prep.base_value, corrupted, "faithfulness", model_dtype(prep.rt.model))
     return corrupted
 
 
@@ -199,7 +200,7 @@ def _measure(
         clean.add(prep.base_value, w)
         del prep
     base, worst = float(clean.value), float(corrupted.value)
-    check_span(base, worst, "faithfulness")
+    check_span(base, worst, "faithfulness", model_dtype(task.rt.model))
     return list(values.value), base, worst, pl
 
 

@@ -49,6 +49,7 @@ from interp.engine.edges import pass_shape, patch_cost, patch_edges
 from interp.engine.tasks import begin, check, chunk_tasks, edge_footprint
 from interp.errors import InterpError
 from interp.metrics import Metric
+from interp.precision import model_dtype
 from interp.protocol import HookedModel, positions_label
 
 
@@ -127,17 +128,18 @@ def path_patch(
     if estimate:
         return pl.estimate
     base_m, source_m, patched_m = WeightedMean(), WeightedMean(), WeightedMean()
+    dtype = model_dtype(model)  # runs equal to its rounding are refused (interp.precision)
     for sub, checked, w in chunk_tasks(task, pl, cache=cache, progress=progress, desc="paths"):
         prep = begin(sub, cache=checked)
         if not pl.split:  # one batch: refuse equal runs before the senders' passes
-            check_span(prep.base_value, float(prep.source_value), "the normalized column")
+            check_span(prep.base_value, float(prep.source_value), "the normalized column", dtype)
         values = patch_edges(prep, edits, progress=progress and not pl.split, desc="path patching")
         base_m.add(prep.base_value, w)
         source_m.add(float(prep.source_value), w)
         patched_m.add(np.asarray(values, dtype=float), w)
         del prep
     base, source = float(base_m.value), float(source_m.value)
-    check_span(base, source, "the normalized column")
+    check_span(base, source, "the normalized column", dtype)
     patched = list(patched_m.value)
     clean, corrupted = clean_first(task.direction, base, source)
     df = pd.DataFrame(

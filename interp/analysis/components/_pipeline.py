@@ -39,6 +39,7 @@ from interp.engine.sites import Site, mask_positions
 from interp.engine.sweep import check_sweep_work, footprint, sweep
 from interp.errors import InterpError
 from interp.metrics import Metric, prepare_metric
+from interp.precision import model_dtype
 from interp.protocol import HookedModel, check_model, eval_no_grad, positions_label
 from interp.runtime import runtime_of
 
@@ -276,7 +277,7 @@ def patch(
             patched.add(np.asarray(result.values, dtype=float), w)
             cost.add((result.cost + 1.0) * pl.share(sl))
     base_value, source_value = float(base.value), float(source.value)
-    check_span(base_value, source_value, "the normalized effect")
+    check_span(base_value, source_value, "the normalized effect", model_dtype(model))
     clean, corrupted = clean_first(p.direction, base_value, source_value)
     df = rows.copy()
     df["clean"] = clean

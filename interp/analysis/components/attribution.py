@@ -77,6 +77,7 @@ from interp.head_checks import parse_heads
 from interp.hooks import hook_name
 from interp.memory import backward_bytes
 from interp.metrics import prepare_metric
+from interp.precision import model_dtype
 from interp.protocol import HookedModel, check_model, eval_mode, eval_no_grad, positions_label
 from interp.runtime import Runtime, head_weight, runtime_of
 
@@ -119,8 +120,8 @@ def _qk_correction(
             with torch.no_grad():
                 for start in range(0, len(upstream), per_pass):
                     part = upstream[start : start + per_pass]
-                    deltas = torch.stack(
-                        [diff[l][:, :, h].to(W_O.dtype) @ W_O[l, h] for l, h in part]
+                    deltas = torch.stack(  # in float32, rounded once to the model's dtype
+                        [diff[l][:, :, h].float() @ W_O[l, h].float() for l, h in part]
                     ).to(x.dtype)  # [k, batch, pos, d_model]
                     k = len(part)
                     A = pattern_at(rt, tokens.repeat(k, 1), j, (x[None] + deltas).flatten(0, 1))
@@ -261,8 +262,8 @@ def attribute_heads(
         part.backward()
         diff = {}
         for l in layers:
-            t = torch.zeros_like(z[l]) if target is None else target[l].to(z[l].dtype)
-            d = t - z[l]  # [batch, pos, head, d_head]
+            t = torch.zeros_like(z[l]) if target is None else target[l].to(z[l].device)
+            d = t.float() - z[l].float()  # [batch, pos, head, d_head], float32 in any precision
             diff[l] = d if pos is None else d * pos.to(d.device).view(1, -1, 1, 1)
         first = _first_order(chosen, diff, g_z)
         if correction == "qk" and pattern_layers:
@@ -297,7 +298,7 @@ def attribute_heads(
     ex_col = [exact.get(k, float("nan")) for k in chosen]
     if patching:
         span = source_value - value
-        check_span(value, source_value, "the normalized estimate")
+        check_span(value, source_value, "the normalized estimate", model_dtype(model))
         clean, corrupted = clean_first(direction, value, source_value)
         df = rows_frame(
             chosen,

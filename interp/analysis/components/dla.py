@@ -59,12 +59,15 @@ from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
 from interp.errors import InterpError
 from interp.hooks import head_label, hook_name
 from interp.memory import forward_bytes
+from interp.precision import is_reduced, tolerance
 from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
 from interp.runtime import runtime_of
 
 By = Literal["head", "layer", "component"]
 BYS: tuple[str, ...] = ("head", "layer", "component")
-REMAINDER_TOL = 1e-5  # of the largest share: below this the pieces add up and no row is shown
+# of the largest share: below this the pieces add up and no row is shown (float32; in float16 /
+# bfloat16 the precision's rule of the larger of that and the logits read, interp.precision)
+REMAINDER_TOL = 1e-5
 
 
 _ONE_ROW = (-1,)  # the one logit row a pass unembeds when its logits are not read
@@ -207,72 +210,90 @@ def _at_positions(
 
 def _shares(model, acts, names, tokens, ans, bad, pos):
     """The shares ``[batch, P]`` of every piece, the model's own total ``[batch, P]``, how
-    much of the final stream the pieces miss, and the stream's largest entry."""
+    much of the final stream the pieces miss, the stream's largest entry, the largest logit
+    read and the logits' dtype. In float32 on the tokens' device (a model split over
+    devices: each layer's activations at the read positions, and the weights it reads, are
+    brought there)."""
     cfg = model.cfg
-    sel = torch.tensor(pos, device=tokens.device)
-    final = acts[names["final"]][:, sel].float()  # [batch, P, d_model]
+    dev = tokens.device
+
+    def read(name: str) -> torch.Tensor:  # an activation at the read positions, float32
+        x = acts[name]
+        return x[:, torch.tensor(pos, device=x.device)].to(dev).float()
+
+    final = read(names["final"])  # [batch, P, d_model]
     rt = runtime_of(model)
-    W_U = model.W_U.detach().float()
-    direction = W_U[:, ans].T  # [batch, d_model]
+    W_U = model.W_U.detach()  # only the answers' columns are read (and made float32)
+
+    def column(ids: torch.Tensor) -> torch.Tensor:  # [batch] ids -> [batch, d_model]
+        return W_U[:, ids.to(W_U.device)].T.to(dev).float()
+
+    direction = column(ans)
     if bad is not None:
-        direction = direction - W_U[:, bad].T
+        direction = direction - column(bad)
     norm = rt.norm("final")
     u = direction
     if norm is not None and norm.weight is not None:
-        u = u * norm.weight.float()
+        u = u * norm.weight.to(dev).float()
     if norm is not None and norm.centred:
         u = u - u.mean(-1, keepdim=True)  # (c - mean c) . w*d = c . (w*d - mean(w*d))
     if norm is None:
         scale = torch.ones(final.shape[:2] + (1,), device=final.device)
     else:  # its hook_scale was checked before the forward pass
-        scale = acts[names["scale"]][:, sel].float()  # [batch, P, 1]
+        scale = read(names["scale"])  # [batch, P, 1]
 
     def share(vec: torch.Tensor) -> torch.Tensor:  # [batch, P, d_model] -> [batch, P]
         return torch.einsum("bpd,bd->bp", vec.float(), u) / scale[..., 0]
 
     rows: list[tuple[str, int | None, int | None, str, torch.Tensor]] = []
     built = torch.zeros_like(final)
-    emb = acts[names["embed"]][:, sel].float()
+    emb = read(names["embed"])
     rows.append(("embed", None, None, "embed", share(emb)))
     built += emb
     if names["pos_embed"] is not None and names["pos_embed"] in acts:
-        pe = acts[names["pos_embed"]][:, sel].float()
+        pe = read(names["pos_embed"])
         if pe.shape == emb.shape:
             rows.append(("pos_embed", None, None, "pos_embed", share(pe)))
             built += pe
     b_O = rt.output_bias()
     for l in range(cfg.n_layers):
-        W_O = rt.layer_weight("W_O", l).float()  # [head, d_head, d_model]
-        z = acts[names["z"][l]][:, sel].float()  # [batch, P, head, d_head]
+        W_O = rt.layer_weight("W_O", l).to(dev).float()  # [head, d_head, d_model]
+        z = read(names["z"][l])  # [batch, P, head, d_head]
         v = torch.einsum("hed,bd->bhe", W_O, u)  # each head's readout direction
         per_head = torch.einsum("bphe,bhe->bph", z, v) / scale  # [batch, P, head]
         for h in range(cfg.n_heads):
             rows.append(("head", l, h, head_label(l, h), per_head[..., h]))
         built += torch.einsum("bphe,hed->bpd", z, W_O)
         if b_O is not None and bool(b_O[l].abs().max() > 0):
-            bias = b_O[l].float().expand_as(final)
+            bias = b_O[l].to(dev).float().expand_as(final)
             rows.append(("attn_bias", l, None, f"L{l}.attn_bias", share(bias)))
             built += bias
         if names["mlp_out"]:
-            mlp = acts[names["mlp_out"][l]][:, sel].float()
+            mlp = read(names["mlp_out"][l])
             rows.append(("mlp", l, None, f"L{l}.mlp", share(mlp)))
             built += mlp
     const = torch.zeros(final.shape[:2], device=final.device)
     if norm is not None and norm.bias is not None:
-        const = const + (direction * norm.bias.float()).sum(-1)[:, None]
+        const = const + (direction * norm.bias.to(dev).float()).sum(-1)[:, None]
     b_U = rt.unembed_bias()
     if b_U is not None:
-        gap = b_U.float()[ans] - (0 if bad is None else b_U.float()[bad])
+        b_U = b_U.to(dev).float()
+        gap = b_U[ans] - (0 if bad is None else b_U[bad])
         const = const + gap[:, None]
     rows.append(("bias", None, None, "bias", const))
-    logits = rt.readout(acts[names["final"]][:, sel]).float()  # [batch, P, d_vocab]
+    given = acts[names["final"]]
+    logits = rt.readout(given[:, torch.tensor(pos, device=given.device)]).to(dev)
+    dtype = logits.dtype  # the model's: its logits are rounded there
+    logits = logits.float()  # [batch, P, d_vocab]
 
     def logit_of(ids: torch.Tensor) -> torch.Tensor:  # [batch] ids -> [batch, P] logits
         return logits.gather(-1, ids[:, None, None].expand(-1, len(pos), 1))[..., 0]
 
-    total = logit_of(ans) if bad is None else logit_of(ans) - logit_of(bad)
+    read = [logit_of(ans)] + ([] if bad is None else [logit_of(bad)])
+    total = read[0] if bad is None else read[0] - read[1]
     missing = (final - built).abs().max().item()
-    return rows, total, missing, float(final.abs().max())
+    size = max(float(x.abs().max()) for x in read)
+    return rows, total, missing, float(final.abs().max()), size, dtype
 
 
 def _remainder(parts: list[tuple], norm: Any) -> tuple[list, dict[str, Any]]:
@@ -297,7 +318,11 @@ def _remainder(parts: list[tuple], norm: Any) -> tuple[list, dict[str, Any]]:
         "remainder": remainder,
     }
     scale_of = max(1.0, max(abs(float(r[-1].mean())) for r in rows))
-    if abs(remainder) > REMAINDER_TOL * scale_of:
+    dtype = parts[0][5]
+    if is_reduced(dtype):  # the model rounds its logits at their own size
+        scale_of = max(scale_of, max(p[4] for p in parts))
+    attrs["remainder_tol"] = tolerance(dtype, scale_of, float32=REMAINDER_TOL)
+    if abs(remainder) > attrs["remainder_tol"]:
         why = []
         if missing > 1e-4 * max(1.0, largest):
             why.append(

@@ -92,6 +92,7 @@ from interp.engine.cache import cache_rows, check_cache
 from interp.engine.chunks import Estimate, chunk_bar, plan
 from interp.errors import InterpError
 from interp.hooks import hook_name
+from interp.precision import rtol
 from interp.protocol import HookedModel, check_model, eval_no_grad, is_causal, logits_meaningful
 
 CONTROL_HEADS = 256
@@ -229,7 +230,9 @@ def measure_atlas(
             )
             cost.add(part.total * pl.share(sl))
         dtype = reader.rt.layer(0).W["q"].dtype
-        tol = P.PATTERN_RTOL if dtype in (torch.float32, torch.float64) else 3e-2
+        # patterns are probabilities (magnitude 1); in float16 / bfloat16 four eps of the
+        # model's precision (bfloat16: 0.031), the one rule of interp.precision
+        tol = rtol(dtype, float32=P.PATTERN_RTOL, ulps=4)
         if reader.gap > tol:
             raise InterpError(
                 f"the atlas's recomputed attention patterns differ from the model's by "

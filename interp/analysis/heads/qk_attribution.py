@@ -53,13 +53,16 @@ from interp.engine.batching import Cost
 from interp.errors import InterpError
 from interp.head_checks import check_layer_head
 from interp.hooks import head_label, hook_name
+from interp.precision import rtol
 from interp.protocol import HookedModel, check_model, eval_no_grad
 from interp.runtime import runtime_of
 from interp.runtime.attention import QKGeometry
 
 By = Literal["head", "component", "layer"]
 BYS = ("head", "component", "layer")
-CHECK_RTOL = 1e-4  # rows vs the model's score, over the largest score: refused above this
+# rows vs the model's score, over the largest score: refused above this (float32; in float16 /
+# bfloat16 the precision's rule, interp.precision, and df.attrs["check_rtol"] says which)
+CHECK_RTOL = 1e-4
 MASKED = -1e20  # a model's score below this is a mask, not a score
 
 
@@ -169,10 +172,11 @@ def attribute_scores(
         # the whole scores of the query rows (every key: the check needs whole rows)
         explained = torch.einsum("bpd,bkd->bpk", Q.sum(0), K.sum(0)) * geometry.scale
         gap, scale_of, against = _check(acts, layer, head, rows, explained, geometry)
-        if gap > CHECK_RTOL:
+        check_rtol = rtol(acts[hook_name("pattern", layer)].dtype, float32=CHECK_RTOL)
+        if gap > check_rtol:
             raise InterpError(
                 f"the pieces reproduce L{layer}H{head}'s {against} only to {gap:.2g} (above "
-                f"{CHECK_RTOL:g}); this architecture does something to its queries or keys that "
+                f"{check_rtol:g}); this architecture does something to its queries or keys that "
                 "QK attribution does not read, so no rows are returned"
             )
         qi = torch.full((n,), -1, dtype=torch.long)
@@ -210,7 +214,7 @@ def attribute_scores(
             score_scale=scale_of,
             checked_against=against,
             remainder=any(t[0] == "remainder" for t in terms),
-            check_rtol=CHECK_RTOL,
+            check_rtol=check_rtol,
             frozen="ln1" + (" and QK-norm" if geometry.q_norm is not None else "") + " scales",
             rotary=None if geometry.rotary is None else geometry.rotary.style,
             notes=notes,

@@ -29,6 +29,7 @@ from interp.engine.batching import Cost
 from interp.engine.cache import cache_of, cache_work, check_cache
 from interp.errors import InterpError
 from interp.hooks import head_label, hook_name
+from interp.precision import tolerance
 from interp.protocol import HookedModel, hook_names
 from interp.runtime import runtime_of
 from interp.runtime.attention import QKGeometry
@@ -83,15 +84,21 @@ def residual_pieces(model: HookedModel, acts: Any, layer: int, *, by: str = "hea
     (``L{l}.mlp``), or the whole block (``"layer"``: ``L{l}``). A gap between their sum and
     the stream above :data:`REMAINDER_TOL` is a last ``remainder`` piece."""
     rt = runtime_of(model)
-    out: list[Piece] = [("embed", "embed", None, acts[hook_name("embed")].float())]
-    pe = acts[hook_name("pos_embed")] if hook_name("pos_embed") in acts else None
+    dev = acts[hook_name("resid_pre", layer)].device  # where the layer computes (a split model)
+
+    def read(name: str) -> torch.Tensor:
+        return acts[name].to(dev).float()
+
+    out: list[Piece] = [("embed", "embed", None, read(hook_name("embed")))]
+    pe = read(hook_name("pos_embed")) if hook_name("pos_embed") in acts else None
     if pe is not None and rt.has_positional and pe.shape == out[0][3].shape:
-        out.append(("pos_embed", "embed", None, pe.float()))
+        out.append(("pos_embed", "embed", None, pe))
     b_O = rt.output_bias()
     for l in range(layer):
-        W_O = rt.layer_weight("W_O", l).float()  # [head, d_head, d_model]
-        z = acts[hook_name("z", l)].float()  # [batch, pos, head, d_head]
-        bias = b_O[l].float() if b_O is not None and bool(b_O[l].abs().max() > 0) else None
+        W_O = rt.layer_weight("W_O", l).to(dev).float()  # [head, d_head, d_model]
+        z = read(hook_name("z", l))  # [batch, pos, head, d_head]
+        has_bias = b_O is not None and bool(b_O[l].abs().max() > 0)
+        bias = b_O[l].to(dev).float() if has_bias else None
         if by == "head":
             per = list(torch.einsum("bphe,hed->hbpd", z, W_O))
             labels = [head_label(l, h) for h in range(len(per))]
@@ -107,8 +114,7 @@ def residual_pieces(model: HookedModel, acts: Any, layer: int, *, by: str = "hea
         mlp = None
         if hook_name("mlp_out", l) in acts and not rt.attention_only:
             post_mlp = f"blocks.{l}.ln2_post.hook_out"
-            mlp = acts[post_mlp] if post_mlp in acts else acts[hook_name("mlp_out", l)]
-            mlp = mlp.float()
+            mlp = read(post_mlp if post_mlp in acts else hook_name("mlp_out", l))
         if by == "layer":
             out.append((f"L{l}", "layer", l, per[0] if mlp is None else per[0] + mlp))
             continue
@@ -117,11 +123,13 @@ def residual_pieces(model: HookedModel, acts: Any, layer: int, *, by: str = "hea
             out.append((lab, kind, l, piece))
         if mlp is not None:
             out.append((f"L{l}.mlp", "mlp", l, mlp))
-    resid = acts[hook_name("resid_pre", layer)].float()
-    missing = resid.clone()
+    given = acts[hook_name("resid_pre", layer)]
+    resid = given.float()
+    missing = resid.clone()  # in float16 / bfloat16: the stream's own rounding too
     for t in out:
         missing -= t[3]
-    if float(missing.abs().max()) > REMAINDER_TOL * max(1.0, float(resid.abs().max())):
+    size = float(resid.abs().max())
+    if float(missing.abs().max()) > tolerance(given.dtype, size, float32=REMAINDER_TOL):
         out.append(("remainder", "remainder", None, missing))
     return out
 
@@ -133,9 +141,10 @@ def _frozen(norm: Any, pieces: list[torch.Tensor]) -> list[torch.Tensor]:
     if gain is None:
         raise InterpError("a norm of this model is not a LayerNorm / RMSNorm with a gain")
     inv = norm.inverse_scale(sum(pieces[1:], pieces[0]))
+    gain = gain.to(inv.device)
     out = [norm.centre(p) * inv * gain for p in pieces]
     if norm.bias is not None:
-        out[-1] = out[-1] + norm.bias.float()
+        out[-1] = out[-1] + norm.bias.to(inv.device).float()
     return out
 
 

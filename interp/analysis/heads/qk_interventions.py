@@ -31,6 +31,7 @@ from interp.engine.cache import run_until
 from interp.errors import InterpError
 from interp.head_checks import check_layer_head
 from interp.hooks import head_label, hook_name
+from interp.precision import model_dtype, tolerance
 from interp.protocol import HookedModel, eval_no_grad
 from interp.runtime import runtime_of
 
@@ -116,8 +117,9 @@ def qk_interventions(
         noop = [_edit(model, att.acts, layer, head, side, None) for side in ("q", "k")]
         s0, _ = _read(model, tokens, layer, head, noop)
         cost.forward(stop=layer + 1)
-        if float((uncapped(s0) - base_s).abs().max()) > NOOP_RTOL * max(
-            1.0, float(base_s.abs().max())
+        size = float(base_s.abs().max())  # float16 / bfloat16: the check allows their rounding
+        if float((uncapped(s0) - base_s).abs().max()) > tolerance(
+            model_dtype(model), size, float32=NOOP_RTOL
         ):
             raise InterpError(
                 f"recomputing L{layer}H{head}'s hook_q / hook_k from its input does not "
@@ -190,13 +192,15 @@ def _edit(
     rt = runtime_of(model)
     lay = rt.layer(layer)
     idx = head if side == "q" else head // max(1, int(model.cfg.n_heads) // rt.n_kv_heads)
-    resid = acts[hook_name("resid_pre", layer)].float()
-    x = resid if piece is None else resid - piece
+    given = acts[hook_name("resid_pre", layer)]
+    resid = given.float()
+    x = resid if piece is None else resid - piece.to(resid.device)
     ln = model.blocks[layer].ln1 if lay.ln1 is not None else None
-    with torch.no_grad():
-        normed = ln(x.to(resid.dtype)).float() if ln is not None else x
+    with torch.no_grad():  # the norm in the model's precision, as the model runs it
+        normed = ln(x.to(given.dtype)).float() if ln is not None else x
     b = lay.b[side]
-    new = normed @ lay.W[side][idx].float() + (0.0 if b is None else b[idx].float())
+    W = lay.W[side][idx].to(normed.device).float()
+    new = normed @ W + (0.0 if b is None else b[idx].to(normed.device).float())
 
     def hook(value: torch.Tensor, hook: Any) -> torch.Tensor:
         value = value.clone()
