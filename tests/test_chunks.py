@@ -123,6 +123,23 @@ CASES = {
         "value",
     ),
     "logit_lens": (lambda m, **k: A.logit_lens(m, CLEAN, at=[5, -1], k=3, **k), "target_logp"),
+    "qk_attribution mean": (
+        lambda m, **k: A.qk_attribution(m, CLEAN, layer=1, head=1, key_positions=[2, 5], **k),
+        "value",
+    ),
+    "qk_attribution per sequence": (
+        lambda m, **k: A.qk_attribution(
+            m,
+            CLEAN,
+            layer=1,
+            head=0,
+            query_positions=[[-1]] * N,
+            contrast=(list(range(1, N + 1)), [0] * N),
+            by="head",
+            **k,
+        ),  # fmt: skip
+        "value",
+    ),
     "head_atlas": (lambda m, **k: A.head_atlas(m, CLEAN, **k), "induction"),
     "head_scores": (
         lambda m, **k: A.head_scores(m, CLEAN, loss_mask=DATA.loss_mask, **k),

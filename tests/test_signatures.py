@@ -248,6 +248,7 @@ CHUNKED = {
     "logit_lens",
     "head_scores",
     "head_atlas",
+    "qk_attribution",
     "induction_scores",
     "previous_token_scores",
     "duplicate_token_scores",

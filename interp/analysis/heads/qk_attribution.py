@@ -50,6 +50,7 @@ from interp.analysis.heads.qk_inputs import head_inputs, residual_pieces, side_p
 from interp.analysis.shapes import Tokens
 from interp.checks import check_tokens
 from interp.engine.batching import Cost
+from interp.engine.chunks import Estimate
 from interp.errors import InterpError
 from interp.head_checks import check_layer_head
 from interp.hooks import head_label, hook_name
@@ -77,7 +78,10 @@ def qk_attribution(
     contrast: Any = None,
     by: By = "component",
     cache: Any = None,
-) -> pd.DataFrame:
+    memory_budget: int | None = None,
+    progress: bool = False,
+    estimate: bool = False,
+) -> pd.DataFrame | Estimate:
     """Each (query-side piece, key-side piece) pair's exact share of a head's score.
 
     ``query_positions`` are the attending positions (default the last);
@@ -97,7 +101,10 @@ def qk_attribution(
     ``score_gap`` how far the pieces are from the model's own (module
     docstring). ``cache`` (of ``tokens``) is checked and completed; otherwise one
     forward pass, stopped after the head's layer (``forward_equivalents``: its
-    share of the model's blocks).
+    share of the model's blocks). The sequences run in chunks under ``memory_budget``
+    (:mod:`interp.engine.chunks`; rows are per sequence or means over sequences, so chunks
+    give one batch's rows); ``estimate=True`` returns the run's
+    :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for a layer or head out of range, an unknown ``by``,
@@ -107,7 +114,9 @@ def qk_attribution(
             frozen, or rows that do not reproduce the model's scores (above
             :data:`CHECK_RTOL`).
     """
-    return attribute_scores(
+    from interp.analysis.heads.qk_chunks import attribute_in_chunks
+
+    return attribute_in_chunks(
         model,
         tokens,
         layer=layer,
@@ -117,7 +126,10 @@ def qk_attribution(
         contrast=contrast,
         by=by,
         cache=cache,
-    ).table
+        memory_budget=memory_budget,
+        progress=progress,
+        estimate=estimate,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

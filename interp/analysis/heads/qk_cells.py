@@ -87,7 +87,7 @@ def _scalar(value: Any) -> bool:
     return not hasattr(value, "__iter__") or (hasattr(value, "ndim") and value.ndim == 0)
 
 
-def _nested(value: Any) -> bool:
+def per_sequence(value: Any) -> bool:
     """One list of positions per sequence (``[[q0], [q1], ...]``)?"""
     if value is None or _scalar(value):
         return False
@@ -97,7 +97,7 @@ def _nested(value: Any) -> bool:
 
 def _per_sequence(value: Any, n: int, bsz: int, what: str) -> list[list[int]]:
     """``value`` as one position list per sequence (shared positions repeated)."""
-    if not _nested(value):
+    if not per_sequence(value):
         return [read_positions(value, n, what)] * bsz
     lists = list(value)
     if len(lists) != bsz:
@@ -123,7 +123,7 @@ def plan_cells(
             query, lists of positions that are not one per sequence, or a ``contrast`` that
             is not two positions (or names the same key twice).
     """
-    per_seq = _nested(query_positions) or _nested(key_positions)
+    per_seq = per_sequence(query_positions) or per_sequence(key_positions)
     qs = _per_sequence(query_positions, n, bsz, "query_positions")
     ks = None if key_positions is None else _per_sequence(key_positions, n, bsz, "key_positions")
     if contrast is not None:
