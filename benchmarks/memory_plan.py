@@ -1,25 +1,26 @@
-"""The memory model of docs/scale.md, computed for real Llama shapes (no weights are read).
+"""Models past this machine, on paper: the toolkit's own memory model for real Llama shapes.
 
 Each model is built from its published configuration on PyTorch's ``meta``
-device (shapes only, no memory), so its parameter count is exact. Then:
+device (shapes only, no memory), so its parameter count is exact. Then the
+same functions the analyses plan their chunks with (:mod:`interp.memory`,
+:func:`interp.engine.tasks.eap_bytes`, :func:`interp.engine.chunks.plan_chunks`;
+``benchmarks/memory_model.py`` checks them against measured peaks on the
+Llama-3.2-1B shape) give, in float32 and in bfloat16:
 
-* **weights**: parameters x 4 bytes (float32) or x 2 (bfloat16 / float16);
-* **forward activations per token**: :func:`interp.memory.forward_bytes`'s model
-  (the logits, a few residual-width tensors, the MLP's hidden layer and one
-  layer's attention scores and pattern, at a context of ``--pos`` tokens),
-  at 4 bytes (its own assumption) and at 2 (bfloat16 activations);
-* **EAP per token of a prompt** (``attribute_edges(method="eap")``): the
-  senders' outputs of the base run and their differences, ``2 x senders x
-  d_model x 4`` (kept in float32 whatever the model's precision), the
-  receivers' gradients ``receivers x d_model x 4``, and the backward pass's
-  saved activations, estimated as ``(10 d_model + 4 d_mlp + 2 n_heads pos)``
-  values per layer in the model's precision (queries, keys, values, the
-  attention output and pattern, the MLP's gate, up and activation, the norms'
-  inputs); senders and receivers counted as :func:`interp.engine.graph.build_graph`
-  counts them (the embedding, every head and MLP; every query head, key/value
-  head and MLP input, and the logits).
+* the weights;
+* one forward pass's peak per prompt (:func:`interp.memory.forward_bytes`; logits at
+  the last position, as a logit-difference metric reads);
+* edge attribution's (EAP's) peak per prompt: the senders' outputs and their
+  difference, every receiver's gradient, a backward pass's activations
+  (senders and receivers counted as :func:`interp.engine.graph.build_graph`
+  counts them);
+* how many prompts an EAP chunk holds under a budget, and the chunks of a
+  dataset of ``--prompts`` prompts.
 
-    python benchmarks/memory_plan.py [--pos 2048]
+The senders' outputs and the receivers' gradients are float32 whatever the
+model's precision (the sums that must hold are accumulated in float32).
+
+    python benchmarks/memory_plan.py [--pos 128] [--prompts 64] [--budget-gib 60]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ SHAPES = {  # hidden, intermediate, layers, heads, kv heads, vocab, tied embeddi
     "Llama-3.1-8B": (4096, 14336, 32, 32, 8, 128256, False),
     "Llama-3.1-70B": (8192, 28672, 80, 64, 8, 128256, False),
 }
+GB = 1e9
 
 
 def n_params(shape: tuple) -> int:
@@ -48,29 +50,44 @@ def n_params(shape: tuple) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def row(name: str, shape: tuple, pos: int) -> dict:
+def config_model(shape: tuple, dtype: str) -> types.SimpleNamespace:
+    """A stand-in with only ``cfg``: what the memory model reads."""
+    import torch
+
+    h, i, L, H, kv, V, _ = shape
+    cfg = types.SimpleNamespace(
+        d_model=h, d_mlp=i, n_layers=L, n_heads=H, n_key_value_heads=kv, d_head=h // H,
+        d_vocab=V, gated_mlp=True, attn_only=False, dtype=getattr(torch, dtype),
+    )  # fmt: skip
+    return types.SimpleNamespace(cfg=cfg)
+
+
+def row(name: str, shape: tuple, args: argparse.Namespace, dtype: str) -> dict:
+    from interp.engine.chunks import Footprint, plan_chunks
+    from interp.engine.tasks import eap_bytes
     from interp.memory import forward_bytes
 
     h, i, L, H, kv, V, _ = shape
+    model = config_model(shape, dtype)
     n = n_params(shape)
-    cfg = types.SimpleNamespace(d_model=h, d_mlp=i, n_heads=H, d_vocab=V, attn_only=False)
-    fwd32 = forward_bytes(types.SimpleNamespace(cfg=cfg), 1, pos) / pos
-    senders = 1 + L * (H + 1)
-    receivers = L * (H + 2 * kv + 1) + 1
-    stores = (2 * senders + receivers) * h * 4
-    backward = L * (10 * h + 4 * i + 2 * H * pos) * 2
+    senders = 1 + L * (H + 1)  # the embedding, every head and MLP
+    receivers = L * (H + 2 * kv + 1) + 1  # query heads, key/value heads, MLP inputs, logits
+    eap = eap_bytes(model, senders=senders, receivers=receivers, pos=args.pos, rows=(-1,))
+    budget = int(args.budget_gib * 2**30)
+    try:
+        chunks = plan_chunks(args.prompts, Footprint(0, eap), budget=budget)
+        per_chunk, n_chunks = max(c.stop - c.start for c in chunks), len(chunks)
+    except Exception:  # noqa: BLE001 - one prompt does not fit the budget
+        per_chunk, n_chunks = 0, 0
     return {
-        "model": name,
+        "model": f"{name} {dtype}",
         "params": n,
-        "float32 GB": n * 4 / 1e9,
-        "bfloat16 GB": n * 2 / 1e9,
-        "forward MB/token f32": fwd32 / 1e6,
-        "forward MB/token bf16": fwd32 / 2e6,
-        "senders": senders,
-        "receivers": receivers,
-        "EAP stores MB/token": stores / 1e6,
-        "EAP backward MB/token bf16": backward / 1e6,
-        "EAP MB/token": (stores + backward) / 1e6,
+        "weights GB": n * (4 if dtype == "float32" else 2) / GB,
+        "forward GB / prompt": forward_bytes(model, 1, args.pos, rows=(-1,)) / GB,
+        "senders x receivers": f"{senders} x {receivers}",
+        "EAP GB / prompt": eap / GB,
+        f"EAP prompts / chunk ({args.budget_gib:g} GiB)": per_chunk,
+        f"EAP chunks of {args.prompts}": n_chunks,
     }
 
 
@@ -82,13 +99,20 @@ def _cell(v: object) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pos", type=int, default=2048, help="context length of a prompt")
+    parser.add_argument("--pos", type=int, default=128, help="tokens per prompt")
+    parser.add_argument("--prompts", type=int, default=64, help="prompts in the dataset")
+    parser.add_argument("--budget-gib", type=float, default=60.0, help="memory budget (GiB)")
     args = parser.parse_args()
-    rows = [row(name, shape, args.pos) for name, shape in SHAPES.items()]
-    print(f"context {args.pos} tokens")
-    for key in rows[0]:
-        cells = [_cell(r[key]) for r in rows]
-        print(f"| {key:28s} | " + " | ".join(f"{c:>15s}" for c in cells) + " |")
+    rows = [
+        row(name, shape, args, dtype)
+        for name, shape in SHAPES.items()
+        for dtype in ("float32", "bfloat16")
+    ]
+    print(f"{args.prompts} prompts x {args.pos} tokens, budget {args.budget_gib:g} GiB")
+    print("| " + " | ".join(rows[0]) + " |")
+    print("|" + " --- |" * len(rows[0]))
+    for r in rows:
+        print("| " + " | ".join(_cell(v) for v in r.values()) + " |")
 
 
 if __name__ == "__main__":

@@ -354,11 +354,7 @@ def edge_footprint(
     from interp.engine.edge_run import GATHER
     from interp.engine.edges import copy_bytes
     from interp.memory import (
-        HEAP_KEPT,
-        Dims,
-        backward_bytes,
         forward_bytes,
-        logit_bytes,
         stream_bytes,
     )
 
@@ -372,16 +368,7 @@ def edge_footprint(
     e = stream_bytes(model, P)  # a residual stream of the model's own
     fixed = S * R * (P if task.each else 1) * 8 * 4
     if kind in ("eap", "eap-ig"):
-        m = Dims.of(model)
-        grads = backward_bytes(model, 1, P, rows=rows)
-        backward = 2 * S * f + grads
-        read = L * (m.n_heads + 2 * m.n_kv_heads) * m.d_head * P * 4 + L * f  # q, k, v, mlp
-        # the backward's per-layer tensors stay resident beside the matrix (HEAP_KEPT)
-        kept = HEAP_KEPT * (grads - logit_bytes(model, P, rows))
-        matrix = (S + R) * f + read + (2 * L + 1) * e + kept
-        per = max(backward, matrix)
-        if kind == "eap-ig":
-            per = max(per, (S + R) * f + backward_bytes(model, 1, P, rows=rows) + 3 * e)
+        per = eap_bytes(model, senders=S, receivers=R, pos=P, rows=rows, steps=kind == "eap-ig")
         return Footprint(fixed=int(fixed), per_prompt=int(per))
     running = kind == "circuit"
     per_copy, store = copy_bytes(
@@ -396,3 +383,28 @@ def edge_footprint(
         fixed=int(fixed), per_prompt=int(held), per_copy=int(per_copy), reread=int(store),
         most_copies=max(1, int(copies)), first=int(recording),
     )  # fmt: skip
+
+
+def eap_bytes(
+    model: Any, *, senders: int, receivers: int, pos: int, rows: Any = None, steps: bool = False
+) -> int:
+    """Edge attribution's peak bytes per prompt of ``pos`` tokens (:func:`edge_footprint`'s
+    ``"eap"``; ``steps``: EAP-IG's later steps too), from the model's config alone (a model
+    object with only ``cfg`` will do: ``benchmarks/memory_plan.py`` plans 8B and 70B shapes
+    with it). ``rows`` are the logits' rows a pass unembeds."""
+    from interp.memory import HEAP_KEPT, Dims, backward_bytes, logit_bytes, stream_bytes
+
+    m = Dims.of(model)
+    S, R, L, P = int(senders), int(receivers), m.n_layers, int(pos)
+    f = stream_bytes(model, P, element=4)  # a sender's output, a receiver's gradient
+    e = stream_bytes(model, P)  # a residual stream of the model's own
+    grads = backward_bytes(model, 1, P, rows=rows)
+    backward = 2 * S * f + grads
+    read = L * (m.n_heads + 2 * m.n_kv_heads) * m.d_head * P * 4 + L * f  # q, k, v, mlp
+    # the backward's per-layer tensors stay resident beside the matrix (HEAP_KEPT)
+    kept = HEAP_KEPT * (grads - logit_bytes(model, P, rows))
+    matrix = (S + R) * f + read + (2 * L + 1) * e + kept
+    per = max(backward, matrix)
+    if steps:
+        per = max(per, (S + R) * f + grads + 3 * e)
+    return int(per)
