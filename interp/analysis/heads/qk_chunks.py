@@ -27,23 +27,26 @@ from interp.analysis.heads.qk_cells import contrast_index, per_sequence, plan_ce
 from interp.checks import check_tokens
 from interp.engine.cache import cache_rows, check_cache
 from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, plan
+from interp.errors import InterpError
 from interp.head_checks import check_layer_head
 from interp.memory import forward_bytes, stream_bytes
 from interp.protocol import HookedModel, check_model, eval_no_grad
 from interp.runtime import runtime_of
 
 
-def footprint(model: HookedModel, pos: int, layer: int) -> Footprint:
+def footprint(model: HookedModel, pos: int, layer: int, by: str) -> Footprint:
     """Per sequence: a forward pass stopped after ``layer`` (no logits), the activations it
-    keeps (each earlier head's output and MLP, the layer's input) and the pieces built from
-    them on both sides (at most one per earlier head, twice: the pieces and their normed,
-    rotated projections are of residual width or less)."""
+    keeps (each earlier layer's heads' outputs and MLP, the layer's input) and the pieces
+    built from them, twice (the pieces, then their normed copies; their projections to
+    ``d_head`` are smaller): one per earlier head and MLP (``by="head"``), per earlier
+    attention and MLP (``"component"``) or per earlier block (``"layer"``), and the
+    embeddings, bias and remainder."""
     cfg = model.cfg
-    d_vocab = int(getattr(cfg, "d_vocab_out", 0) or cfg.d_vocab)
     stream = stream_bytes(model, pos, element=4)
-    pieces = layer * (int(cfg.n_heads) + 2) + 3
-    forward = forward_bytes(model, 1, pos) - 4 * pos * d_vocab
-    return Footprint(fixed=0, per_prompt=int(forward + (2 * pieces + layer + 2) * stream))
+    per_layer = {"head": int(cfg.n_heads) + 2, "component": 2, "layer": 1}[by]
+    pieces = layer * per_layer + 3
+    forward = forward_bytes(model, 1, pos, rows=())
+    return Footprint(fixed=0, per_prompt=int(forward + (2 * pieces + 2 * layer + 2) * stream))
 
 
 def _rows_of(value: Any, sl: slice) -> Any:
@@ -73,17 +76,19 @@ def attribute_in_chunks(
         InterpError: as :func:`interp.analysis.qk_attribution`, and for a memory budget that
             cannot hold one sequence.
     """
-    from interp.analysis.heads.qk_attribution import attribute_scores
+    from interp.analysis.heads.qk_attribution import BYS, attribute_scores
 
     check_model(model)
     layer, head = check_layer_head(model, layer, head)
+    if by not in BYS:
+        raise InterpError(f"unknown by {by!r}; choose one of {', '.join(BYS)}")
     tokens = check_tokens(model, tokens)
     bsz, n = tokens.shape
     geometry = runtime_of(model).qk_geometry(layer)
     plan_cells(bsz, n, query_positions=query_positions, key_positions=key_positions,
                contrast=contrast, window=geometry.window)  # fmt: skip
     pl = plan(
-        model, bsz, n, footprint(model, n, layer), memory_budget=memory_budget,
+        model, bsz, n, footprint(model, n, layer, by), memory_budget=memory_budget,
         analysis="qk_attribution", forward_equivalents=(layer + 1) / int(model.cfg.n_layers),
         fix="use shorter prompts",
     )  # fmt: skip
