@@ -62,7 +62,7 @@ def main() -> None:
         path_patch,
     )
     from interp.analysis.circuits.edge_attribution import score_matrix
-    from interp.analysis.circuits.evaluation import top_edges
+    from interp.analysis.circuits.pruning import top_edges
     from interp.datasets import name_mover_prompts
     from interp.hooks import hook_name
     from interp.metrics import logit_diff_metric
