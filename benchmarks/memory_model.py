@@ -34,6 +34,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import scale  # noqa: E402
+import scale_calls  # noqa: E402
+import scale_child  # noqa: E402
+import scale_table  # noqa: E402
 
 TOLERANCE = 0.25  # the estimate must be within 25% of the measured peak
 MODEL = "llama-1b"
@@ -59,12 +62,12 @@ def _args(opts: Any, shrink: int, batch: int, pos: int) -> SimpleNamespace:
 
 def measure(opts: Any) -> None:
     """Every run's measurements not yet in ``--out`` (scale.py's children, one at a time)."""
-    scale.preload()
+    scale_child.preload()
     out = Path(opts.out)
     Path(opts.keep).mkdir(parents=True, exist_ok=True)
     for shrink, batch, pos in _runs(opts.sizes):
         args = _args(opts, shrink, batch, pos)
-        done = {scale._key(r) for r in scale.read_rows(out) if r.get("status") == "ok"}
+        done = {scale_table._key(r) for r in scale_table.read_rows(out) if r.get("status") == "ok"}
         folder = scale._folder(args, MODEL, Path(opts.keep))
         scale._measure_model(args, MODEL, folder, done, out)
     recompute(opts)
@@ -79,13 +82,13 @@ def _estimates_child(spec: dict[str, Any]) -> dict[str, Any]:
     model = load_model(spec["folder"], dtype="float32")
     out = {}
     for batch, pos in spec["shapes"]:
-        task = scale._task(model, {"batch": batch, "pos": pos})
+        task = scale_calls._task(model, {"batch": batch, "pos": pos})
         for name in spec["analyses"]:
-            fn, kwargs, _ = scale._call(name, model, task, Path(spec["folder"]))
+            fn, kwargs, _ = scale_calls._call(name, model, task, Path(spec["folder"]))
             if spec["memory"] is not None:
                 kwargs["memory_budget"] = spec["memory"]
             with torch.no_grad():
-                est = scale._estimate(fn, model, task["clean"], kwargs)
+                est = scale_calls._estimate(fn, model, task["clean"], kwargs)
             out[f"{batch}x{pos}:{name}"] = est
     return {"status": "ok", "estimates": out}
 
@@ -140,7 +143,7 @@ def _estimates_path(out: str) -> Path:
 def rows(opts: Any) -> list[dict[str, Any]]:
     """One row per run and analysis: measured peak, the estimate (recomputed where stored,
     else the one recorded beside the measurement) and their ratio."""
-    latest = {scale._key(r): r for r in scale.read_rows(Path(opts.out))}
+    latest = {scale_table._key(r): r for r in scale_table.read_rows(Path(opts.out))}
     store = _estimates_path(opts.out)
     saved = json.loads(store.read_text()) if store.is_file() else {}
     out = []
@@ -150,7 +153,7 @@ def rows(opts: Any) -> list[dict[str, Any]]:
                 model=MODEL, shrink=shrink, analysis=name, batch=batch, pos=pos, dtype="float32",
                 device="cpu", memory=scale.parse_bytes(opts.memory),
             )  # fmt: skip
-            r = latest.get(scale._key(common))
+            r = latest.get(scale_table._key(common))
             row: dict[str, Any] = {"shrink": shrink, "batch": batch, "pos": pos, "analysis": name}
             if r is None or r.get("status") != "ok":
                 row["status"] = "missing" if r is None else f"failed: {r.get('error')}"
@@ -207,13 +210,13 @@ def main() -> None:
     opts.sizes = [int(s) for s in opts.sizes.split(",") if s.strip()]
     opts.analyses = [a.strip() for a in opts.analyses.split(",") if a.strip()]
     for a in opts.analyses:
-        if a not in scale.ANALYSES:
+        if a not in scale_calls.ANALYSES:
             parser.error(f"unknown analysis {a!r}; choose from {', '.join(ANALYSES)}")
     if opts.table:
         print(table(opts))
         return
     if opts.estimates:
-        scale.preload()
+        scale_child.preload()
         recompute(opts)
     else:
         measure(opts)
