@@ -279,9 +279,10 @@ def score_edges(
     for every edge (0 elsewhere); ``diff`` is ``[sender, batch, pos, d_model]`` and ``G``
     the gathered gradients (:func:`receiver_gradient_matrix`).
 
-    Every receiver's gradient is gathered first and multiplied by every sender's
-    difference in one matrix product: done layer by layer the products are bound by
-    memory (each reads every sender's difference again), not by arithmetic."""
+    Every receiver's gradient is gathered first and multiplied by the senders'
+    differences in a few large products (:func:`_triangle_blocks`: each block of receivers
+    reads only the senders before it): done receiver layer by layer the products would be
+    bound by memory (each reads the senders' differences again), not by arithmetic."""
     if each:  # [sender, receiver, pos]: the same sum, each position on its own
         S, b, P, d = diff.shape
         Gp = G.to(diff.device).view(G.shape[0], b, P, d)
@@ -293,8 +294,35 @@ def score_edges(
             -1,
         ).cpu()
         return scores * torch.as_tensor(graph.valid, dtype=scores.dtype)[..., None]
-    scores = (diff.flatten(1).float() @ G.to(diff.device).T).cpu()
-    return scores * torch.as_tensor(graph.valid, dtype=scores.dtype)
+    valid = torch.as_tensor(graph.valid)
+    flat, G = diff.flatten(1), G.to(diff.device)
+    scores = torch.zeros(valid.shape, dtype=torch.float32, device=diff.device)
+    for lo, hi, n in _triangle_blocks(valid):  # each block's product reads only its senders
+        scores[:n, lo:hi] = flat[:n].float() @ G[lo:hi].T
+    return scores.cpu() * valid.to(torch.float32)
+
+
+BLOCK_ROWS = 96  # receivers per product: fewer and the products are bound by memory
+
+
+def _triangle_blocks(valid: torch.Tensor) -> list[tuple[int, int, int]]:
+    """``(first receiver, stop, senders)`` blocks of receivers, each block multiplied by
+    the prefix of senders its receivers read. A receiver reads only earlier senders, so
+    with receivers in graph order the prefixes grow and the products skip the half of the
+    ``[sender, receiver]`` matrix no edge is in; blocks of at least :data:`BLOCK_ROWS`
+    receivers keep each product bound by arithmetic. Receivers whose prefixes do not grow
+    (not graph order) are multiplied by every sender in one block."""
+    S, R = valid.shape
+    rows = torch.arange(1, S + 1)[:, None].expand(S, R)
+    n = torch.where(valid, rows, 0).amax(0).tolist()  # each receiver's prefix of senders
+    if any(b < a for a, b in zip(n, n[1:])):
+        return [(0, R, S)]
+    blocks, lo = [], 0
+    for j in range(R):
+        if j + 1 == R or (j + 1 - lo >= BLOCK_ROWS and n[j + 1] != n[j]):
+            blocks.append((lo, j + 1, max(1, n[j])))
+            lo = j + 1
+    return blocks
 
 
 def head_gradients(
