@@ -124,12 +124,12 @@ def assert_old(d):
 
 
 def test_circuit_interrupted_while_computing_keeps_the_old_files(old_outputs, monkeypatch, capsys):
-    import interp.analysis.circuits.evaluation as evaluation
+    import interp.analysis.circuits.search as search
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(evaluation, "find_circuit", interrupted)
+    monkeypatch.setattr(search, "find_circuit", interrupted)
     d, argv = old_outputs
     assert main(argv) == 130
     assert "interrupted" in capsys.readouterr().err

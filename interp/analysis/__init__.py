@@ -94,7 +94,7 @@ _EXPORTS = {
     "edge_agreement": "interp.analysis.circuits.edge_attribution",
     "evaluate_circuit": "interp.analysis.circuits.evaluation",
     "circuit_curve": "interp.analysis.circuits.evaluation",
-    "find_circuit": "interp.analysis.circuits.evaluation",
+    "find_circuit": "interp.analysis.circuits.search",
     "logit_lens": "interp.analysis.components.lens",
     "read_fraction": "interp.analysis.heads.null_probe",
 }

@@ -237,7 +237,7 @@ def run_circuit(args: argparse.Namespace) -> int:
 
     from interp.analysis.circuits.circuit import circuit_graph
     from interp.analysis.circuits.edge_attribution import attribute_edges
-    from interp.analysis.circuits.evaluation import find_circuit
+    from interp.analysis.circuits.search import find_circuit
 
     model = load(args)
     clean, corrupted, metric, what = _task(args, model)

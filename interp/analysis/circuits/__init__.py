@@ -1,2 +1,3 @@
 """Edges between components: circuits and their forms, path patching, edge attribution
-(EAP, EAP-IG, exact), circuit evaluation, and the default circuit task."""
+(EAP, EAP-IG, exact), circuit evaluation, the smallest circuit reaching a target, and the default
+circuit task."""

@@ -30,7 +30,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -39,12 +38,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.analysis.circuits.circuit import Circuit, edge_mask, position_edge_mask
+from interp.analysis.circuits.circuit import edge_mask, position_edge_mask
 from interp.analysis.circuits.edge_attribution import score_matrix
-from interp.analysis.circuits.pruning import prune, top_edges
+from interp.analysis.circuits.pruning import top_edges
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
-from interp.checks import check_finite, check_int, check_seed
+from interp.checks import check_int, check_seed
 from interp.engine.batching import check_work
 from interp.engine.chunks import Estimate, Plan, WeightedMean, plan
 from interp.engine.direction import check_span
@@ -53,12 +52,12 @@ from interp.engine.tasks import EdgeTask, begin, check, chunk_tasks, edge_footpr
 from interp.errors import InterpError
 from interp.metrics import Metric
 from interp.precision import model_dtype
-from interp.protocol import HookedModel, model_name, positions_label
+from interp.protocol import HookedModel, positions_label
 
 Ablation = Literal["patch", "zero", "mean", "resample"]
 
 
-def _check(
+def check_circuit(
     model: HookedModel, tokens: Any, corrupted_tokens: Any, metric: Any, ablation: str,
     seed: Any, positions: Any = None, each_for: str | None = None,
 ) -> EdgeTask:  # fmt: skip
@@ -70,12 +69,12 @@ def _check(
     )  # fmt: skip
 
 
-def _begin(task: EdgeTask, cache: Any) -> EdgeTask:
+def begin_circuit(task: EdgeTask, cache: Any) -> EdgeTask:
     """The task's first passes; the base metric from a plain pass."""
     return begin(task, cache=cache, base_pass="metric")
 
 
-def _corrupted(prep: EdgeTask, *, check: bool = True) -> float:
+def corrupted_metric(prep: EdgeTask, *, check: bool = True) -> float:
     """The metric with every edge replaced (with a corrupted prompt: the corrupted run's,
     from the pass that gave its outputs; else one circuit pass), refused when it equals the
     clean metric (``check``; a chunk's is checked once every chunk is in)."""
@@ -88,8 +87,9 @@ def _corrupted(prep: EdgeTask, *, check: bool = True) -> float:
     return corrupted
 
 
-def _faith(value: float, clean: float, corrupted: float) -> float:
-    return (value - corrupted) / (clean - corrupted)  # _corrupted refused equal runs
+def faithfulness_of(value: float, clean: float, corrupted: float) -> float:
+    """``(value - corrupted) / (clean - corrupted)``: 1 at the clean metric, 0 at the corrupted."""
+    return (value - corrupted) / (clean - corrupted)  # corrupted_metric refused equal runs
 
 
 def evaluate_circuit(
@@ -130,7 +130,7 @@ def evaluate_circuit(
             that do not pair up, a metric that needs an LM head the model lacks,
             or a cache of other tokens.
     """
-    task = _check(model, tokens, corrupted_tokens, metric, ablation, seed, positions,
+    task = check_circuit(model, tokens, corrupted_tokens, metric, ablation, seed, positions,
                   "evaluate_circuit")  # fmt: skip
     graph = task.graph
     if task.each:
@@ -140,7 +140,7 @@ def evaluate_circuit(
     else:
         valid = graph.valid
         keep = valid.copy() if edges is None else edge_mask(graph, edges)
-    values, clean, corrupted, pl = _measure(
+    values, clean, corrupted, pl = measure_circuits(
         task, [valid & ~keep], cache=cache, memory_budget=memory_budget, progress=progress,
         estimate=estimate, analysis="evaluate_circuit",
     )  # fmt: skip
@@ -155,7 +155,7 @@ def evaluate_circuit(
                 "metric": value,
                 "clean": clean,
                 "corrupted": corrupted,
-                "faithfulness": _faith(value, clean, corrupted),
+                "faithfulness": faithfulness_of(value, clean, corrupted),
             }
         ]
     )
@@ -163,7 +163,7 @@ def evaluate_circuit(
     return df
 
 
-def _measure(
+def measure_circuits(
     task: EdgeTask,
     masks: Sequence[np.ndarray],
     *,
@@ -193,8 +193,8 @@ def _measure(
         return [], math.nan, math.nan, pl
     values, clean, corrupted = WeightedMean(), WeightedMean(), WeightedMean()
     for sub, checked, w in chunk_tasks(task, pl, cache=cache, progress=progress, desc=analysis):
-        prep = _begin(sub, checked)
-        corrupted.add(_corrupted(prep, check=not pl.split), w)
+        prep = begin_circuit(sub, checked)
+        corrupted.add(corrupted_metric(prep, check=not pl.split), w)
         values.add(np.asarray(evaluate_masks(
             prep, masks, progress=progress and not pl.split, desc=analysis,
         ), dtype=float), w)  # fmt: skip
@@ -263,7 +263,7 @@ def circuit_curve(
         InterpError: as :func:`evaluate_circuit`, for sizes out of range, or
             scores of another graph.
     """
-    task = _check(model, tokens, corrupted_tokens, metric, ablation, seed)
+    task = check_circuit(model, tokens, corrupted_tokens, metric, ablation, seed)
     graph = task.graph
     sc = score_matrix(graph, scores)
     scored = int((~np.isnan(sc)).sum())
@@ -301,7 +301,7 @@ def circuit_curve(
             pick[rng.choice(valid_idx, size=n, replace=False)] = True
             rows.append({"kind": "random", "draw": d, "n_edges": n})
             masks.append(graph.valid & ~pick.reshape(graph.valid.shape))
-    values, clean, corrupted, pl = _measure(
+    values, clean, corrupted, pl = measure_circuits(
         task, masks, cache=cache, memory_budget=memory_budget, progress=progress,
         estimate=estimate, analysis="circuit_curve",
     )  # fmt: skip
@@ -310,125 +310,8 @@ def circuit_curve(
     df = pd.DataFrame(rows)
     df["fraction_of_edges"] = df["n_edges"] / graph.n_edges
     df["metric"] = values
-    df["faithfulness"] = [_faith(v, clean, corrupted) for v in values]
+    df["faithfulness"] = [faithfulness_of(v, clean, corrupted) for v in values]
     df.attrs.update(_attrs(model, task, "circuit_curve", pl))
     df.attrs["seed"] = task.seed  # the random circuits' draws
     df.attrs.update(clean=clean, corrupted=corrupted, circuits=len(masks))
     return df
-
-
-def find_circuit(
-    model: HookedModel,
-    tokens: Tokens,
-    *,
-    scores: Any,
-    metric: Metric | Callable[[torch.Tensor, torch.Tensor], Any],
-    corrupted_tokens: Tokens | None = None,
-    target: float = 0.8,
-    bracket: tuple[int, int] | None = None,
-    ablation: Ablation = "patch",
-    cache: Any = None,
-    seed: int = 0,
-    memory_budget: int | None = None,
-    progress: bool = False,
-    estimate: bool = False,
-) -> Circuit | Estimate:
-    """The smallest top-``n`` circuit (by ``|score|``, then pruned to edges connected to both
-    the input and the logits) whose exact faithfulness reaches ``target``.
-
-    ``n`` is found by doubling, then bisection, every candidate measured
-    exactly (faithfulness need not grow with ``n``; the answer is the smallest
-    ``n`` this search verified). ``bracket=(lo, hi)`` starts the bisection
-    there instead, ``hi`` a size known to reach the target (say the first
-    point of a :func:`circuit_curve` that does, ``lo`` the one before), so a
-    dip in faithfulness between doublings is not mistaken for the answer.
-    ``cache`` (of the clean tokens) is checked. When the prompts need several chunks
-    under ``memory_budget`` (:mod:`interp.engine.chunks`), each candidate is measured over
-    every chunk, its baselines run again; ``estimate=True`` returns the run's
-    :class:`~interp.engine.chunks.Estimate` (about two candidates per doubling of ``n``)
-    instead. The :class:`Circuit`'s ``info`` records its faithfulness, size, fraction
-    of all edges, the target, the evaluations and how scores were made;
-    ``circuit.save(path)`` writes it as JSON.
-
-    Raises:
-        InterpError: as :func:`circuit_curve`, for a target outside (0, 1], or
-            when even the whole graph does not reach it, or a ``bracket`` whose
-            ``hi`` does not.
-    """
-    task = _check(model, tokens, corrupted_tokens, metric, ablation, seed)
-    target = check_finite(target, "target")
-    if not 0 < target <= 1:
-        raise InterpError(f"target must be in (0, 1], got {target}")
-    graph = task.graph
-    sc = score_matrix(graph, scores)
-    lo, hi = 0, 1
-    if bracket is not None:
-        lo, hi = (check_int(n, "bracket", minimum=0) for n in bracket)
-        if not lo < hi <= graph.n_edges:
-            raise InterpError(f"bracket must be (lo, hi), 0 <= lo < hi <= {graph.n_edges}")
-    evaluations = 2 * max(1, math.ceil(math.log2(max(2, graph.n_edges))))
-    pl = plan(
-        model, *task.tokens.shape, edge_footprint(task, "circuit"), memory_budget=memory_budget,
-        analysis="find_circuit", forward_equivalents=0.0, fix="use shorter prompts",
-    )  # fmt: skip
-    per = 3 + (1 if ablation != "patch" else 0) if pl.split else 1  # a candidate's passes
-    work = 3 + evaluations * per
-    if estimate:
-        return dataclasses.replace(pl.estimate, forward_equivalents=float(work))
-    tried: dict[int, tuple[float, np.ndarray]] = {}
-    if pl.split:
-        clean = corrupted = math.nan
-
-        def measure(mask: np.ndarray) -> float:
-            nonlocal clean, corrupted
-            (value,), clean, corrupted, _ = _measure(
-                task, [mask], cache=cache, memory_budget=memory_budget, progress=progress,
-                estimate=False, analysis="find_circuit",
-            )  # fmt: skip
-            return _faith(value, clean, corrupted)
-    else:
-        prep = _begin(task, cache)
-        clean, corrupted = prep.base_value, _corrupted(prep)
-
-        def measure(mask: np.ndarray) -> float:
-            return _faith(evaluate_masks(prep, [mask])[0], clean, corrupted)
-
-    def faith(n: int) -> float:
-        if n not in tried:
-            keep = prune(graph, top_edges(sc, n))
-            tried[n] = (measure(graph.valid & ~keep), keep)
-        return tried[n][0]
-
-    if bracket is not None and faith(hi) < target:
-        raise InterpError(
-            f"the bracket's top-{hi} circuit reaches only {faith(hi):.3f}, below {target}"
-        )
-    while faith(hi) < target:
-        if hi >= graph.n_edges:
-            raise InterpError(
-                f"no circuit reaches faithfulness {target}: every edge gives "
-                f"{faith(graph.n_edges):.3f}"
-            )
-        lo, hi = hi, min(graph.n_edges, hi * 2)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if faith(mid) >= target:
-            hi = mid
-        else:
-            lo = mid
-    value, keep = tried[hi]
-    info = {
-        "model": model_name(model),
-        "target": target,
-        "top_n": hi,
-        "n_edges": int(keep.sum()),
-        "fraction_of_edges": float(keep.sum() / graph.n_edges),
-        "faithfulness": value,
-        "clean": clean,
-        "corrupted": corrupted,
-        "ablation": ablation,
-        "metric": task.metric.name,
-        "evaluations": {str(n): round(f, 6) for n, (f, _) in sorted(tried.items())},
-        "scores": getattr(scores, "attrs", {}).get("method", "given"),
-    }
-    return Circuit(graph=graph, mask=keep, scores=sc, info=info)

@@ -3,7 +3,7 @@
 :func:`top_edges` takes the ``n`` edges with the largest ``|score|``;
 :func:`prune` drops those that cannot carry information from the input to the
 logits through the circuit's own edges (a key/value head feeds every query head
-of its group). :func:`interp.analysis.circuits.evaluation.find_circuit` and
+of its group). :func:`interp.analysis.circuits.search.find_circuit` and
 :func:`~interp.analysis.circuits.evaluation.circuit_curve` build their circuits
 with them.
 

@@ -38,8 +38,9 @@ import pandas as pd
 
 from interp.analysis.circuits.circuit import circuit_graph
 from interp.analysis.circuits.edge_attribution import attribute_edges, edge_agreement
-from interp.analysis.circuits.evaluation import circuit_curve, evaluate_circuit, find_circuit
+from interp.analysis.circuits.evaluation import circuit_curve, evaluate_circuit
 from interp.analysis.circuits.paths import path_patch
+from interp.analysis.circuits.search import find_circuit
 from interp.analysis.circuits.task import Task, circuit_task
 from interp.errors import InterpError
 from interp.labs.common import load, progress_bar

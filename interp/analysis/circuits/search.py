@@ -1,0 +1,168 @@
+"""The smallest circuit that reaches a faithfulness target, every candidate measured exactly.
+
+Candidates are the top-``n`` edges by ``|score|`` (any scores: EAP, EAP-IG, exact),
+pruned to edges connected to both the input and the logits
+(:mod:`interp.analysis.circuits.pruning`); each is evaluated as
+:func:`~interp.analysis.circuits.evaluation.evaluate_circuit` does, and ``n`` is
+found by doubling, then bisection.
+
+Example:
+    >>> import torch
+    >>> from interp.models import load_model
+    >>> from interp.metrics import logit_diff_metric
+    >>> model = load_model("induction-2l")
+    >>> clean = torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]])
+    >>> corrupted = torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]])
+    >>> m = logit_diff_metric(8, 9)
+    >>> scores = attribute_edges(model, clean, corrupted_tokens=corrupted, metric=m)
+    >>> circuit = find_circuit(model, clean, scores=scores, metric=m, corrupted_tokens=corrupted)
+    >>> circuit.info["faithfulness"] >= 0.8
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from interp.analysis.circuits.circuit import Circuit
+from interp.analysis.circuits.edge_attribution import attribute_edges, score_matrix  # noqa: F401
+from interp.analysis.circuits.evaluation import (
+    Ablation,
+    begin_circuit,
+    check_circuit,
+    corrupted_metric,
+    faithfulness_of,
+    measure_circuits,
+)
+from interp.analysis.circuits.pruning import prune, top_edges
+from interp.analysis.shapes import Tokens
+from interp.checks import check_finite, check_int
+from interp.engine.chunks import Estimate, plan
+from interp.engine.edges import evaluate_masks
+from interp.engine.tasks import edge_footprint
+from interp.errors import InterpError
+from interp.metrics import Metric
+from interp.protocol import HookedModel, model_name
+
+
+def find_circuit(
+    model: HookedModel,
+    tokens: Tokens,
+    *,
+    scores: Any,
+    metric: Metric | Callable[[torch.Tensor, torch.Tensor], Any],
+    corrupted_tokens: Tokens | None = None,
+    target: float = 0.8,
+    bracket: tuple[int, int] | None = None,
+    ablation: Ablation = "patch",
+    cache: Any = None,
+    seed: int = 0,
+    memory_budget: int | None = None,
+    progress: bool = False,
+    estimate: bool = False,
+) -> Circuit | Estimate:
+    """The smallest top-``n`` circuit (by ``|score|``, then pruned to edges connected to both
+    the input and the logits) whose exact faithfulness reaches ``target``.
+
+    ``n`` is found by doubling, then bisection, every candidate measured
+    exactly (faithfulness need not grow with ``n``; the answer is the smallest
+    ``n`` this search verified). ``bracket=(lo, hi)`` starts the bisection
+    there instead, ``hi`` a size known to reach the target (say the first
+    point of a :func:`circuit_curve` that does, ``lo`` the one before), so a
+    dip in faithfulness between doublings is not mistaken for the answer.
+    ``cache`` (of the clean tokens) is checked. When the prompts need several chunks
+    under ``memory_budget`` (:mod:`interp.engine.chunks`), each candidate is measured over
+    every chunk, its baselines run again; ``estimate=True`` returns the run's
+    :class:`~interp.engine.chunks.Estimate` (about two candidates per doubling of ``n``)
+    instead. The :class:`Circuit`'s ``info`` records its faithfulness, size, fraction
+    of all edges, the target, the evaluations and how scores were made;
+    ``circuit.save(path)`` writes it as JSON.
+
+    Raises:
+        InterpError: as :func:`circuit_curve`, for a target outside (0, 1], or
+            when even the whole graph does not reach it, or a ``bracket`` whose
+            ``hi`` does not.
+    """
+    task = check_circuit(model, tokens, corrupted_tokens, metric, ablation, seed)
+    target = check_finite(target, "target")
+    if not 0 < target <= 1:
+        raise InterpError(f"target must be in (0, 1], got {target}")
+    graph = task.graph
+    sc = score_matrix(graph, scores)
+    lo, hi = 0, 1
+    if bracket is not None:
+        lo, hi = (check_int(n, "bracket", minimum=0) for n in bracket)
+        if not lo < hi <= graph.n_edges:
+            raise InterpError(f"bracket must be (lo, hi), 0 <= lo < hi <= {graph.n_edges}")
+    evaluations = 2 * max(1, math.ceil(math.log2(max(2, graph.n_edges))))
+    pl = plan(
+        model, *task.tokens.shape, edge_footprint(task, "circuit"), memory_budget=memory_budget,
+        analysis="find_circuit", forward_equivalents=0.0, fix="use shorter prompts",
+    )  # fmt: skip
+    per = 3 + (1 if ablation != "patch" else 0) if pl.split else 1  # a candidate's passes
+    work = 3 + evaluations * per
+    if estimate:
+        return dataclasses.replace(pl.estimate, forward_equivalents=float(work))
+    tried: dict[int, tuple[float, np.ndarray]] = {}
+    if pl.split:
+        clean = corrupted = math.nan
+
+        def measure(mask: np.ndarray) -> float:
+            nonlocal clean, corrupted
+            (value,), clean, corrupted, _ = measure_circuits(
+                task, [mask], cache=cache, memory_budget=memory_budget, progress=progress,
+                estimate=False, analysis="find_circuit",
+            )  # fmt: skip
+            return faithfulness_of(value, clean, corrupted)
+    else:
+        prep = begin_circuit(task, cache)
+        clean, corrupted = prep.base_value, corrupted_metric(prep)
+
+        def measure(mask: np.ndarray) -> float:
+            return faithfulness_of(evaluate_masks(prep, [mask])[0], clean, corrupted)
+
+    def faith(n: int) -> float:
+        if n not in tried:
+            keep = prune(graph, top_edges(sc, n))
+            tried[n] = (measure(graph.valid & ~keep), keep)
+        return tried[n][0]
+
+    if bracket is not None and faith(hi) < target:
+        raise InterpError(
+            f"the bracket's top-{hi} circuit reaches only {faith(hi):.3f}, below {target}"
+        )
+    while faith(hi) < target:
+        if hi >= graph.n_edges:
+            raise InterpError(
+                f"no circuit reaches faithfulness {target}: every edge gives "
+                f"{faith(graph.n_edges):.3f}"
+            )
+        lo, hi = hi, min(graph.n_edges, hi * 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if faith(mid) >= target:
+            hi = mid
+        else:
+            lo = mid
+    value, keep = tried[hi]
+    info = {
+        "model": model_name(model),
+        "target": target,
+        "top_n": hi,
+        "n_edges": int(keep.sum()),
+        "fraction_of_edges": float(keep.sum() / graph.n_edges),
+        "faithfulness": value,
+        "clean": clean,
+        "corrupted": corrupted,
+        "ablation": ablation,
+        "metric": task.metric.name,
+        "evaluations": {str(n): round(f, 6) for n, (f, _) in sorted(tried.items())},
+        "scores": getattr(scores, "attrs", {}).get("method", "given"),
+    }
+    return Circuit(graph=graph, mask=keep, scores=sc, info=info)
