@@ -49,6 +49,7 @@ def main() -> None:
         def wrapper(*a, **k):
             t = time.perf_counter()
             out = f(*a, **k)
+            sync()
             times[name] += time.perf_counter() - t
             return out
 
@@ -56,15 +57,17 @@ def main() -> None:
 
     for name in ("receiver_gradients", "receiver_gradient_matrix", "score_edges", "_table"):
         timed(name)
+    sync = torch.cuda.synchronize if task["clean"].is_cuda else (lambda: None)
     clean, kw = task["clean"], dict(corrupted_tokens=task["corrupted"], metric=task["metric"])
     with torch.no_grad():
         model(clean)
-        fwd = min(_time(lambda: model(clean)) for _ in range(2))
+        fwd = min(_time(lambda: model(clean), sync) for _ in range(2))
     print(f"forward {fwd:.2f} s")
     A.attribute_edges(model, clean, **kw)  # first call: the once-per-model probe
     times.clear()
     t = time.perf_counter()
     df = A.attribute_edges(model, clean, **kw)
+    sync()
     total = time.perf_counter() - t
     print(f"EAP (second call) {total:.2f} s = {total / fwd:.2f} x forward; {len(df):,} edges")
     for k, v in times.items():
@@ -79,15 +82,18 @@ def main() -> None:
             logits = model.run_with_hooks(
                 clean, fwd_hooks=[("hook_embed", lambda x, hook: x.detach().requires_grad_())]
             )
+            sync()
             t1 = time.perf_counter()
             task["metric"](logits, clean).backward()
+            sync()
             t2 = time.perf_counter()
     print(f"plain forward with grad {(t1 - t) / fwd:.2f}, backward {(t2 - t1) / fwd:.2f} x forward")
 
 
-def _time(f) -> float:
+def _time(f, sync) -> float:
     t = time.perf_counter()
     f()
+    sync()
     return time.perf_counter() - t
 
 

@@ -24,7 +24,7 @@ def test_blocked_products_equal_the_dense_product(monkeypatch):
     for lo, hi, n in blocks:  # no block drops a sender one of its receivers reads
         assert not valid[n:, lo:hi].any()
     got = gradients.score_edges(graph, G, diff)
-    assert (got - dense).abs().max() <= 1e-6 * dense.abs().max()  # summation order only
+    assert (got - dense).abs().max() <= 1e-5 * dense.abs().max()  # summation order only
 
 
 def test_receivers_out_of_graph_order_take_one_dense_block():

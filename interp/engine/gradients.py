@@ -7,7 +7,8 @@ own input. One ordinary backward pass gives the gradients at ``hook_q`` /
 layer's norm (:meth:`interp.runtime.Norm.vjp`) to the residual stream the
 receiver reads, so nothing is recomputed in the forward pass.
 :func:`score_edges` multiplies every sender's output difference by every
-receiver's gradient in one matrix product.
+receiver's gradient in a few large products, blocks of receivers each reading
+only the senders before them.
 
 Head attribution (:func:`head_gradients`) takes ``dM/dz`` at each head's
 ``hook_z`` (and ``dM/dA`` at attention patterns for AtP*'s QK fix) from the
@@ -295,10 +296,10 @@ def score_edges(
         ).cpu()
         return scores * torch.as_tensor(graph.valid, dtype=scores.dtype)[..., None]
     valid = torch.as_tensor(graph.valid)
-    flat, G = diff.flatten(1), G.to(diff.device)
+    flat, G = diff.flatten(1).float(), G.to(diff.device)
     scores = torch.zeros(valid.shape, dtype=torch.float32, device=diff.device)
     for lo, hi, n in _triangle_blocks(valid):  # each block's product reads only its senders
-        scores[:n, lo:hi] = flat[:n].float() @ G[lo:hi].T
+        scores[:n, lo:hi] = flat[:n] @ G[lo:hi].T
     return scores.cpu() * valid.to(torch.float32)
 
 

@@ -1,4 +1,5 @@
-"""Circuits measured exactly: faithfulness of a set of edges, curves, and the smallest circuit.
+"""Circuits measured exactly: faithfulness of a set of edges, and curves of it by size
+(the smallest circuit reaching a target: :mod:`interp.analysis.circuits.search`).
 
 A circuit is a set of edges (:mod:`interp.analysis.circuits.circuit`). To
 evaluate it, run the clean prompt once with every edge *outside* the circuit

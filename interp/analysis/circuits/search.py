@@ -73,9 +73,9 @@ def find_circuit(
     ``n`` is found by doubling, then bisection, every candidate measured
     exactly (faithfulness need not grow with ``n``; the answer is the smallest
     ``n`` this search verified). ``bracket=(lo, hi)`` starts the bisection
-    there instead, ``hi`` a size known to reach the target (say the first
-    point of a :func:`circuit_curve` that does, ``lo`` the one before), so a
-    dip in faithfulness between doublings is not mistaken for the answer.
+    there instead, ``hi`` a size known to reach the target (say the first point of a
+    :func:`~interp.analysis.circuits.evaluation.circuit_curve` that does, ``lo`` the one
+    before), so a dip in faithfulness between doublings is not mistaken for the answer.
     ``cache`` (of the clean tokens) is checked. When the prompts need several chunks
     under ``memory_budget`` (:mod:`interp.engine.chunks`), each candidate is measured over
     every chunk, its baselines run again; ``estimate=True`` returns the run's
@@ -85,9 +85,9 @@ def find_circuit(
     ``circuit.save(path)`` writes it as JSON.
 
     Raises:
-        InterpError: as :func:`circuit_curve`, for a target outside (0, 1], or
-            when even the whole graph does not reach it, or a ``bracket`` whose
-            ``hi`` does not.
+        InterpError: as :func:`~interp.analysis.circuits.evaluation.circuit_curve`, for a
+            target outside (0, 1], or when even the whole graph does not reach it, or a
+            ``bracket`` whose ``hi`` does not.
     """
     task = check_circuit(model, tokens, corrupted_tokens, metric, ablation, seed)
     target = check_finite(target, "target")
