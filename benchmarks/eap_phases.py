@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _util import best_time  # noqa: E402
 
 
 def main() -> None:
@@ -61,7 +62,7 @@ def main() -> None:
     clean, kw = task["clean"], dict(corrupted_tokens=task["corrupted"], metric=task["metric"])
     with torch.no_grad():
         model(clean)
-        fwd = min(_time(lambda: model(clean), sync) for _ in range(2))
+        fwd = best_time(lambda: (model(clean), sync()), repeat=2)
     print(f"forward {fwd:.2f} s")
     A.attribute_edges(model, clean, **kw)  # first call: the once-per-model probe
     times.clear()
@@ -88,13 +89,6 @@ def main() -> None:
             sync()
             t2 = time.perf_counter()
     print(f"plain forward with grad {(t1 - t) / fwd:.2f}, backward {(t2 - t1) / fwd:.2f} x forward")
-
-
-def _time(f, sync) -> float:
-    t = time.perf_counter()
-    f()
-    sync()
-    return time.perf_counter() - t
 
 
 if __name__ == "__main__":
