@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import operator
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -194,10 +195,48 @@ def check_mask(
     return mask.to(tokens.device)
 
 
+def position_index(value: Any, n: int, name: str = "position") -> int:
+    """One position (an int, negative from the end) as an index into ``n`` positions, by the
+    one integer rule (:func:`check_int`: numpy and torch integers accepted; floats, bools and
+    strings refused, never rounded).
+
+    Example:
+        >>> position_index(-1, 6), position_index(2, 6)
+        (5, 2)
+
+    Raises:
+        InterpError: for a non-integer, or a position outside ``-n .. n - 1``.
+    """
+    if isinstance(value, (str, bytes)):
+        raise InterpError(f"{name} must be an integer position, got the string {value!r}")
+    if isinstance(value, Iterable) and not _zero_dim(value):
+        raise InterpError(f"{name} must be one integer position, got {value!r}")
+    p = check_int(value, name)
+    if not -n <= p < n:
+        raise InterpError(f"{name} {p} is out of range for {n} positions (use -{n}..{n - 1})")
+    return p % n
+
+
+def _zero_dim(value: Any) -> bool:
+    return getattr(value, "ndim", None) == 0
+
+
+def warn_duplicates(given: Sequence[int], name: str) -> None:
+    """Warn (as for duplicate heads) when positions name one index more than once."""
+    dupes = sorted(p for p, count in Counter(given).items() if count > 1)
+    if dupes:
+        warnings.warn(
+            f"duplicate {name} {dupes} were given more than once (after counting negative "
+            "positions from the end); each is used once",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
 def position_mask(n: int, positions: Any, *, name: str = "positions") -> Any:
     """``positions`` (ints, negative from the end, or a ``[pos]`` bool mask) as a ``[pos]`` mask.
 
-    ``None`` stays ``None`` (every position).
+    ``None`` stays ``None`` (every position); duplicates collapse with a warning.
 
     Raises:
         InterpError: for an empty selection, non-integers, out-of-range
@@ -227,6 +266,7 @@ def position_mask(n: int, positions: Any, *, name: str = "positions") -> Any:
     bad = [p for p in idx if not -n <= p < n]
     if bad:
         raise InterpError(f"{name} {bad} out of range for sequences of length {n}")
+    warn_duplicates([p % n for p in idx], name)
     mask = torch.zeros(n, dtype=torch.bool)
     mask[[p % n for p in idx]] = True
     return mask
@@ -265,12 +305,17 @@ def token_id(value: Any, tokenizer: Any, *, name: str = "token") -> int:
     return check_int(value, name, minimum=0)
 
 
-def check_not_padding(model: Any, tokens: torch.Tensor, read: Sequence[int], name: str) -> None:
+def check_not_padding(
+    model: Any, tokens: torch.Tensor, read: Sequence[int], name: str, *, first: int = 0
+) -> None:
     """Refuse reading a position that is right padding: a run of the tokenizer's pad token
     at the end of a sequence (no attention mask is passed to the model, so what it
     predicts there is the padding's, not the prompt's). When the pad token is also the
     end-of-text token, one such token at the end may be content: that is warned about,
     two or more are refused.
+
+    ``first`` is the index of ``tokens``' first sequence in the caller's batch (for the
+    message).
 
     Raises:
         InterpError: naming the sequence, the position and the fix.
@@ -290,9 +335,9 @@ def check_not_padding(model: Any, tokens: torch.Tensor, read: Sequence[int], nam
         if not 0 < run < n or not hit:
             continue
         message = (
-            f"sequence {row} is right-padded: {name} reads position {hit[0]}, which holds the "
-            f"pad token ({pad}); pad on the left (tokenizer.padding_side = 'left') or give "
-            "prompts of one length"
+            f"sequence {first + row} is right-padded: {name} reads position {hit[0]}, which "
+            f"holds the pad token ({pad}); pad on the left (tokenizer.padding_side = 'left') or "
+            "give prompts of one length"
         )
         if shared and run == 1:
             warnings.warn(message + " (it is also the end-of-text token: ignore this if it is "

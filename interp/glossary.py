@@ -14,6 +14,15 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from interp.errors import InterpError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
 GLOSSARY: dict[str, str] = {
     "model": "a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights "
     "(``interp.protocol.HookedModel``)",
@@ -134,3 +143,46 @@ def rst() -> str:
         lines.append(", ".join(f"``{w.strip()}``" for w in key.split(",")))
         lines.append(f"    {meaning}")
     return "\n".join(lines)
+
+
+def retired_words(**renamed: str) -> Callable[[F], F]:
+    """Decorate a public function so that its parameters' old names get an
+    :class:`~interp.errors.InterpError` naming the word the vocabulary uses now, not a raw
+    ``TypeError``: ``renamed`` maps this function's own old names to their new ones
+    (``method="ablation"``: ``method`` meant the ablation before it meant how a number is
+    computed), and every word of :data:`RETIRED` the function does not take is covered too.
+    The signature shown by ``help`` and :mod:`inspect` is the function's own.
+
+    Example:
+        >>> @retired_words(positions="at")
+        ... def read(*, at=-1):
+        ...     return at
+        >>> read(positions=3)
+        Traceback (most recent call last):
+        ...
+        interp.errors.InterpError: read() takes at= now (positions= was its old name); pass at=3
+
+    Raises:
+        InterpError: (from the decorated function) for a retired parameter name.
+    """
+
+    def wrap(fn: F) -> F:
+        params = set(inspect.signature(fn).parameters)
+        table = {w: RETIRED[w] for w in RETIRED if w not in params}
+        table.update({old: new for old, new in renamed.items() if old not in params})
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for old in kwargs.keys() & table.keys():
+                new = table[old]
+                if new.isidentifier():
+                    message = f"takes {new}= now ({old}= was its old name); pass {new}="
+                    message += repr(kwargs[old])
+                else:
+                    message = f"has no {old}= (the vocabulary retired the word): use {new}"
+                raise InterpError(f"{fn.__name__}() {message}")
+            return fn(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return wrap

@@ -23,37 +23,66 @@ from interp.errors import InterpError
 from interp.protocol import model_cfg
 
 
-def check_layer_head(model: Any, layer: Any, head: Any = None) -> tuple[int, int | None]:
-    """``(layer, head)`` as ints, raising unless they index into the model.
+def check_layer(model: Any, layer: Any) -> int:
+    """``layer`` as an int, raising unless it indexes into the model.
 
-    numpy and torch integers are accepted; floats and bools are not.
+    numpy and torch integers are accepted; floats, bools and ``None`` are not.
+
+    Example:
+        >>> from interp.protocol import Sizes
+        >>> check_layer(Sizes(n_layers=2, n_heads=4), 1)
+        1
 
     Raises:
-        InterpError: for a layer or head that is not an integer (a type error,
-            e.g. ``"1"``), or one out of range.
+        InterpError: for a layer that is not an integer (a type error, e.g. ``"1"``), or
+            one out of range.
     """
     cfg = model_cfg(model)
-    for what, value in (("layer", layer), ("head", head)):
-        if what == "head" and value is None:
-            continue
-        if isinstance(value, bool) or not _is_int(value):
-            raise InterpError(
-                f"{what} must be an integer, got {type(value).__name__} {value!r}"
-                + (
-                    f"; pass {what}={value.strip()}"
-                    if isinstance(value, str) and value.strip().isdigit()
-                    else ""
-                )
-            )
+    _check_integer("layer", layer)
     if not 0 <= int(layer) < cfg.n_layers:
         raise InterpError(
             f"layer {_show(layer)} out of range: the model has layers 0..{cfg.n_layers - 1}"
         )
-    if head is not None and not 0 <= int(head) < cfg.n_heads:
+    return int(layer)
+
+
+def check_layer_head(model: Any, layer: Any, head: Any) -> tuple[int, int]:
+    """``(layer, head)`` as ints, raising unless both are given and index into the model:
+    the one check of every tool that reads one head.
+
+    numpy and torch integers are accepted; floats, bools and ``None`` are not.
+
+    Example:
+        >>> from interp.protocol import Sizes
+        >>> check_layer_head(Sizes(n_layers=2, n_heads=4), 1, 3)
+        (1, 3)
+
+    Raises:
+        InterpError: for a layer or head that is missing (``None``) or not an integer
+            (a type error, e.g. ``"1"``), or one out of range.
+    """
+    layer = check_layer(model, layer)
+    cfg = model_cfg(model)
+    _check_integer("head", head)
+    if not 0 <= int(head) < cfg.n_heads:
         raise InterpError(
             f"head {_show(head)} out of range: the model has heads 0..{cfg.n_heads - 1}"
         )
-    return int(layer), None if head is None else int(head)
+    return layer, int(head)
+
+
+def _check_integer(what: str, value: Any) -> None:
+    if value is None:
+        raise InterpError(f"{what} must be an integer, got None; pass {what}=<index> (one {what})")
+    if isinstance(value, bool) or not _is_int(value):
+        raise InterpError(
+            f"{what} must be an integer, got {type(value).__name__} {value!r}"
+            + (
+                f"; pass {what}={value.strip()}"
+                if isinstance(value, str) and value.strip().isdigit()
+                else ""
+            )
+        )
 
 
 def _is_int(x: Any) -> bool:
@@ -89,8 +118,7 @@ def _one_head(model: Any, item: Any) -> tuple[int, int]:
         pair = item
     else:
         raise InterpError(f"cannot read {item!r} as a head; heads are {HEADS_FORMS}")
-    layer, head = check_layer_head(model, pair[0], pair[1])
-    return layer, int(head)  # type: ignore[arg-type]
+    return check_layer_head(model, pair[0], pair[1])
 
 
 def parse_heads(model: Any, heads: Any) -> list[tuple[int, int]]:

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 
 from interp.checks import check_int, check_mask, check_not_padding
 from interp.errors import InterpError
+from interp.glossary import retired_words
 from interp.protocol import is_causal, logits_meaningful
 
 MetricFn = Callable[[torch.Tensor, torch.Tensor], Any]
@@ -235,6 +236,7 @@ def _ids(value: Any, name: str) -> int | torch.Tensor:
     return check_int(value, name, minimum=0)
 
 
+@retired_words(positions="at")
 def logit_diff_metric(answer: Any, wrong: Any, *, at: int = -1) -> Metric:
     """Mean over the batch of ``logit[answer] - logit[wrong]`` at position ``at``.
 

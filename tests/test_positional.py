@@ -88,23 +88,22 @@ def test_rotary_kernel_is_the_mean_score_of_a_forward_pass(kind):
     assert worst < RTOL * top, worst
 
 
-def test_rotary_kernel_at_offset_zero_from_the_rotated_queries_and_keys():
-    """At d = 0 the two tokens share a position, which no sequence holds: the model's own
-    rotated queries and keys (Llama's hook_rot_q / hook_rot_k hold what its scores use) of
-    each token at one position, paired independently."""
-    model = ROTARY["llama (GQA, biases)"]()
+KINDS = {**ROTARY, "attn-only (learned positions)": lambda: load_model("induction-2l")}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_kernel_at_offset_zero_is_a_tokens_score_with_itself(kind):
+    """At d = 0 the query and the key are one position, so they hold one token: the kernel
+    is the mean of the diagonal of the model's own scores over sequences ``[a] * (D + 1)``
+    (every position, the learned ones averaged), not a pair of independent tokens."""
+    model = KINDS[kind]()
     ids = sorted(set(TOKENS))
-    names = ["blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"]
-    _, c = model.run_with_cache(torch.tensor([[t] * 3 for t in ids]), names_filter=names)
-    q, k = c[names[0]][:, 2].double(), c[names[1]][:, 2].double()  # [token, head, d_head]
-    k = k.repeat_interleave(model.cfg.n_heads // k.shape[1], dim=1)
-    w = {a: TOKENS.count(a) / len(TOKENS) for a in ids}
-    wt = torch.tensor([w[a] for a in ids], dtype=torch.float64)
-    scale = model.cfg.d_head**-0.5
-    want = torch.einsum("a,ahe,b,bhe->h", wt, q, wt, k) * scale
+    w = torch.tensor([TOKENS.count(a) / len(TOKENS) for a in ids], dtype=torch.float64)
+    s, top = _scores(model, [[a] * (D + 1) for a in ids])
+    want = torch.einsum("a,ahp->h", w, s.diagonal(dim1=2, dim2=3)) / (D + 1)
     for h in range(model.cfg.n_heads):
-        got = A.positional_kernel(model, layer=0, head=h, distribution=TOKENS, max_offset=2)
-        assert float(got["score"].iloc[0]) == pytest.approx(float(want[h]), rel=RTOL, abs=1e-7)
+        K = A.positional_kernel(model, layer=0, head=h, distribution=TOKENS, max_offset=D)
+        assert float(K["score"].iloc[0]) == pytest.approx(float(want[h]), abs=RTOL * top)
 
 
 def test_learned_kernel_is_the_mean_score_of_a_forward_pass():

@@ -90,6 +90,16 @@ KINDS = {
     "phi (partial rotary)": lambda: _hf(
         "PhiConfig", "PhiForCausalLM", "microsoft/phi-2", partial_rotary_factor=0.5, **SMALL
     ),
+    "bert (bidirectional encoder, post-norm)": lambda: _hf(
+        "BertConfig",
+        "BertForMaskedLM",
+        "google-bert/bert-base-uncased",
+        num_hidden_layers=3,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+    ),
     "mistral (sliding window)": lambda: _hf(
         "MistralConfig",
         "MistralForCausalLM",
@@ -281,7 +291,7 @@ def test_bad_inputs_are_named_before_the_forward():
     model = load_model("induction-2l")
     t = _tokens(model)
     cases = [
-        (dict(layer=1, head=1, key_positions=[8], query_positions=3), "come after query"),
+        (dict(layer=1, head=1, key_positions=[8], query_positions=3), "after query position 3"),
         (dict(layer=1, head=1, contrast=(1,)), "two key positions"),
         (dict(layer=1, head=1, contrast=(2, 2)), "same key twice"),
         (dict(layer=1, head=1, contrast=(2, [1, 2])), "2 positions for 3"),
@@ -289,15 +299,15 @@ def test_bad_inputs_are_named_before_the_forward():
         (dict(layer=1, head=9), "head"),
         (dict(layer=1, head=1, query_positions=20), "out of range"),
         (dict(layer=1, head=1, query_positions=[]), "empty"),
-        (dict(layer=1, head=1, query_positions=1.5), "integers"),
+        (dict(layer=1, head=1, query_positions=1.5), "must be an integer"),
         (dict(layer=1, head=1, query_positions=[[1], [2]]), "2 lists of positions for 3"),
-        (dict(layer=1, head=1, query_positions=3, contrast=(8, 2)), "come after query"),
+        (dict(layer=1, head=1, query_positions=3, contrast=(8, 2)), "contrast position 8"),
         (dict(layer=1, head=1, key_positions=[1], contrast=(2, 1)), "not both"),
     ]
     for kw, message in cases:
         with pytest.raises(InterpError, match=message):
             A.qk_attribution(model, t, **kw)
-    with pytest.raises(InterpError, match="top must be a positive int"):
+    with pytest.raises(InterpError, match="top must be >= 1"):
         A.qk_interventions(model, t, layer=1, head=1, top=0)
 
 

@@ -94,15 +94,44 @@ class Rotary:
 
 @dataclasses.dataclass
 class QKGeometry:
-    """What a layer does between its projected queries/keys and its scores (module docstring)."""
+    """What a layer does between its projected queries/keys and its scores (module docstring),
+    and which keys each query may see: the layer's mask rule (:meth:`visible`), one rule for
+    every kind of model (causal or bidirectional, with or without a sliding window)."""
 
     scale: float
     rotary: Rotary | None = None
     q_norm: Norm | None = None  # per-head norms of projected queries / keys (QK-norm)
     k_norm: Norm | None = None
     softcap: float | None = None  # s -> softcap * tanh(s / softcap), before the mask
-    window: int | None = None  # sliding window: keys older than this are masked
+    window: int | None = None  # sliding window: a query sees the last `window` keys
     notes: tuple[str, ...] = ()
+    causal: bool = True  # False: a bidirectional encoder (every key is seen)
+
+    def visible(self, n: int, device: Any = None) -> torch.Tensor:
+        """``[query, key]`` bool: the keys each query of ``n`` positions may see."""
+        q = torch.arange(n, device=device)[:, None]
+        k = torch.arange(n, device=device)[None, :]
+        mask = (k <= q) if self.causal else torch.ones(n, n, dtype=torch.bool, device=device)
+        if self.window:
+            mask = mask & (k > q - self.window)
+        return mask
+
+    def keys_of(self, query: int, n: int) -> range:
+        """The key positions a query at ``query`` (of ``n``) may see, in order."""
+        hi = query + 1 if self.causal else n
+        lo = max(0, query - self.window + 1) if self.window else 0
+        return range(lo, hi)
+
+    def hidden(self, query: int, key: int) -> str | None:
+        """Why the query at ``query`` cannot see the key at ``key``, or None when it can."""
+        if self.causal and key > query:
+            return f"comes after query position {query}; a causal head cannot attend to it"
+        if self.window and key <= query - self.window:
+            return (
+                f"is {query - key} positions behind query position {query}, outside this "
+                f"layer's sliding window of {self.window} keys; the head cannot attend to it"
+            )
+        return None
 
 
 def rotary_from_hf(hf_model: Any) -> Rotary | None:

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from interp.errors import InterpError
-from interp.protocol import HookedModel, hook_names
+from interp.protocol import HookedModel, hook_names, is_causal
 from interp.runtime.attention import QKGeometry, default_scale
 from interp.runtime.norms import Norm
 
@@ -327,7 +327,8 @@ class Runtime:
 
     def qk_geometry(self, layer: int) -> QKGeometry:
         """How ``layer`` turns projected queries and keys into scores (scale, rotary
-        embedding, QK-norms, soft cap, window: :mod:`interp.runtime.attention`).
+        embedding, QK-norms, soft cap) and which keys each query sees (causal or not, a
+        sliding window): :mod:`interp.runtime.attention`.
 
         Raises:
             InterpError: for a rotary model of a kind whose rotation this runtime cannot read.
@@ -347,7 +348,7 @@ class Runtime:
             scale = 1.0 / float(given)
         else:
             scale = default_scale(d_head)
-        return QKGeometry(scale=scale)
+        return QKGeometry(scale=scale, causal=is_causal(self.model))
 
     # ------------------------------------------------------------ verdicts
     def verdict(self, name: str, check: Callable[[], Any]) -> Any:

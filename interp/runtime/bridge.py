@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from interp.protocol import HookedModel
+from interp.errors import InterpError
+from interp.protocol import HookedModel, is_causal
 from interp.runtime.attention import QKGeometry, default_scale, rotary_from_hf
 from interp.runtime.base import Hooks, Runtime, kept_rows, repeat_copies, scatter_rows
 from interp.runtime.norms import Norm
@@ -54,6 +55,22 @@ def skipping_blocks(blocks: Any, upto: int, output: Any) -> Iterator[None]:
     finally:
         for blk in patched:
             object.__delattr__(blk, "forward")
+
+
+def _sliding_window(hf_attn: Any, config: Any, layer: int) -> int | None:
+    """The sliding window of a Hugging Face attention layer, or None: the module's own
+    ``sliding_window`` where it keeps one (Gemma-2/3, Qwen2: None on its global layers), else
+    the config's, on the layers ``config.layer_types`` marks ``"sliding_attention"`` (every
+    layer where it marks none: Mistral). The rows of every QK analysis are checked against
+    the model's own mask, so a window read wrong is refused, never used."""
+    if hasattr(hf_attn, "sliding_window"):
+        window = hf_attn.sliding_window
+    else:
+        window = getattr(config, "sliding_window", None)
+        types = getattr(config, "layer_types", None)
+        if window and types is not None and layer < len(types):
+            window = window if types[layer] == "sliding_attention" else None
+    return int(window) if window else None
 
 
 # Architectures whose blocks normalise after attention and MLP (post-norm, as BERT).
@@ -179,7 +196,13 @@ class BridgeRuntime(Runtime):
                     mod, kind="RMS" if "rms" in type(mod).__name__.lower() else "LN", eps=float(eps)
                 )
         cap = getattr(getattr(hf, "config", None), "attn_logit_softcapping", None)
-        window = getattr(hf_attn, "sliding_window", None)
+        window = _sliding_window(hf_attn, getattr(hf, "config", None), layer)
+        causal = is_causal(self.model)
+        if window and not causal:
+            raise InterpError(
+                "this encoder has a sliding window, whose mask the toolkit does not read; "
+                "its heads cannot be analysed key by key"
+            )
         return QKGeometry(
             scale=float(scale),
             rotary=rotary,
@@ -187,6 +210,7 @@ class BridgeRuntime(Runtime):
             k_norm=norms.get("k"),
             softcap=float(cap) if cap else None,
             window=int(window) if window else None,
+            causal=causal,
         )
 
     def readout(self, resid: torch.Tensor) -> torch.Tensor:

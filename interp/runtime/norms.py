@@ -43,6 +43,7 @@ from interp.precision import is_reduced, rtol
 ATOL, RTOL = 1e-5, 1e-5  # the closed form must match the module this closely (float32) to be used
 VJP_ATOL, VJP_RTOL = 1e-6, 1e-4  # the closed-form VJP against autograd through the module
 VJP_BLOCK = 8  # receivers carried back through a norm at a time (Norm.vjp)
+_UNFOLDABLE = torch.empty(0)  # Norm.gain: the module is not weight * x_hat (+ bias)
 
 
 def _close(
@@ -108,11 +109,16 @@ class Norm:
 
     @property
     def gain(self) -> torch.Tensor | None:
-        """``[d]``: the elementwise factor after normalising, ``weight`` or (Gemma's rule)
-        ``1 + weight``, whichever reproduces the module (checked once on a probe); None when
-        neither does (the norm is not a LayerNorm / RMSNorm with a gain)."""
+        """``[d]`` float32: the elementwise factor after normalising, ``weight`` or (Gemma's
+        rule) ``1 + weight``, whichever reproduces the module (checked once on a probe): the
+        one gain every analysis folds into weights. None for a norm without a weight.
+
+        Raises:
+            InterpError: for a norm with a weight that neither rule reproduces (it is not a
+                LayerNorm / RMSNorm with a gain, so folding it would give wrong numbers).
+        """
         if not hasattr(self, "_gain"):
-            self._gain = None
+            self._gain: torch.Tensor | None = None
             w = self.weight
             if w is not None:
                 gen = torch.Generator().manual_seed(0)
@@ -123,6 +129,14 @@ class Norm:
                     if _close(mine, want - self._bias_f(), w.dtype, atol=ATOL, rtol32=RTOL):
                         self._gain = g
                         break
+                else:
+                    self._gain = _UNFOLDABLE
+        if self._gain is _UNFOLDABLE:
+            raise InterpError(
+                f"the norm {type(self.module).__name__} is neither a LayerNorm nor an RMSNorm "
+                "whose gain is its weight or 1 + weight, so it cannot be folded into weights; "
+                "this analysis does not support this model"
+            )
         return self._gain
 
     def _bias_f(self) -> torch.Tensor | float:

@@ -45,6 +45,7 @@ from interp.checks import check_tokens
 from interp.engine.chunks import Estimate
 from interp.engine.sites import head_edits, site
 from interp.errors import InterpError
+from interp.glossary import retired_words
 from interp.head_checks import parse_heads
 from interp.hooks import hook_name
 from interp.metrics import Metric
@@ -81,6 +82,7 @@ def zero_head_hooks(model: HookedModel, *, heads: Iterable[Any]) -> list[tuple[s
     return [(hook_name("z", l), make(hs)) for l, hs in sorted(by_layer.items())]
 
 
+@retired_words(method="ablation")
 def ablate_heads(
     model: HookedModel,
     tokens: Tokens,
@@ -133,6 +135,7 @@ def ablate_heads(
     )
 
 
+@retired_words(method="ablation")
 def ablate_head_groups(
     model: HookedModel,
     tokens: Tokens,

@@ -57,6 +57,7 @@ from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction
 from interp.engine.sites import Site, site
 from interp.errors import InterpError
+from interp.glossary import retired_words
 from interp.hooks import hook_name
 from interp.protocol import HookedModel, check_model, hook_names
 
@@ -90,6 +91,7 @@ def _check(model: HookedModel, component: str, by: str) -> None:
         )
 
 
+@retired_words()
 def patch_components(
     model: HookedModel,
     tokens: Tokens,

@@ -57,6 +57,7 @@ from interp.checks import check_not_padding, check_tokens
 from interp.engine.cache import cache_work, check_cache
 from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
 from interp.errors import InterpError
+from interp.glossary import retired_words
 from interp.hooks import head_label, hook_name
 from interp.memory import forward_bytes
 from interp.precision import is_reduced, tolerance
@@ -92,6 +93,7 @@ def _names(model: HookedModel) -> dict[str, Any]:
     return names
 
 
+@retired_words(positions="at")
 def direct_logit_attribution(
     model: HookedModel,
     tokens: Tokens,
@@ -233,8 +235,9 @@ def _shares(model, acts, names, tokens, ans, bad, pos):
         direction = direction - column(bad)
     norm = rt.norm("final")
     u = direction
-    if norm is not None and norm.weight is not None:
-        u = u * norm.weight.to(dev).float()
+    gain = None if norm is None else norm.gain  # weight, or Gemma's 1 + weight
+    if gain is not None:
+        u = u * gain.to(dev).float()
     if norm is not None and norm.centred:
         u = u - u.mean(-1, keepdim=True)  # (c - mean c) . w*d = c . (w*d - mean(w*d))
     if norm is None:

@@ -34,7 +34,8 @@ from interp.checks import check_int
 from interp.engine.chunks import Estimate
 from interp.engine.sites import Site, site
 from interp.errors import InterpError
-from interp.head_checks import check_layer_head
+from interp.glossary import retired_words
+from interp.head_checks import check_layer
 from interp.hooks import hook_name
 from interp.protocol import HookedModel, check_model, hook_names
 
@@ -46,7 +47,7 @@ def _layers(model: HookedModel, layers: Iterable[Any] | None) -> list[int]:
         return list(range(model.cfg.n_layers))
     if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
         raise InterpError(f"layers must be a list of block indices, got {layers!r}")
-    out = sorted({check_layer_head(model, l)[0] for l in layers})
+    out = sorted({check_layer(model, l) for l in layers})
     if not out:
         raise InterpError("layers is empty; pass block indices, or None for every layer")
     return out
@@ -62,6 +63,7 @@ def _check_mlps(model: HookedModel) -> int:
     return int(getattr(model.cfg, "d_mlp", 0) or 0)
 
 
+@retired_words(method="ablation")
 def ablate_mlps(
     model: HookedModel,
     tokens: Tokens,
@@ -138,6 +140,7 @@ def ablate_mlps(
     )
 
 
+@retired_words(method="ablation")
 def ablate_layers(
     model: HookedModel,
     tokens: Tokens,

@@ -45,6 +45,7 @@ from interp.checks import check_int, check_not_padding, check_tokens
 from interp.engine.cache import StopForward, cache_work, check_cache, pass_share
 from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
 from interp.errors import InterpError
+from interp.glossary import retired_words
 from interp.hooks import hook_name, stage_names
 from interp.memory import element_bytes, forward_bytes
 from interp.protocol import HookedModel, check_model, eval_no_grad
@@ -58,6 +59,7 @@ def _labels(model: HookedModel, ids: list[int]) -> list[str]:
     return [tok.decode([i]) for i in ids]
 
 
+@retired_words(positions="at")
 def logit_lens(
     model: HookedModel,
     tokens: Tokens,

@@ -69,7 +69,7 @@ class OVCircuits:
         W_U = model.W_U.detach().float()  # [d_model, d_vocab]
         final = self.rt.norm("final")
         if final is not None:
-            g = final.gain if final.gain is not None else final.weight
+            g = final.gain
             W_U = W_U * g.float()[:, None] if g is not None else W_U
         self.W_U = W_U
         self.W_E = model.W_E.detach().float()
@@ -84,7 +84,7 @@ class OVCircuits:
         norm = self.rt.norm("ln1", layer)
         if norm is None:
             return None
-        g = norm.gain if norm.gain is not None else norm.weight
+        g = norm.gain
         return None if g is None else g.float()
 
     def rows(self, layer: int) -> torch.Tensor:

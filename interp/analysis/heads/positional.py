@@ -4,18 +4,23 @@ Definition. For a head of layer ``l``, a token distribution ``D`` and an
 offset ``d`` in ``0 .. max_offset`` (``P = max_offset + 1`` positions):
 
     K(d) = mean over query positions p = d .. P-1 of  E_{a, b ~ D} [ s(a at p, b at p - d) ]
+    K(0) = mean over positions p = 0 .. P-1 of  E_{a ~ D} [ s(a at p, a at p) ]
 
 where ``s`` is the head's pre-softmax score (the model's scale, after its
 QK-norms and rotation, before any soft cap or mask) between a query whose
 residual stream holds token ``a``'s embedding and a key whose stream holds
 ``b``'s (plus the learned positional embedding of its position, where the
 model has one), each through the layer's own ``ln1`` (its epsilon, gain and
-bias), with ``b_Q``/``b_K``. The query and key tokens are drawn
-*independently*, at ``d = 0`` too: the kernel is what position alone adds to
-a score, so the match of a token with itself (content) is left out.
+bias), with ``b_Q``/``b_K``. At ``d >= 1`` the query and key tokens are drawn
+*independently*: what position alone adds to a score, the match of a token
+with itself (content) left out. At ``d = 0`` the query and the key are one
+position, so they hold one token: ``K(0)`` is a token's mean score with
+itself, the score a forward pass gives a position attending to itself.
 
 Because ``s`` is bilinear in the query and key vectors and ``a``, ``b`` are
-independent, ``K`` is the score of the *mean* query and the *mean* key:
+independent at ``d >= 1``, ``K(d)`` is the score of the *mean* query and the
+*mean* key (``K(0)`` is the mean of each token's own score, computed token by
+token):
 
 * rotary models: ``K(d) = scale * (R_d qbar) . (R_0 kbar)``; position enters
   only through the rotation (:class:`interp.runtime.attention.Rotary`: the
@@ -32,7 +37,8 @@ the stream holds nothing (rotary models: the bias terms ``ln1`` bias,
 ``b_Q``, ``b_K`` alone) or only the position (learned positions: the
 positional circuit, with the biases). In layer 0 the residual stream is
 exactly this, so ``K`` is the mean of the model's own scores over such
-sequences (``tests/test_positional.py`` checks it against ``hook_attn_scores``
+sequences, ``K(0)`` the mean of their diagonal (``tests/test_positional.py``
+checks both against ``hook_attn_scores``
 on random Llama (grouped-query) and GPT-NeoX (partial rotary) models and on
 our attention-only model); in later layers it is the direct path only, as
 :func:`interp.analysis.qk_circuit` is. Offsets a sliding window masks are NaN.
@@ -172,6 +178,51 @@ def mean_queries_keys(
     return out["q"], out["k"]
 
 
+def self_scores(
+    model: HookedModel, layer: int, distribution: Any, n_positions: int, geometry: Any
+) -> torch.Tensor:
+    """``[P, n_heads]`` float64: each head's mean score of a token with itself at each of
+    ``P`` positions (a query and a key at one position hold one token), over
+    ``distribution``: every token's query and key through ``ln1``, ``b_Q``/``b_K``, the
+    QK-norms and the rotation of one position, token by token (the score is not bilinear
+    in one token's vectors)."""
+    rt = runtime_of(model)
+    lay = rt.layer(layer)
+    n_heads = int(model.cfg.n_heads)
+    W = {s: _per_query(lay.W[s].float(), n_heads) for s in ("q", "k")}  # [head, d_model, d_head]
+    b = {s: None if lay.b[s] is None else _per_query(lay.b[s].float(), n_heads) for s in "qk"}
+    norms = {"q": geometry.q_norm, "k": geometry.k_norm}
+    learned = position_kind(model) == "learned"
+    d_model = int(model.cfg.d_model)
+    W_E = model.W_E.detach().float()
+    W_pos = model.W_pos.detach().float()[:n_positions] if learned else None
+    if isinstance(distribution, str) and distribution == "bias":
+        ids, w = None, torch.ones(1, dtype=torch.float64)
+    else:
+        ids, w = token_weights(model, distribution)
+    out = torch.zeros(n_positions, n_heads, dtype=torch.float64)
+    n_rows = 1 if ids is None else ids.numel()
+    for p in range(n_positions):
+        for lo in range(0, n_rows, ROW_CHUNK):
+            X = (
+                torch.zeros(1, d_model)
+                if ids is None
+                else W_E[ids[lo : lo + ROW_CHUNK].to(W_E.device)].cpu()
+            )
+            U = _ln1(lay.ln1, X if W_pos is None else X + W_pos[p])  # [rows, d_model]
+            v = {}
+            for s in ("q", "k"):
+                x = torch.einsum("rm,hme->rhe", U, W[s])  # [rows, head, d_head]
+                x = x if b[s] is None else x + b[s]
+                x = norms[s](x).float() if norms[s] is not None else x
+                if geometry.rotary is not None:  # both at one position: only the gain is left
+                    x = geometry.rotary.rotate(x, torch.zeros(1), pos_dim=0)
+                v[s] = x.double()
+            own = (v["q"] * v["k"]).sum(-1) * geometry.scale  # [rows, head]
+            out[p] += torch.einsum("r,rh->h", w[lo : lo + ROW_CHUNK], own)
+    return out
+
+
 def _per_query(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Grouped key/value weights repeated so there is one per query head."""
     return x if x.shape[0] == n_heads else x.repeat_interleave(n_heads // x.shape[0], dim=0)
@@ -204,16 +255,19 @@ def layer_kernels(
     qbar, kbar = mean_queries_keys(model, layer, distribution, P, geometry)
     if kind == "rotary":
         rot = geometry.rotary
-        offsets = torch.arange(P)
-        q = rot.rotate(qbar[0].float()[None].expand(P, -1, -1), offsets, pos_dim=0).double()
+        offsets = torch.arange(1, P)
+        q = rot.rotate(qbar[0].float()[None].expand(P - 1, -1, -1), offsets, pos_dim=0).double()
         k = rot.rotate(kbar[0].float()[None], torch.zeros(1), pos_dim=0).double()
-        K = torch.einsum("phe,he->hp", q, k[0]) * geometry.scale  # [head, offset]
+        K = torch.einsum("phe,he->hp", q, k[0]) * geometry.scale  # [head, offset 1..]
     elif kind == "learned":
         S = torch.einsum("phe,khe->hpk", qbar, kbar) * geometry.scale  # [head, query, key]
-        K = torch.stack([S.diagonal(-d, dim1=1, dim2=2).mean(-1) for d in range(P)], dim=1)
+        diagonals = [S.diagonal(-d, dim1=1, dim2=2).mean(-1) for d in range(1, P)]
+        K = torch.stack(diagonals, dim=1) if diagonals else S.new_zeros(S.shape[0], 0)
     else:
         flat = torch.einsum("he,he->h", qbar[0], kbar[0]) * geometry.scale
-        K = flat[:, None].expand(-1, P).clone()
+        K = flat[:, None].expand(-1, P - 1).clone()
+    own = self_scores(model, layer, distribution, P if kind == "learned" else 1, geometry)
+    K = torch.cat([own.mean(0)[:, None], K], dim=1)  # offset 0: a token with itself
     if geometry.window:
         K[:, geometry.window :] = float("nan")
     return K.float()

@@ -45,7 +45,7 @@ import pandas as pd
 import torch
 
 from interp.analysis.frames import table_attrs
-from interp.analysis.heads.qk_cells import Cells, plan_cells
+from interp.analysis.heads.qk_cells import Cells, check_read_padding, plan_cells
 from interp.analysis.heads.qk_inputs import head_inputs, residual_pieces, side_pieces
 from interp.analysis.shapes import Tokens
 from interp.checks import check_tokens
@@ -172,8 +172,9 @@ def attribute_scores(
         query_positions=query_positions,
         key_positions=key_positions,
         contrast=contrast,
-        window=geometry.window,
+        geometry=geometry,
     )
+    check_read_padding(model, tokens, cells)
     rows = cells.query_rows
     with eval_no_grad(model):
         acts, cost = head_inputs(model, tokens, cache, layer)
@@ -267,13 +268,22 @@ def _check(acts, layer, head, qpos, explained, geometry) -> tuple[float, float, 
     mine = _capped(explained, geometry)
     live = scores > MASKED
     holds_scores = not torch.allclose(scores.masked_fill(~live, 0.0), pattern, atol=1e-6)
+    visible = geometry.visible(scores.shape[-1], device=scores.device)[qpos]  # [query, key]
+    seen = live if holds_scores else pattern > 0
+    # the mask rule against the model's own mask: a key the rule shows and the model hides
+    # (or, where the hook holds scores, the other way round) is a rule this model breaks
+    if bool((seen & ~visible).any()) or (holds_scores and bool((~seen & visible).any())):
+        raise InterpError(
+            f"layer {layer}'s mask is not the one the runtime's rule gives (causal="
+            f"{geometry.causal}, sliding window {geometry.window}); this architecture masks "
+            "its keys in a way QK attribution does not read, so no rows are returned"
+        )
     if holds_scores:
         scale_of = float(scores[live].abs().max())
         gap = float((mine - scores)[live].abs().max()) / max(scale_of, 1e-12)
         return gap, scale_of, "scores"
-    seen = pattern > 0
-    probs = torch.softmax(mine.masked_fill(~seen, float("-inf")), -1)
-    return float((probs - pattern).abs().max()), float(mine[seen].abs().max()), "pattern"
+    probs = torch.softmax(mine.masked_fill(~visible, float("-inf")), -1)
+    return float((probs - pattern).abs().max()), float(mine[:, visible].abs().max()), "pattern"
 
 
 def _capped(s: torch.Tensor, geometry: QKGeometry) -> torch.Tensor:

@@ -6,9 +6,14 @@ one way for every QK analysis: ``query_positions`` and ``key_positions`` are int
 (negative from the end) shared by every sequence, or one list per sequence
 (``[[q0], [q1], ...]``: each sequence's own positions, read per sequence);
 ``key_positions=None`` is every key each query may see; ``contrast`` positions are
-one for all sequences or one per sequence. :func:`plan_cells` checks them all
-before any forward pass and lays the cells out flat, grouped by what a table row
-averages over (the sequences, except when positions are per sequence).
+one for all sequences or one per sequence. Each position follows the one integer
+rule (:func:`interp.checks.position_index`: floats and bools are refused, never
+rounded), duplicates collapse with a warning, and a key the layer's mask hides
+from its query (after it in a causal model, outside a sliding window) is refused
+by the layer's own mask rule (:meth:`interp.runtime.attention.QKGeometry.hidden`).
+:func:`plan_cells` checks them all before any forward pass and lays the cells out
+flat, grouped by what a table row averages over (the sequences, except when
+positions are per sequence).
 
 Example:
     >>> c = plan_cells(2, 4, query_positions=-1, key_positions=[0, 2])
@@ -21,11 +26,16 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
+from interp.checks import check_not_padding, position_index, warn_duplicates
 from interp.errors import InterpError
+from interp.runtime.attention import QKGeometry
+
+CAUSAL = QKGeometry(scale=1.0)  # the mask rule when none is given: causal, no window
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +60,18 @@ class Cells:
         """The distinct query positions, in order."""
         return sorted({int(q) for q in self.query})
 
+    def read(self) -> dict[int, list[int]]:
+        """Each sequence's positions the cells read (queries, keys and contrast keys)."""
+        others = self.key if self.other is None else self.other
+        pos = torch.cat([self.query, self.key, others])
+        seq = self.seq.repeat(3)
+        width = int(pos.max()) + 1
+        pairs = torch.unique(seq * width + pos)  # sorted: by sequence, then position
+        out: dict[int, list[int]] = {}
+        for s, p in zip((pairs // width).tolist(), (pairs % width).tolist(), strict=True):
+            out.setdefault(s, []).append(p)
+        return out
+
     def scores(self, s: torch.Tensor) -> torch.Tensor:
         """``[cell]`` from scores ``s [batch, query_pos, key_pos]``."""
         out = s[self.seq, self.query, self.key]
@@ -62,29 +84,27 @@ class Cells:
         return pattern[b, q]
 
 
+def _scalar(value: Any) -> bool:
+    return (
+        isinstance(value, (str, bytes))
+        or not isinstance(value, Iterable)
+        or (getattr(value, "ndim", None) == 0)
+    )
+
+
 def read_positions(value: Any, n: int, what: str) -> list[int]:
-    """Positions (ints, negative from the end) as distinct indices in order.
+    """Positions (an int or ints, negative from the end) as distinct indices in order;
+    duplicates collapse with a warning.
 
     Raises:
-        InterpError: for a non-integer or out-of-range position, or none.
+        InterpError: for a non-integer or out-of-range position, a nested list, or none.
     """
     items = [value] if _scalar(value) else list(value)
-    out: list[int] = []
-    for p in items:
-        if isinstance(p, bool) or not hasattr(p, "__index__"):
-            raise InterpError(f"{what} must be integers, got {p!r}")
-        p = int(p)
-        if not -n <= p < n:
-            raise InterpError(f"{what} {p} is out of range for {n} positions (use -{n}..{n - 1})")
-        if p % n not in out:
-            out.append(p % n)
-    if not out:
+    if not items:
         raise InterpError(f"{what} is empty; give at least one position")
-    return out
-
-
-def _scalar(value: Any) -> bool:
-    return not hasattr(value, "__iter__") or (hasattr(value, "ndim") and value.ndim == 0)
+    out = [position_index(p, n, what) for p in items]
+    warn_duplicates(out, what)
+    return list(dict.fromkeys(out))
 
 
 def per_sequence(value: Any) -> bool:
@@ -112,17 +132,19 @@ def plan_cells(
     query_positions: Any = -1,
     key_positions: Any = None,
     contrast: Any = None,
-    window: int | None = None,
+    geometry: QKGeometry | None = None,
 ) -> Cells:
     """The cells of ``query_positions`` x ``key_positions`` (or ``contrast``) on ``bsz``
-    sequences of ``n`` tokens (module docstring); ``window`` limits the keys a query may
-    see (a sliding-window layer).
+    sequences of ``n`` tokens (module docstring); ``geometry`` is the layer's mask rule
+    (default: causal, no window).
 
     Raises:
-        InterpError: for positions out of range, not integers or empty, a key after its
-            query, lists of positions that are not one per sequence, or a ``contrast`` that
-            is not two positions (or names the same key twice).
+        InterpError: for positions out of range, not integers or empty, a key the layer
+            hides from its query (after it in a causal model, outside a sliding window),
+            lists of positions that are not one per sequence, or a ``contrast`` that is not
+            two positions (or names the same key twice).
     """
+    geometry = geometry or CAUSAL
     per_seq = per_sequence(query_positions) or per_sequence(key_positions)
     qs = _per_sequence(query_positions, n, bsz, "query_positions")
     ks = None if key_positions is None else _per_sequence(key_positions, n, bsz, "key_positions")
@@ -133,18 +155,15 @@ def plan_cells(
     cells: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
     for s in range(bsz):
         for q in qs[s]:
-            lo = 0 if not window else max(0, q - window + 1)
             if contrast is not None:
                 keys = [(a[s], b[s])]
             else:
-                keys = [(k, -1) for k in (range(lo, q + 1) if ks is None else ks[s])]
-            late = sorted({k for pair in keys for k in pair if k > q})
-            if late:
-                name = "contrast positions" if contrast is not None else "key_positions"
-                raise InterpError(
-                    f"{name} {late} come after query position {q}; a causal head cannot "
-                    "attend to them"
-                )
+                keys = [(k, -1) for k in (geometry.keys_of(q, n) if ks is None else ks[s])]
+            for k in sorted({k for pair in keys for k in pair if k >= 0}):
+                why = geometry.hidden(q, k)
+                if why is not None:
+                    name = "contrast position" if contrast is not None else "key position"
+                    raise InterpError(f"{name} {k} {why}")
             for k, o in keys:
                 group = (q, k) if contrast is None else (q,)
                 group = (s, *group) if per_seq else group
@@ -153,7 +172,10 @@ def plan_cells(
     flat = [c for g in groups for c in cells[g]]
     sizes = {len(cells[g]) for g in groups}
     if len(sizes) != 1:  # shared positions give every group one cell per sequence
-        raise InterpError("internal error: uneven cells; please report this")
+        raise InterpError(
+            "the sequences' query positions see different numbers of keys; give "
+            "key_positions, or positions per sequence ([[q0], [q1], ...])"
+        )
     t = torch.tensor(flat, dtype=torch.long)  # [cell, 4]
     columns = ("query_position", "key_position") if contrast is None else ("query_position",)
     columns = ("sequence", *columns) if per_seq else columns
@@ -170,28 +192,39 @@ def plan_cells(
 
 
 def contrast_index(contrast: Any, n: int, bsz: int) -> tuple[list[int], list[int]]:
-    """``contrast=(a, b)`` as two per-sequence position lists.
+    """``contrast=(a, b)`` as two per-sequence position lists, each position by the one
+    integer rule.
 
     Raises:
         InterpError: for anything but two positions (or two lists of one per sequence),
-            positions out of range, or the same key twice.
+            positions that are not integers or out of range, or the same key twice.
     """
     if not isinstance(contrast, tuple | list) or len(contrast) != 2:
         raise InterpError(f"contrast must be two key positions (a, b), got {contrast!r}")
     out = []
     for what, v in zip(("a", "b"), contrast, strict=True):
+        name = f"contrast {what}"
         if _scalar(v):
-            if isinstance(v, bool) or not hasattr(v, "__index__"):
-                raise InterpError(f"contrast {what} must be an integer position, got {v!r}")
-            vals = [int(v)] * bsz
+            vals = [position_index(v, n, name)] * bsz
         else:
-            vals = [int(x) for x in v]
+            vals = [position_index(x, n, f"{name} (one position per sequence)") for x in v]
             if len(vals) != bsz:
-                raise InterpError(f"contrast {what} has {len(vals)} positions for {bsz} sequences")
-        for x in vals:
-            if not -n <= x < n:
-                raise InterpError(f"contrast position {x} is out of range for {n} positions")
-        out.append([x % n for x in vals])
+                raise InterpError(f"{name} has {len(vals)} positions for {bsz} sequences")
+        out.append(vals)
     if all(x == y for x, y in zip(*out, strict=True)):
         raise InterpError("contrast names the same key twice; the difference would be 0")
     return out[0], out[1]
+
+
+def check_read_padding(model: Any, tokens: torch.Tensor, cells: Cells) -> None:
+    """Refuse cells that read right padding, by the one padding rule of every analysis that
+    reads positions (:func:`interp.checks.check_not_padding`, as DLA and the lens apply it).
+
+    Raises:
+        InterpError: naming the sequence, the padded position and the fix.
+    """
+    tok = getattr(model, "tokenizer", None)
+    if getattr(tok, "pad_token_id", None) is None:
+        return
+    for s, read in cells.read().items():
+        check_not_padding(model, tokens[s : s + 1], read, "QK attribution", first=s)

@@ -23,7 +23,12 @@ from typing import Any
 
 import pandas as pd
 
-from interp.analysis.heads.qk_cells import contrast_index, per_sequence, plan_cells
+from interp.analysis.heads.qk_cells import (
+    check_read_padding,
+    contrast_index,
+    per_sequence,
+    plan_cells,
+)
 from interp.checks import check_tokens
 from interp.engine.cache import cache_rows, check_cache
 from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, plan
@@ -85,8 +90,9 @@ def attribute_in_chunks(
     tokens = check_tokens(model, tokens)
     bsz, n = tokens.shape
     geometry = runtime_of(model).qk_geometry(layer)
-    plan_cells(bsz, n, query_positions=query_positions, key_positions=key_positions,
-               contrast=contrast, window=geometry.window)  # fmt: skip
+    cells = plan_cells(bsz, n, query_positions=query_positions, key_positions=key_positions,
+                       contrast=contrast, geometry=geometry)  # fmt: skip
+    check_read_padding(model, tokens, cells)
     pl = plan(
         model, bsz, n, footprint(model, n, layer, by), memory_budget=memory_budget,
         analysis="qk_attribution", forward_equivalents=(layer + 1) / int(model.cfg.n_layers),

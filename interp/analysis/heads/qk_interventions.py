@@ -26,7 +26,7 @@ import torch
 from interp.analysis.frames import table_attrs
 from interp.analysis.heads.qk_attribution import attribute_scores
 from interp.analysis.shapes import Tokens
-from interp.checks import check_tokens
+from interp.checks import check_int, check_tokens
 from interp.engine.cache import run_until
 from interp.errors import InterpError
 from interp.head_checks import check_layer_head
@@ -79,8 +79,7 @@ def qk_interventions(
             model whose ``hook_q`` / ``hook_k`` edits cannot be reproduced (the no-op
             edit is checked against the clean scores first).
     """
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise InterpError(f"top must be a positive int, got {top!r}")
+    top = check_int(top, "top", minimum=1)
     att = attribute_scores(
         model,
         tokens,

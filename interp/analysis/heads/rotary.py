@@ -21,10 +21,11 @@ import torch
 
 from interp.analysis.frames import table_attrs
 from interp.analysis.heads.qk_attribution import attribute_scores
+from interp.checks import check_int
 from interp.errors import InterpError
 from interp.protocol import HookedModel, check_model
 from interp.runtime import runtime_of
-from interp.runtime.attention import Rotary
+from interp.runtime.attention import QKGeometry, Rotary
 
 
 def rotary_of(model: HookedModel, layer: int, offset: Any, embedding: str) -> Rotary | None:
@@ -53,9 +54,37 @@ def rotary_of(model: HookedModel, layer: int, offset: Any, embedding: str) -> Ro
             "this model uses rotary embeddings, so its QK circuit depends on how far the key "
             "is behind the query; pass offset=d (0 = the same position)"
         )
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise InterpError(f"offset must be an int (query position - key position), got {offset!r}")
-    return runtime_of(model).qk_geometry(layer).rotary
+    geometry = runtime_of(model).qk_geometry(layer)
+    check_offset(model, offset, geometry)
+    return geometry.rotary
+
+
+def check_offset(model: HookedModel, offset: Any, geometry: QKGeometry) -> int:
+    """``offset`` (query position - key position) as an int the layer can score: by the one
+    integer rule (numpy integers accepted), at least 0 on a causal model (a key is never
+    after its query), inside the context and the layer's sliding window.
+
+    Raises:
+        InterpError: for a non-integer offset, or one the layer's mask or context rules out.
+    """
+    d = check_int(offset, "offset")
+    n_ctx = getattr(model.cfg, "n_ctx", None)
+    if n_ctx is not None and abs(d) >= int(n_ctx):
+        raise InterpError(
+            f"offset {d} does not fit the context n_ctx={n_ctx}: a query and a key are at most "
+            f"{int(n_ctx) - 1} positions apart"
+        )
+    if geometry.causal and d < 0:
+        raise InterpError(
+            f"offset {d} puts the key after its query, which a causal head never sees; use an "
+            "offset >= 0 (0 = the same position)"
+        )
+    if geometry.window and d >= geometry.window:
+        raise InterpError(
+            f"offset {d} is outside this layer's sliding window of {geometry.window} keys, "
+            f"so the head never scores it; use 0..{geometry.window - 1}"
+        )
+    return d
 
 
 def rotary_keys(
@@ -66,9 +95,10 @@ def rotary_keys(
     geometry = runtime_of(model).qk_geometry(layer)
     for side, norm in (("q", geometry.q_norm), ("k", geometry.k_norm)):
         if norm is not None:
-            gain = norm.gain if norm.gain is not None else norm.weight
+            gain = norm.gain
             x = Q if side == "q" else K
-            x = norm.centre(x) * norm.inverse_scale(x) * gain.float()
+            x = norm.centre(x) * norm.inverse_scale(x)
+            x = x if gain is None else x * gain.float()
             Q, K = (x, K) if side == "q" else (Q, x)
     rot = geometry.rotary
     K = rot.rotate(K[None], torch.tensor([-offset]), pos_dim=0)[0]

@@ -47,7 +47,7 @@ import torch
 
 from interp.analysis.frames import described, head_frame
 from interp.errors import InterpError
-from interp.head_checks import check_layer_head, parse_heads
+from interp.head_checks import check_layer, check_layer_head, parse_heads
 from interp.protocol import HookedModel, check_model
 from interp.runtime import head_weight, runtime_of
 
@@ -58,14 +58,12 @@ def _factored():
     return FactoredMatrix
 
 
-def _ln_params(model: HookedModel, layer: int | None) -> tuple[str | None, torch.Tensor | None]:
-    """(normalization kind, weight) of the norm before ``layer``'s attention (None: the final
-    norm), by the runtime's one LayerNorm / RMSNorm rule; ``(None, None)`` where there is none.
-    """
+def _gain(model: HookedModel, layer: int | None) -> torch.Tensor | None:
+    """The gain of the norm before ``layer``'s attention (None: the final norm) by the
+    runtime's one norm rule (``weight``, or Gemma's ``1 + weight``: :attr:`Norm.gain`);
+    None where there is no norm or it has no gain."""
     norm = runtime_of(model).norm("final" if layer is None else "ln1", layer)
-    if norm is None:
-        return None, None
-    return ("LN" if norm.centred else "RMS"), norm.weight
+    return None if norm is None else norm.gain
 
 
 def _normalise_rows(model: HookedModel, X: torch.Tensor, layer: int) -> torch.Tensor:
@@ -74,7 +72,7 @@ def _normalise_rows(model: HookedModel, X: torch.Tensor, layer: int) -> torch.Te
     norm = runtime_of(model).norm("ln1", layer)
     if norm is None:
         return X
-    gain = norm.gain if norm.gain is not None else norm.weight
+    gain = norm.gain
     X = norm.centre(X) * norm.inverse_scale(X)
     return X * gain.float() if gain is not None else X
 
@@ -94,7 +92,7 @@ def effective_embedding(
             ``positional`` on a model without learned positions.
     """
     check_model(model)
-    layer, _ = check_layer_head(model, layer)
+    layer = check_layer(model, layer)
     if embedding == "token":
         X = model.W_E
     elif embedding == "positional":
@@ -114,8 +112,8 @@ def _unembed(model: HookedModel, fold_ln: bool) -> torch.Tensor:
         W_U = model.W_U.detach().float()  # [d_model, d_vocab]
     except (AttributeError, InterpError) as exc:
         raise InterpError("this model has no unembedding W_U, so it has no OV circuit") from exc
-    _, w = _ln_params(model, None)
-    return W_U * w.detach().float()[:, None] if (w is not None and fold_ln) else W_U
+    g = _gain(model, None)
+    return W_U * g.float()[:, None] if (g is not None and fold_ln) else W_U
 
 
 def _head_w(model: HookedModel, name: str, layer: int, head: int) -> torch.Tensor:
@@ -200,9 +198,9 @@ def k_composition_circuit(
     moved = (
         E_p @ _head_w(model, "W_V", lp, hp) @ _head_w(model, "W_O", lp, hp)
     )  # [d_vocab, d_model]
-    norm, w = _ln_params(model, li)
-    if w is not None and fold_ln:
-        moved = moved * w.detach().float()
+    g = _gain(model, li)
+    if g is not None and fold_ln:
+        moved = moved * g.float()
     K = moved @ _head_w(model, "W_K", li, hi)  # [d_vocab, d_head]
     return _factored()(Q, K.T)
 
