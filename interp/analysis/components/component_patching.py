@@ -91,7 +91,7 @@ def _check(model: HookedModel, component: str, by: str) -> None:
         )
 
 
-@retired_words()
+@retired_words(unit="by")
 def patch_components(
     model: HookedModel,
     tokens: Tokens,

@@ -93,7 +93,7 @@ def _names(model: HookedModel) -> dict[str, Any]:
     return names
 
 
-@retired_words(positions="at")
+@retired_words(positions="at", unit="by")
 def direct_logit_attribution(
     model: HookedModel,
     tokens: Tokens,
