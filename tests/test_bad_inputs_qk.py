@@ -10,6 +10,7 @@ fixed where their rule lives (the runtime's :class:`QKGeometry` mask rule and
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -19,6 +20,7 @@ from model_kinds import KINDS, kind_model
 from test_bad_inputs import refused
 
 import interp.analysis as A
+from interp import InterpError
 from interp.analysis.heads.circuit_scores import OVCircuits
 from interp.hooks import hook_name
 from interp.models import load_model
@@ -231,6 +233,36 @@ def test_5_ov_circuits_and_copying_scores_fold_the_models_own_gains(kind):
     scores = A.copying_scores(m, heads=[(layer, head)], top1=False)
     atlas = OVCircuits(m).copying(layer, OVCircuits(m).values(layer))
     assert float(scores["copying_score"].iloc[0]) == pytest.approx(float(atlas[head]), abs=1e-4)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_5_direct_logit_attribution_adds_up_on_every_kind(kind):
+    """The final norm's gain (Gemma's ``1 + w``), Gemma-2's sandwich norms (each head's
+    write through its post-attention norm, the scale frozen) and its final soft cap (the
+    rows are the logit before it): the rows add up to the model's own logit, no remainder."""
+    m = kind_model(kind)
+    t = _tokens(m)[:1]
+    rt = runtime_of(m)
+    try:
+        rt.check_readout("direct logit attribution")
+    except InterpError as exc:  # BERT: its masked-LM head transforms the stream first
+        assert kind.startswith("bert"), kind
+        match = r"output head is not its final norm and unembedding .*masked-LM head"
+        assert re.search(match, str(exc))
+        refused(lambda: A.logit_lens(m, t), match)
+        return
+    df = A.direct_logit_attribution(m, t, answer=5, by="component")
+    assert "remainder" not in set(df["component"]), (kind, df.attrs.get("remainder"))
+    with torch.no_grad():
+        logit = float(m(t)[0, -1, 5])
+    cap = rt.final_softcap
+    total = df.attrs["total"]
+    assert (total if cap is None else cap * np.tanh(total / cap)) == pytest.approx(logit, abs=1e-4)
+    assert df["value"].sum() == pytest.approx(total, abs=1e-4)
+    lens = A.logit_lens(m, t)  # its last stage is the model's own (capped) prediction
+    last = lens[lens["stage"] == lens["stage"].max()]
+    assert np.allclose(last["target_logp"].dropna(), torch.log_softmax(m(t)[0].float(), -1)[
+        torch.arange(t.shape[1] - 1), t[0, 1:]].detach().numpy(), atol=1e-4)  # fmt: skip
 
 
 # minor: padding, offsets, duplicates, retired names -----------------------------------------

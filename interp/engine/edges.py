@@ -148,6 +148,7 @@ def check_exact(rt: Runtime, graph: Graph, parts: list[Layer], tokens: torch.Ten
     Raises:
         InterpError: if this model's receivers cannot be given their own inputs exactly.
     """
+    rt.check_readout("circuit analysis")  # a logits receiver's edits go through readout
     ok, why = rt.verdict("edges: exact", lambda: _probe(rt, graph, parts, tokens))
     if not ok:
         raise InterpError(

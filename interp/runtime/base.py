@@ -235,17 +235,70 @@ class Runtime:
         """
         raise InterpError(f"{type(self.model).__name__} cannot resume a forward pass at a block")
 
-    def readout(self, resid: torch.Tensor) -> torch.Tensor:
+    def readout(self, resid: torch.Tensor, *, softcap: bool = True) -> torch.Tensor:
         """Logits of residual vectors ``[..., d_model]`` through the model's own final norm
-        (recomputed on each vector) and unembedding: what the model does after its last
-        block, on the device of the final norm, the logits back on ``resid``'s device."""
+        (recomputed on each vector) and unembedding, then its final soft cap
+        (:attr:`final_softcap`; ``softcap=False``: the logits before it): what the model
+        does after its last block, on the device of the final norm, the logits back on
+        ``resid``'s device. :meth:`check_readout` says whether this is the model's output
+        head."""
         ln = getattr(self.model, "ln_final", None)
         W_U = self.model.W_U
         x = resid.to(W_U.device)
         x = ln(x) if ln is not None else x
         b = self.unembed_bias()
         out = x @ W_U
-        return (out if b is None else out + b).to(resid.device)
+        return self.capped(out if b is None else out + b, softcap).to(resid.device)
+
+    @property
+    def final_softcap(self) -> float | None:
+        """The soft cap on the model's logits (``cap * tanh(logits / cap)``, Gemma-2's
+        ``final_logit_softcapping``), or None."""
+        cap = getattr(self.cfg, "output_logits_soft_cap", None)
+        return float(cap) if cap and float(cap) > 0 else None
+
+    def capped(self, logits: torch.Tensor, softcap: bool = True) -> torch.Tensor:
+        """``logits`` through the model's final soft cap (unchanged without one, or when
+        ``softcap`` is False)."""
+        cap = self.final_softcap if softcap else None
+        return logits if cap is None else torch.tanh(logits / cap) * cap
+
+    def check_readout(self, what: str) -> None:
+        """Once per model: :meth:`readout` of the last block's output reproduces the model's
+        own logits (on a probe of a few tokens), so an analysis that reads the residual
+        stream through the final norm and unembedding reads what the model computes.
+
+        Raises:
+            InterpError: for a model whose output head is something else (BERT's masked-LM
+                head transforms the stream before its unembedding), naming ``what``.
+        """
+        gap = self.verdict("readout", self._readout_gap)
+        if gap is not None:
+            raise InterpError(
+                f"this model's output head is not its final norm and unembedding (reading the "
+                f"last block's output through them misses its logits by {gap:.2g}; a "
+                f"masked-LM head transforms the stream first), so {what}, which reads the "
+                "stream through them, does not support it"
+            )
+
+    def _readout_gap(self) -> float | None:
+        from interp.precision import tolerance
+
+        n_ctx = getattr(self.cfg, "n_ctx", None) or 8
+        probe = (torch.arange(min(8, int(n_ctx))) % int(self.cfg.d_vocab))[None]
+        probe = probe.to(module_device(getattr(self.model, "embed", None), self.model))
+        name = f"blocks.{self.n_layers - 1}.hook_resid_post"
+        kept: dict[str, torch.Tensor] = {}
+
+        def keep(x: torch.Tensor, hook: Any) -> None:
+            kept["final"] = x
+
+        with torch.no_grad():
+            logits = self.model.run_with_hooks(probe, fwd_hooks=[(name, keep)])
+            mine = self.readout(kept["final"])
+        size = float(logits.float().abs().max())
+        gap = float((mine.float() - logits.float()).abs().max())
+        return None if gap <= tolerance(logits.dtype, size, float32=1e-4) else gap
 
     def head_device(self) -> torch.device:
         """The device of the model's output layer (its final norm and unembedding: the last

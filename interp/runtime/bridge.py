@@ -213,11 +213,19 @@ class BridgeRuntime(Runtime):
             causal=causal,
         )
 
-    def readout(self, resid: torch.Tensor) -> torch.Tensor:
+    def readout(self, resid: torch.Tensor, *, softcap: bool = True) -> torch.Tensor:
         ln = getattr(self.model, "ln_final", None)
         unembed = getattr(self.model, "unembed", None)
         if callable(getattr(unembed, "forward", None)):
             x = resid.to(self.head_device())
             x = ln(x) if ln is not None else x
-            return unembed(x).to(resid.device)  # the wrapped model's own output layer
-        return super().readout(resid)
+            # the wrapped model's own output layer, then its soft cap (its forward applies it)
+            return self.capped(unembed(x), softcap).to(resid.device)
+        return super().readout(resid, softcap=softcap)
+
+    @property
+    def final_softcap(self) -> float | None:
+        """The wrapped model's ``final_logit_softcapping`` (Gemma-2), or None."""
+        hf = getattr(self.model, "interp_hf_model", None)
+        cap = getattr(getattr(hf, "config", None), "final_logit_softcapping", None)
+        return float(cap) if cap and float(cap) > 0 else super().final_softcap

@@ -158,6 +158,22 @@ class Norm:
         multiplies every piece of ``x`` by."""
         return torch.rsqrt(self.centre(x).pow(2).mean(-1, keepdim=True) + self.eps)
 
+    def frozen(self, pieces: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``pieces`` (``[..., d]`` each, float32) through this norm with its scale frozen at
+        their sum's: each centred, times the sum's inverse scale and the gain, the bias added
+        to the last, so they sum to the norm of their sum (Gemma-2's sandwich norms on a
+        layer's attention and MLP outputs: what each piece writes into the stream).
+
+        Raises:
+            InterpError: for a norm that :attr:`gain` cannot fold.
+        """
+        inv = self.inverse_scale(sum(pieces[1:], pieces[0]))
+        gain = 1.0 if self.gain is None else self.gain.to(inv.device)
+        out = [self.centre(p) * inv * gain for p in pieces]
+        if self.bias is not None:
+            out[-1] = out[-1] + self.bias.to(inv.device).float()
+        return out
+
     # ------------------------------------------------------------------ forward
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """The norm of ``x`` (``[..., d_model]``, any leading dims), exactly the module's

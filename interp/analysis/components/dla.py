@@ -71,6 +71,10 @@ BYS: tuple[str, ...] = ("head", "layer", "component")
 REMAINDER_TOL = 1e-5
 
 
+_CAPPED = (
+    "logits are soft-capped ({cap:g} * tanh(x / {cap:g})) after the unembedding: the rows and "
+    "the total are the logits before the cap"
+)
 _ONE_ROW = (-1,)  # the one logit row a pass unembeds when its logits are not read
 
 
@@ -85,6 +89,9 @@ def _names(model: HookedModel) -> dict[str, Any]:
         "z": [hook_name("z", l) for l in range(L)],
         "mlp_out": [hook_name("mlp_out", l) for l in range(L)],
     }
+    post_mlp = [f"blocks.{l}.ln2_post.hook_out" for l in range(L)]  # Gemma-2's sandwich norm
+    if all(name in have for name in post_mlp):
+        names["mlp_out"] = post_mlp  # what the MLP writes into the stream: after that norm
     names["pos_embed"] = hook_name("pos_embed") if hook_name("pos_embed") in have else None
     if names["mlp_out"][0] not in have:
         names["mlp_out"] = []
@@ -161,6 +168,7 @@ def direct_logit_attribution(
     )  # fmt: skip
     if estimate:
         return pl.estimate
+    runtime_of(model).check_readout("direct logit attribution")
     parts = []
     with eval_no_grad(model):
         acts = check_cache(model, tokens, cache, needs=wanted)
@@ -171,6 +179,7 @@ def direct_logit_attribution(
                 got, read = _Slice(acts, sl), pos
             parts.append(_shares(model, got, names, tokens[sl], ans[sl], _rows(bad, sl), read))
     rows, attrs = _remainder(parts, runtime_of(model).norm("final"))
+    cap = runtime_of(model).final_softcap
     df = _table(rows, by, cfg.n_layers)
     df.attrs.update(
         table_attrs(
@@ -186,6 +195,8 @@ def direct_logit_attribution(
             at=pos,
             by=by,
             sum_of_rows=float(df["value"].sum()),
+            softcap=cap,
+            notes=[] if cap is None else [_CAPPED.format(cap=cap)],
             **attrs,
         )
     )
@@ -262,15 +273,25 @@ def _shares(model, acts, names, tokens, ans, bad, pos):
     for l in range(cfg.n_layers):
         W_O = rt.layer_weight("W_O", l).to(dev).float()  # [head, d_head, d_model]
         z = read(names["z"][l])  # [batch, P, head, d_head]
-        v = torch.einsum("hed,bd->bhe", W_O, u)  # each head's readout direction
-        per_head = torch.einsum("bphe,bhe->bph", z, v) / scale  # [batch, P, head]
+        has_bias = b_O is not None and bool(b_O[l].abs().max() > 0)
+        bias = b_O[l].to(dev).float().expand_as(final) if has_bias else None
+        post = rt.norm("ln1_post", l)
+        if post is None:
+            v = torch.einsum("hed,bd->bhe", W_O, u)  # each head's readout direction
+            per_head = torch.einsum("bphe,bhe->bph", z, v) / scale  # [batch, P, head]
+            built += torch.einsum("bphe,hed->bpd", z, W_O)
+        else:  # a sandwich norm (Gemma-2): each head's write through it, its scale frozen
+            writes = list(torch.einsum("bphe,hed->hbpd", z, W_O))
+            writes = post.frozen(writes + ([] if bias is None else [bias]))
+            bias = writes.pop() if bias is not None else None
+            per_head = torch.stack([share(w) for w in writes], -1)
+            built += sum(writes[1:], writes[0]) + (0 if bias is None else bias)
         for h in range(cfg.n_heads):
             rows.append(("head", l, h, head_label(l, h), per_head[..., h]))
-        built += torch.einsum("bphe,hed->bpd", z, W_O)
-        if b_O is not None and bool(b_O[l].abs().max() > 0):
-            bias = b_O[l].to(dev).float().expand_as(final)
+        if bias is not None:
             rows.append(("attn_bias", l, None, f"L{l}.attn_bias", share(bias)))
-            built += bias
+            if post is None:
+                built += bias
         if names["mlp_out"]:
             mlp = read(names["mlp_out"][l])
             rows.append(("mlp", l, None, f"L{l}.mlp", share(mlp)))
@@ -285,7 +306,8 @@ def _shares(model, acts, names, tokens, ans, bad, pos):
         const = const + gap[:, None]
     rows.append(("bias", None, None, "bias", const))
     given = acts[names["final"]]
-    logits = rt.readout(given[:, torch.tensor(pos, device=given.device)]).to(dev)
+    # the logits before any final soft cap: the pieces sum to those (the cap is not linear)
+    logits = rt.readout(given[:, torch.tensor(pos, device=given.device)], softcap=False).to(dev)
     dtype = logits.dtype  # the model's: its logits are rounded there
     logits = logits.float()  # [batch, P, d_vocab]
 

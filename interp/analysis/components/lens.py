@@ -124,6 +124,7 @@ def logit_lens(
     )  # fmt: skip
     if estimate:
         return pl.estimate
+    rt.check_readout("the logit lens")
     parts = []
     with eval_no_grad(model):
         acts = check_cache(model, tokens, cache, needs=names)

@@ -110,7 +110,7 @@ def residual_pieces(model: HookedModel, acts: Any, layer: int, *, by: str = "hea
             per, labels = [whole if bias is None else whole + bias], [f"L{l}.attn"]
         post = rt.norm("ln1_post", l)
         if post is not None:  # a sandwich norm on the attention's output, frozen too
-            per = _frozen(post, per)
+            per = post.frozen(per)
         mlp = None
         if hook_name("mlp_out", l) in acts and not rt.attention_only:
             post_mlp = f"blocks.{l}.ln2_post.hook_out"
@@ -131,20 +131,6 @@ def residual_pieces(model: HookedModel, acts: Any, layer: int, *, by: str = "hea
     size = float(resid.abs().max())
     if float(missing.abs().max()) > tolerance(given.dtype, size, float32=REMAINDER_TOL):
         out.append(("remainder", "remainder", None, missing))
-    return out
-
-
-def _frozen(norm: Any, pieces: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``pieces`` through ``norm`` with its scale frozen at their sum's (its bias, if any, is
-    added to the last piece)."""
-    gain = norm.gain
-    if gain is None:
-        raise InterpError("a norm of this model is not a LayerNorm / RMSNorm with a gain")
-    inv = norm.inverse_scale(sum(pieces[1:], pieces[0]))
-    gain = gain.to(inv.device)
-    out = [norm.centre(p) * inv * gain for p in pieces]
-    if norm.bias is not None:
-        out[-1] = out[-1] + norm.bias.to(inv.device).float()
     return out
 
 
