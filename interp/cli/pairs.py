@@ -28,7 +28,12 @@ from interp.errors import InterpError
 
 def add_pairs(p: argparse.ArgumentParser, *, required: bool) -> None:
     """``--clean`` and ``--corrupted`` (repeatable, in pairs), ``--metric`` and ``--logit-diff``
-    (once, or once per pair). Without ``required``, no pair means the command's default task."""
+    (once, or once per pair).
+
+    Args:
+        p: the command's parser.
+        required: whether the command needs pairs; without, no pair means its default task.
+    """
     default = "" if required else "; default: the model's circuit task"
     p.add_argument(
         "--clean",
@@ -38,9 +43,8 @@ def add_pairs(p: argparse.ArgumentParser, *, required: bool) -> None:
     )
     p.add_argument("--corrupted", action="append", required=required,
                    help="its corrupted twin (same token count)")  # fmt: skip
-    p.add_argument(
-        "--metric", choices=("logit-diff", "loss"), help="with --clean (default logit-diff)"
-    )
+    given = "" if required else "with --clean; "
+    p.add_argument("--metric", choices=("logit-diff", "loss"), help=f"{given}default logit-diff")
     p.add_argument(
         "--logit-diff",
         action="append",
@@ -52,6 +56,9 @@ def add_pairs(p: argparse.ArgumentParser, *, required: bool) -> None:
 def check_pairs(args: argparse.Namespace) -> None:
     """The pairs and their metric, as given: as many ``--clean`` as ``--corrupted`` prompts,
     none empty, and ``--logit-diff`` once or once per pair (only with ``--metric logit-diff``).
+
+    Args:
+        args: the parsed options of :func:`add_pairs`.
 
     Raises:
         InterpError: for any of those, or ``--metric`` / ``--logit-diff`` without pairs.
@@ -88,7 +95,14 @@ def check_pairs(args: argparse.Namespace) -> None:
 
 
 def describe_pairs(args: argparse.Namespace) -> str:
-    """The pairs as typed (a table's ``inputs``)."""
+    """The pairs as typed, for a table's ``inputs``.
+
+    Args:
+        args: the parsed options of :func:`add_pairs`, with pairs.
+
+    Returns:
+        ``--clean 'A' --corrupted 'B'`` for each pair, in order.
+    """
     return " ".join(
         f"--clean {c!r} --corrupted {k!r}" for c, k in zip(args.clean, args.corrupted, strict=True)
     )
@@ -119,9 +133,16 @@ def _twins(source: Any, clean: list[str], corrupted: list[str]) -> tuple[Any, An
 
 
 def pair_task(args: argparse.Namespace, source: Any) -> tuple[Any, Any, Any]:
-    """Clean and corrupted ``[batch, pos]`` ids and the metric of checked pairs
-    (:func:`check_pairs`); ``source`` is the tokenizer before the weights load (None for a
-    model without one), the model after.
+    """Clean and corrupted ``[batch, pos]`` ids and the metric of checked pairs.
+
+    Args:
+        args: the parsed options of :func:`add_pairs`, checked by :func:`check_pairs`.
+        source: the tokenizer before the weights load (None for a model without one),
+            the model after.
+
+    Returns:
+        ``(clean, corrupted, metric)``: the metric is one answer pair for every prompt,
+        one per prompt, or the loss.
 
     Raises:
         InterpError: for a prompt that does not encode, a corrupted twin of another length,
