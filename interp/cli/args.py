@@ -30,8 +30,59 @@ LARGEST_ID = 2**63 - 1
 LOGIT_DIFF_PARTS = ("--logit-diff ANSWER", "--logit-diff WRONG")
 
 
+# Where a parse records the options already given (removed before the namespace is returned).
+_GIVEN = "_interp_options_given"
+# How to give several values to an option that takes one (said when it is given twice).
+SEVERAL = {
+    "--heads": "name several heads in one, comma-separated (--heads L1H4,L0H7)",
+    "--positions": "give several positions in one, comma-separated (--positions 3,-1)",
+    "--at": "give several positions in one, comma-separated (--at 3,-1)",
+    "--senders": "name several senders in one, comma-separated (--senders L0H1,embed)",
+    "--receivers": "name several receivers in one, comma-separated (--receivers L1H1.k,logits)",
+}
+
+
+class StoreOnce(argparse._StoreAction):
+    """Store an option's value, refusing a second occurrence (plain argparse keeps the last
+    one, silently). Every option of a :class:`Parser` that takes a value acts so, unless it
+    asks for ``action="append"`` (``--clean`` and ``--corrupted`` in pairs)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        given = vars(namespace).setdefault(_GIVEN, set())
+        if self.dest in given:
+            raise argparse.ArgumentError(self, f"given twice, but {self._one(parser)}")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+    def _one(self, parser: Any) -> str:
+        option = max(self.option_strings, key=len)
+        if option in SEVERAL:
+            return f"it takes one list: {SEVERAL[option]}"
+        if option == "--prompt":
+            if parser.takes("--tokens"):
+                return "it takes one prompt: give several as a --tokens file (a line of ids each)"
+            return "it takes one prompt: run the command once per prompt"
+        return "it takes one value: give it once"
+
+
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr (exit 2), like every other error."""
+    """An ArgumentParser whose errors are one line on stderr (exit 2), like every other error,
+    and whose options take one value each: a second ``--prompt`` is such an error, not a
+    silent replacement of the first (:class:`StoreOnce`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, StoreOnce)  # its argument groups share the registry
+        self.register("action", "store", StoreOnce)
+
+    def takes(self, option: str) -> bool:
+        """Whether this parser has ``option`` (e.g. ``"--tokens"``)."""
+        return option in self._option_string_actions
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        namespace, rest = super().parse_known_args(args, namespace)
+        vars(namespace).pop(_GIVEN, None)
+        return namespace, rest
 
     def error(self, message: str) -> NoReturn:
         print(f"interp: error: {message} (see {self.prog} --help)", file=sys.stderr)

@@ -1,9 +1,10 @@
 """``interp atlas``: every head of a model on one self-contained page, and its table.
 
 ``interp atlas [--model M] --out atlas.html [--table T] [--seed N] [--batch N]
-[--heads L18H6,...]`` runs :func:`interp.analysis.head_atlas` on the model's
-standard probe and writes a page (circuitsvis bundle inlined once: it renders
-offline) with:
+[--heads L18H6,...] [--memory 16GiB] [--estimate]`` runs
+:func:`interp.analysis.head_atlas` on the model's standard probe (in chunks under
+``--memory``; ``--estimate`` prints the cost and stops) and writes a page
+(circuitsvis bundle inlined once: it renders offline) with:
 
 * a layer x head grid, each cell coloured by the head's role (hover: its
   numbers); a cell with a detail section links to it;
@@ -26,7 +27,16 @@ import html
 from pathlib import Path
 from typing import Any
 
-from interp.cli.args import add_model, check_model_args, count_arg, heads_arg, load, seed_arg
+from interp.cli.args import (
+    add_cost,
+    add_model,
+    announce,
+    check_model_args,
+    count_arg,
+    heads_arg,
+    load,
+    seed_arg,
+)
 from interp.cli.outputs import check_distinct, check_out, export_to, write_outputs
 from interp.errors import InterpError
 
@@ -65,6 +75,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--seed", type=seed_arg, default=0, help="the probe's and control's seed")
     p.add_argument("--batch", type=count_arg(1), default=8, help="probe sequences (default 8)")
     p.add_argument("--heads", help="heads to detail, e.g. L18H6,L17H3 (default: see --help)")
+    add_cost(p)
     p.set_defaults(func=run_atlas)
 
 
@@ -86,12 +97,16 @@ def run_atlas(args: argparse.Namespace) -> int:
     model = load(args)
     chosen = None if heads is None else parse_heads(model, heads)
     tokens = probe_tokens(model, n=args.batch, seed=args.seed)
+    options = dict(seed=args.seed, memory_budget=args.memory)
+    announce(measure_atlas(model, tokens, **options, estimate=True))
+    if args.estimate:
+        return 0
     cfg = model.cfg
     print(
         f"atlas: {cfg.n_layers * cfg.n_heads} heads on {tokens.shape[0]} x {tokens.shape[1]} "
         "tokens: 2 forward passes, then weight products"
     )
-    atlas = measure_atlas(model, tokens, seed=args.seed, keep_patterns=True)
+    atlas = measure_atlas(model, tokens, **options, keep_patterns=True, progress=True)
     df = atlas.table
     df.attrs.setdefault("inputs", f"probe_tokens(n={args.batch}, seed={args.seed})")
     detail = chosen if chosen is not None else default_details(df)

@@ -1,7 +1,7 @@
 """``interp circuit`` and ``interp paths``: which edges carry a task, and what one path carries.
 
 Both take a task: ``--clean`` and ``--corrupted`` prompts (each may be given
-several times, in pairs of equal token length) with a metric, or by default
+several times, in pairs of equal token length: :mod:`interp.cli.pairs`) with a metric, or by default
 the model's default circuit task (:func:`interp.analysis.circuits.task.circuit_task`:
 repeated tokens without a tokenizer, indirect-object prompts with one).
 
@@ -25,19 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from interp.cli.args import (
-    LOGIT_DIFF_PARTS,
-    TOKEN_RULE,
     add_cost,
     add_model,
     announce,
     check_model_args,
-    check_prompt,
     count_arg,
     load,
-    pair_arg,
     seed_arg,
 )
-from interp.cli.inputs import answer_ids, encode, tokenizer_of
+from interp.cli.inputs import tokenizer_of
 from interp.cli.outputs import (
     check_distinct,
     check_out,
@@ -47,23 +43,12 @@ from interp.cli.outputs import (
     text_to,
     write_outputs,
 )
+from interp.cli.pairs import add_pairs, check_pairs, pair_task
 from interp.errors import InterpError
 
 
 def _add_task(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--clean", action="append", help="clean prompt (repeat for a batch; default: the lab's)"
-    )
-    p.add_argument("--corrupted", action="append", help="its corrupted twin (same token count)")
-    p.add_argument(
-        "--metric", choices=("logit-diff", "loss"), help="with --clean (default logit-diff)"
-    )
-    p.add_argument(
-        "--logit-diff",
-        action="append",
-        help="ANSWER,WRONG for --metric logit-diff, once for every pair or once per pair; "
-        f"each part: {TOKEN_RULE}",
-    )
+    add_pairs(p, required=False)
     p.add_argument("--n", type=count_arg(2), default=16, help="prompt pairs of the default task")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the default task")
 
@@ -129,89 +114,16 @@ def _labels(text: str | None, option: str) -> list[str] | None:
     return list(dict.fromkeys(parts))
 
 
-def _check_task(args: argparse.Namespace) -> None:
-    clean, corrupted = args.clean or [], args.corrupted or []
-    if not clean and not corrupted:
-        if args.metric is not None or args.logit_diff:
-            raise InterpError(
-                "--metric and --logit-diff go with --clean/--corrupted prompts; the default "
-                "task brings its own metric"
-            )
-        return
-    if len(clean) != len(corrupted):
-        raise InterpError(
-            f"{len(clean)} --clean and {len(corrupted)} --corrupted prompts: give them in pairs"
-        )
-    for c, k in zip(clean, corrupted):
-        check_prompt(c, "clean prompt")
-        check_prompt(k, "corrupted prompt")
-    metric = args.metric or "logit-diff"
-    pairs = args.logit_diff or []
-    if metric == "loss" and pairs:
-        raise InterpError("--logit-diff is used only with --metric logit-diff; drop it")
-    if metric == "logit-diff":
-        if not pairs:
-            raise InterpError("--metric logit-diff needs --logit-diff ANSWER,WRONG")
-        if len(pairs) not in (1, len(clean)):
-            raise InterpError(
-                f"{len(pairs)} --logit-diff pairs for {len(clean)} prompts: give one for all, "
-                "or one per prompt"
-            )
-        for p in pairs:
-            pair_arg(p)
-
-
-def _batch(source: Any, texts: list[str], what: str) -> Any:
-    import torch
-
-    rows = [encode(source, t, f"{what} prompt") for t in texts]
-    lengths = sorted({int(r.shape[1]) for r in rows})
-    if len(lengths) > 1:
-        raise InterpError(
-            f"the {what} prompts are {lengths} tokens long: every prompt of a batch needs the "
-            "same number of tokens (reword them, or run them one at a time)"
-        )
-    return torch.cat(rows)
-
-
-def _prompt_task(args: argparse.Namespace, source: Any) -> tuple[Any, Any, Any]:
-    """Clean and corrupted ``[batch, pos]`` ids and the metric from ``--clean/--corrupted``
-    (``source``: the tokenizer before loading, the model after)."""
-    import torch
-
-    from interp.metrics import logit_diff_metric, loss_metric
-
-    clean = _batch(source, args.clean, "clean")
-    corrupted = _batch(source, args.corrupted, "corrupted")
-    if clean.shape != corrupted.shape:
-        raise InterpError(
-            f"clean prompts are {clean.shape[1]} tokens, corrupted {corrupted.shape[1]}: "
-            "each corrupted twin needs its clean prompt's token count"
-        )
-    if (args.metric or "logit-diff") == "loss":
-        return clean, corrupted, loss_metric(None)
-    tok = getattr(source, "tokenizer", None) if hasattr(source, "cfg") else source
-    pairs = [pair_arg(p) for p in args.logit_diff]
-    ids = [answer_ids(tok, a, b, LOGIT_DIFF_PARTS) for a, b in pairs]
-    if len(ids) == 1:
-        return clean, corrupted, logit_diff_metric(*ids[0])
-    return (
-        clean,
-        corrupted,
-        logit_diff_metric(torch.tensor([a for a, _ in ids]), torch.tensor([b for _, b in ids])),
-    )
-
-
 def _prechecked(args: argparse.Namespace) -> None:
-    _check_task(args)
+    check_pairs(args)
     check_model_args(args)
     if args.clean:
-        _prompt_task(args, tokenizer_of(args.model))
+        pair_task(args, tokenizer_of(args.model))
 
 
 def _task(args: argparse.Namespace, model: Any) -> tuple[Any, Any, Any, str]:
     if args.clean:
-        clean, corrupted, metric = _prompt_task(args, model)
+        clean, corrupted, metric = pair_task(args, model)
         return clean, corrupted, metric, f"{len(args.clean)} prompt pair(s) from --clean"
     from interp.analysis.circuits.task import circuit_task
 

@@ -7,6 +7,8 @@ encodes, each answer is one token, positions fit the prompt) before the
 weights load; bad input is one line on stderr and exit 2, and nothing is
 written. A table and its figure are written together once both are computed
 (:func:`interp.cli.outputs.write_outputs`): all new, or all as they were.
+``dla`` and ``lens`` print their cost before they run; ``--memory`` is the budget
+their prompts run in chunks under, and ``--estimate`` prints the cost and stops.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any
 
 from interp.cli.args import (
     TOKEN_RULE,
+    add_cost,
     add_model,
+    announce,
     check_model_args,
     check_prompt,
     count_arg,
@@ -54,6 +58,7 @@ def add_parsers(sub: Any) -> None:
     dla.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
     dla.add_argument("--figure", help="also write the layer x head heatmap (.svg; --by head)")
     dla.add_argument("--top", type=count_arg(0), default=10, help="rows to print, by |value|")
+    add_cost(dla)
     dla.set_defaults(func=run_dla)
 
     lens = sub.add_parser("lens", help="the logit lens: top predictions after every block")
@@ -67,6 +72,7 @@ def add_parsers(sub: Any) -> None:
     )
     lens.add_argument("--out", required=True, help="table path: .csv .parquet .md .html .json")
     lens.add_argument("--figure", help="also write the stage x position grid (.svg)")
+    add_cost(lens)
     lens.set_defaults(func=run_lens)
 
     att = sub.add_parser("attention", help="a self-contained page of attention views of a prompt")
@@ -112,14 +118,12 @@ def run_dla(args: argparse.Namespace) -> int:
 
     model = load(args)
     tokens = encode(model, args.prompt)
-    df = direct_logit_attribution(
-        model,
-        tokens,
-        answer=answer,
-        wrong=wrong,
-        at=-1 if positions is None else positions,
-        by=args.by,
-    )
+    options = dict(answer=answer, wrong=wrong, at=-1 if positions is None else positions,
+                   by=args.by, memory_budget=args.memory)  # fmt: skip
+    announce(direct_logit_attribution(model, tokens, **options, estimate=True))
+    if args.estimate:
+        return 0
+    df = direct_logit_attribution(model, tokens, **options, progress=True)
     df.attrs.update(inputs=f"--prompt {args.prompt!r}", answer=args.answer, wrong=args.wrong)
     quantity = df.attrs["metric"]
     print(f"{quantity}: {df.attrs['total']:.4f} (the model's own; rows sum to it)")
@@ -158,7 +162,11 @@ def run_lens(args: argparse.Namespace) -> int:
 
     model = load(args)
     tokens = encode(model, args.prompt)
-    df = logit_lens(model, tokens, at=positions, k=args.k, target=target)
+    options = dict(at=positions, k=args.k, target=target, memory_budget=args.memory)
+    announce(logit_lens(model, tokens, **options, estimate=True))
+    if args.estimate:
+        return 0
+    df = logit_lens(model, tokens, **options, progress=True)
     df.attrs.update(inputs=f"--prompt {args.prompt!r}")
     last = df[df["stage"] == df["stage"].max()]
     for r in last.itertuples():

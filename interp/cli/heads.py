@@ -11,6 +11,8 @@ and exports the table with :func:`interp.export` once everything is computed
 Inputs come from one of ``--tokens FILE`` (.npy integer array, or .txt with
 one sequence of ids per line), ``--prompt TEXT`` or ``--repeated N`` (BOS + N
 random ordinary tokens, twice); by default the model's standard repeated probe.
+``interp patch`` takes ``--clean`` and ``--corrupted`` in pairs, as often as there
+are pairs (one batch), as ``interp circuit`` does (:mod:`interp.cli.pairs`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from interp.cli.inputs import (
     tokenizer_of,
 )
 from interp.cli.outputs import check_out, export_to, print_top, write_outputs
+from interp.cli.pairs import add_pairs, check_pairs, describe_pairs, pair_task
 from interp.errors import InterpError
 
 
@@ -114,9 +117,8 @@ def add_parsers(sub: Any) -> None:
     )
     add_model(pa)
     _add_direction(pa)
-    pa.add_argument("--clean", required=True, help="clean prompt")
-    pa.add_argument("--corrupted", required=True, help="corrupted prompt (same length)")
-    _add_metric(pa, "logit-diff")
+    add_pairs(pa, required=True)
+    pa.add_argument("--positions", help="comma-separated positions where the edit applies")
     pa.add_argument("--heads", help="comma-separated labels (default: all)")
     pa.add_argument(
         "--component",
@@ -319,29 +321,26 @@ def run_attribute(args: argparse.Namespace) -> int:
 def run_patch(args: argparse.Namespace) -> int:
     out = check_out(args.out)
     heads, positions = heads_arg(args.heads), positions_arg(args.positions)
-    _check_metric_args(args)
-    check_prompt(args.clean, "clean prompt")
-    check_prompt(args.corrupted, "corrupted prompt")
+    check_pairs(args)
     if args.by is not None and args.component is None:
         raise InterpError("--by goes with --component (e.g. --component resid_pre --by layer)")
     if args.component is not None and heads is not None:
         raise InterpError("--heads is for per-head patching; drop it with --component")
     _check_component_by(args.component, args.by)
     check_model_args(args)
-    prompts = [(args.clean, "clean prompt"), (args.corrupted, "corrupted prompt")]
-    _tokenizer_checks(args, prompts, positions, twins=True)
+    clean, _, _ = pair_task(args, tokenizer_of(args.model))  # the tokenizer alone
+    check_positions_fit(positions, clean.shape[1])
     from interp.analysis.components.patching import patch_heads
     from interp.checks import check_token_pair
 
     model = load(args)
-    clean, corrupted = encode(model, args.clean), encode(model, args.corrupted)
+    clean, corrupted, metric = pair_task(args, model)
     check_token_pair(model, clean, corrupted)  # before the plan's probe pass
     if args.component is not None:
-        return _patch_grid(args, model, clean, corrupted, positions, out)
+        return _patch_grid(args, model, clean, corrupted, metric, positions, out)
     base = clean if args.direction == "noising" else corrupted
     options = dict(corrupted_tokens=corrupted, direction=args.direction, heads=heads,
-                   metric=_metric(model, args, None), positions=positions,
-                   memory_budget=args.memory)  # fmt: skip
+                   metric=metric, positions=positions, memory_budget=args.memory)  # fmt: skip
     announce(patch_heads(model, clean, **options, estimate=True))
     if args.estimate:
         return 0
@@ -374,7 +373,7 @@ def _write_patching(df: Any, args: argparse.Namespace, out: Path) -> int:
     """Print a patching table's top rows, record its model and prompts, write it."""
     print_top(df, "normalized", args.top)
     df.attrs.setdefault("model", args.model)
-    df.attrs.setdefault("inputs", f"--clean {args.clean!r} --corrupted {args.corrupted!r}")
+    df.attrs.setdefault("inputs", describe_pairs(args))
     write_outputs({out: export_to(df)})
     print(f"wrote {out}")
     return 0
@@ -398,14 +397,14 @@ def _check_component_by(component: str | None, by: str | None) -> None:
         )
 
 
-def _patch_grid(args: argparse.Namespace, model: Any, clean: Any, corrupted: Any, positions: Any,
-                out: Path) -> int:  # fmt: skip
+def _patch_grid(args: argparse.Namespace, model: Any, clean: Any, corrupted: Any, metric: Any,
+                positions: Any, out: Path) -> int:  # fmt: skip
     from interp.analysis.components.component_patching import LAYER_COMPONENTS, patch_components
 
     by = args.by or ("layer_position" if args.component in LAYER_COMPONENTS else "head")
     options = dict(corrupted_tokens=corrupted, direction=args.direction, by=by,
-                   component=args.component, metric=_metric(model, args, None),
-                   positions=positions, memory_budget=args.memory)  # fmt: skip
+                   component=args.component, metric=metric, positions=positions,
+                   memory_budget=args.memory)  # fmt: skip
     announce(patch_components(model, clean, **options, estimate=True))
     if args.estimate:
         return 0
