@@ -151,9 +151,22 @@ def composition_tensor(model: HookedModel, *, component: Component = "K") -> tor
 def composition_scores(model: HookedModel, *, component: Component = "K") -> pd.DataFrame:
     """One row per (earlier head, later head) pair with the composition score and its baseline.
 
-    ``component`` is the later head's input the earlier head's output feeds:
-    ``"Q"``, ``"K"`` or ``"V"``. Columns: ``src_layer, src_head, src_label,
-    layer, head, label, component, score, baseline, ratio`` (``score / baseline``).
+    The score is ``||W_OV^early M^late||_F / (||W_OV^early||_F ||M^late||_F)``, with ``M``
+    the later head's input map (module docstring); the baseline is what two random
+    low-rank matrices of the heads' shapes already score (about ``1/sqrt(d_model)``), so a
+    score means something only well above it.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``). Only its weights are read.
+        component: A named part of the model: the later head's input that the earlier head's
+            output feeds, ``'Q'``, ``'K'`` (default) or ``'V'``.
+
+    Returns:
+        A table with one row per pair of heads in different layers: ``src_layer, src_head,
+        src_label`` (the earlier head), ``layer, head, label`` (the later one), then
+        ``component, score, baseline, ratio`` (``score / baseline``). ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA`, plus ``component``.
 
     Raises:
         InterpError: for an unknown component or a model with a single layer.

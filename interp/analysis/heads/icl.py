@@ -39,13 +39,25 @@ from interp.runtime import runtime_of
 def per_token_loss(model: HookedModel, tokens: Tokens, *, cache: Any = None) -> PerToken:
     """``[batch, pos - 1]`` next-token cross-entropy (nats), from the model's logits.
 
-    With ``cache`` (of ``tokens``; checked against them, and completed if it
-    lacks the last block's ``hook_resid_post``) only the final normalisation
-    and unembedding run.
+    ``loss[b, t]`` is the cross-entropy of predicting token ``t + 1`` at position ``t``. One
+    forward pass, or, with a ``cache`` holding the last block's ``hook_resid_post``, only
+    the final normalisation and unembedding.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``), causal, with a language-model head.
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence), at least 2 long.
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass.
+
+    Returns:
+        ``[batch, pos - 1]`` float losses in nats.
 
     Raises:
-        InterpError: for a model whose logits are meaningless (no LM head), bad
-            tokens, a cache of other tokens, or an output that is not vocabulary logits.
+        InterpError: for a model whose logits are meaningless (no LM head), an encoder
+            (bidirectional attention sees the token it would predict), bad tokens, a
+            cache of other tokens, or an output that is not vocabulary logits.
     """
     cfg = check_model(model)
     if not logits_meaningful(model):
@@ -84,9 +96,28 @@ def in_context_learning_score(
     late: int | None = None,
     cache: Any = None,
 ) -> pd.DataFrame:
-    """Loss late in the sequence minus loss early (module docstring), as a one-row table.
+    """Loss late in the sequence minus loss early, as a one-row table.
 
-    Columns: ``early_pos, late_pos, early_loss, late_loss, score``.
+    Olsson et al. (2022) take the loss on the 500th token minus the loss on the 50th; our
+    contexts are short, so the positions are arguments: ``score = mean_b loss[b, late] -
+    mean_b loss[b, early]`` (:func:`per_token_loss`), negative when the model predicts
+    better late in a context than early.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``), causal, with a language-model head.
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence), at least 3 long.
+        early: The early prediction's position, in ``[0, pos - 2]``; ``None`` is
+            ``max(1, pos // 10)``.
+        late: The late prediction's position, after ``early``; ``None`` is ``pos - 2`` (the
+            last prediction).
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass.
+
+    Returns:
+        A one-row table: ``early_pos, late_pos, early_loss, late_loss, score`` (losses in
+        nats). ``attrs`` follow :data:`interp.analysis.frames.SCHEMA`.
 
     Raises:
         InterpError: for positions outside ``[0, pos - 2]``, ``early >= late``,

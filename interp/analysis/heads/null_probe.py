@@ -106,23 +106,44 @@ def null_space_probe(
     """Add random null-space (and row-space control) directions to a head's input; measure.
 
     Each direction is a random unit vector of the null space of the chosen map
-    (``W_Q^T``, ``W_K^T`` or ``W_V^T`` of ``layer``/``head``), scaled to
-    ``scale`` times the mean norm of the head's input at ``positions``
-    (ints or a ``[pos]`` bool mask; default the last position), and added
-    there in every sequence. ``cache`` (of ``tokens``, checked against them)
-    supplies the clean activations. Each direction costs two forward passes;
-    ``progress`` shows a bar (``None``: when there are more than
-    :data:`AUTO_PROGRESS_PASSES`).
+    (``W_Q^T``, ``W_K^T`` or ``W_V^T`` of ``layer``/``head``), scaled to ``scale`` times the
+    mean norm of the head's input at ``positions``, and added there in every sequence, at
+    the input the head's projections read (after the normalisation: module docstring). A
+    null-space direction leaves the head's query (key, value) unchanged; a row-space one is
+    the control. Each direction costs two forward passes.
 
-    Columns: ``layer, head, label, component, space`` (``null_space`` or ``row_space``),
-    ``direction``, then relative changes ``||new - clean|| / ||clean||``:
-    ``d_query``, ``d_key``, ``d_value`` (this head, at the positions),
-    ``d_other_queries`` (largest over the layer's other heads), ``d_pattern``
-    (max absolute change of this head's attention rows at the positions, keys
-    free to change), ``d_pattern_fixed_keys`` (the same with every key and
-    value held at its clean value, so only the query can move the pattern),
-    ``d_output`` (model output after the first probed position). ``df.attrs``
-    adds the hook, rank, nullity, scale and positions.
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        layer: A block index: the head's layer.
+        head: A head index within ``layer``.
+        component: A named part of the model: the head's map whose null space is probed,
+            ``'Q'`` (default), ``'K'`` or ``'V'``.
+        n_directions: How many random directions per space (default 8).
+        scale: Each direction's length, in units of the mean norm of the head's input at
+            ``positions`` (finite, positive; default 1.0).
+        positions: Where an intervention *edits*: ints (negative from the end) or a ``[pos]``
+            bool mask; ``None`` is the last position.
+        seed: Every random draw (the directions); the same seed gives the same numbers.
+        control: Also add random row-space directions, the control (default ``True``).
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass. It supplies the clean activations.
+        progress: Show a progress bar over the passes; ``None`` (default): when there are
+            more than :data:`AUTO_PROGRESS_PASSES`.
+
+    Returns:
+        A table with one row per direction: ``layer, head, label, component, space``
+        (``null_space`` or ``row_space``), ``direction``, then relative changes ``||new -
+        clean|| / ||clean||``: ``d_query``, ``d_key``, ``d_value`` (this head, at the
+        positions), ``d_other_queries`` (largest over the layer's other heads),
+        ``d_pattern`` (max absolute change of this head's attention rows at the positions,
+        keys free to change), ``d_pattern_fixed_keys`` (the same with every key and value
+        held at its clean value, so only the query can move the pattern), ``d_output``
+        (model output after the first probed position). ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA`, plus ``hook``, ``rank``, ``nullity`` and
+        ``scale``.
 
     Raises:
         InterpError: for a layer/head out of range, ``component`` not Q/K/V, a
@@ -275,14 +296,29 @@ def read_fraction(
 ) -> pd.DataFrame:
     """Fraction of the head input's variance that lies in the head's read subspace.
 
-    For each head, ``X`` is the input its projections read (see module
-    docstring) over all sequences and positions (position 0 dropped with
-    ``exclude_bos``), centred; the read fraction is ``||X P||_F^2 / ||X||_F^2``
-    with ``P`` the orthogonal projector on the row space of ``W_component^T``.
-    ``baseline = rank / d_model`` is what isotropic inputs would give.
+    For each head, ``X`` is the input its projections read (module docstring) over all
+    sequences and positions (position 0 dropped with ``exclude_bos``), centred; the read
+    fraction is ``||X P||_F^2 / ||X||_F^2`` with ``P`` the orthogonal projector on the row
+    space of ``W_component^T``. ``baseline = rank / d_model`` is what isotropic inputs would
+    give. One forward pass (stopped after the last layer read), or a read of ``cache``.
 
-    Returns one row per head in ``heads`` (all by default): ``layer, head,
-    label, component, rank, read_fraction, baseline``.
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        heads: An iterable of ``(layer, head)`` pairs or ``'L1H4'`` labels; ``None`` is every
+            head; duplicates collapse with a warning.
+        component: A named part of the model: the head's map, ``'Q'`` (default), ``'K'`` or
+            ``'V'``.
+        exclude_bos: Drop position 0 from ``X`` (default ``True``).
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass.
+
+    Returns:
+        A table with one row per head of ``heads`` (in layer, head order): ``layer, head,
+        label, component, rank, read_fraction, baseline``. ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA`, plus ``component``.
 
     Raises:
         InterpError: for a head out of range, ``component`` not Q/K/V, or bad tokens.

@@ -63,6 +63,24 @@ def attention_patterns(
 ) -> Patterns:
     """``[batch, head, query_pos, key_pos]`` patterns of ``heads`` (all by default), in that order.
 
+    The pattern of head ``h`` in layer ``l`` is ``blocks.{l}.attn.hook_pattern[:, h]``: row
+    ``q`` is the distribution over the keys that query ``q`` mixes (it sums to 1). One
+    forward pass, caching only the layers asked for, or a read of ``cache``.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        heads: An iterable of ``(layer, head)`` pairs or ``'L1H4'`` labels; ``None`` is every
+            head; duplicates collapse with a warning. The output keeps their order.
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass.
+
+    Returns:
+        ``[batch, head, query_pos, key_pos]`` float32 patterns, one ``head`` slot per head of
+        ``heads``, in their order.
+
     Raises:
         InterpError: for bad tokens or heads, or a model (or cache) without
             ``hook_pattern``.

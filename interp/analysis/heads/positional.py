@@ -283,12 +283,27 @@ def positional_kernel(
 ) -> pd.DataFrame:
     """A head's mean pre-softmax score at each offset ``0 .. max_offset`` (module docstring).
 
-    ``distribution``: token ids (any shape, each occurrence counted), ``"uniform"``
-    (every id, the default) or ``"bias"`` (no token: the bias terms, and the learned
-    positions where the model has them). ``max_offset`` defaults to
-    :func:`default_max_offset`. Columns ``layer, head, label, offset, score`` (the
-    model's score units: after its scale, before any soft cap). Weights only: no
-    forward pass.
+    ``K(d)`` is the mean score of a query and a key ``d`` positions behind it, their tokens
+    drawn independently from ``distribution`` (``K(0)``: a token with itself): what position
+    alone adds to a score. Weights only: no forward pass.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``). Only its weights are read.
+        layer: A block index: the head's layer.
+        head: A head index within ``layer``.
+        distribution: The tokens a weight-based kernel averages over, query and key drawn
+            independently: token ids (any shape; each occurrence counts once),
+            ``'uniform'`` (default: every id) or ``'bias'`` (no token: the bias terms, and
+            learned positions where the model has them).
+        max_offset: The largest ``offset`` a positional kernel reports (``None``: the
+            standard probe's, ``min(n_ctx, 101) - 1``: :func:`default_max_offset`).
+
+    Returns:
+        A table with one row per offset: ``layer, head, label, offset, score`` (the model's
+        score units: after its scale, before any soft cap; NaN where a sliding window masks
+        the offset). ``attrs`` follow :data:`interp.analysis.frames.SCHEMA`, plus
+        ``distribution``, ``position_kind`` and ``notes``.
 
     Raises:
         InterpError: for a layer or head out of range, a bad ``distribution``, a

@@ -84,27 +84,55 @@ def qk_attribution(
 ) -> pd.DataFrame | Estimate:
     """Each (query-side piece, key-side piece) pair's exact share of a head's score.
 
-    ``query_positions`` are the attending positions (default the last);
-    ``key_positions`` the attended ones (default every key each query may
-    see); either may be one list per sequence (``[[q0], [q1], ...]``), and then
-    each sequence's rows are its own (a ``sequence`` column) instead of a mean
-    over sequences. ``contrast=(a, b)`` attributes ``s[p, a] - s[p, b]`` instead
-    (``a`` and ``b`` are positions, one for all sequences or one per sequence:
-    why key ``a`` and not ``b``). ``by="head"``: every earlier head is a piece;
-    ``"component"`` (the default): each layer's attention (its heads and output
-    bias) and MLP; ``"layer"``: each block. Columns ``layer, head, label`` (the
-    attending head), ``query_position, key_position`` (no ``key_position`` with
-    ``contrast``), ``query_component, key_component, value``: ``value`` is the
-    mean over sequences of the share, in the model's score units (after its
-    scale, before any soft cap). The rows of one (query, key) sum to the score;
-    ``df.attrs["total"]`` is the sum of the (mean) scores the rows explain and
-    ``score_gap`` how far the pieces are from the model's own (module
-    docstring). ``cache`` (of ``tokens``) is checked and completed; otherwise one
-    forward pass, stopped after the head's layer (``forward_equivalents``: its
-    share of the model's blocks). The sequences run in chunks under ``memory_budget``
-    (:mod:`interp.engine.chunks`; rows are per sequence or means over sequences, so chunks
-    give one batch's rows); ``estimate=True`` returns the run's
-    :class:`~interp.engine.chunks.Estimate` instead.
+    With every norm's scale frozen at its value in this run, the pre-softmax score is a
+    double sum ``s[p, k] = sum_i sum_j scale * (R_p q_i[p]) . (R_k k_j[k])`` over the
+    components that wrote the query's and the key's residual stream (module docstring). The
+    rows of one (query, key) sum to the score the model computed, checked on every call
+    against its ``hook_attn_scores``. One forward pass, stopped after the head's layer
+    (``forward_equivalents``: its share of the model's blocks), or a read of ``cache``. The
+    sequences run in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`; rows are
+    per sequence or means over sequences, so chunks give one batch's rows).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        layer: A block index: the attending head's layer.
+        head: A head index within ``layer``: the attending head.
+        query_positions: The attending positions of a head's scores (ints, negative from the
+            end, for every sequence; or one list per sequence, ``[[q0], [q1], ...]``, read per
+            sequence, and then each sequence's rows are its own, in a ``sequence`` column);
+            read, not edited. Default ``-1``, the last.
+        key_positions: The attended positions, in the same forms; ``None`` is every key each
+            query may see.
+        contrast: Two key positions ``(a, b)`` (one for all sequences or one per sequence):
+            the score of ``a`` minus the score of ``b`` is attributed (why key ``a`` and not
+            ``b``); not beside ``key_positions``.
+        by: What a table's row is: ``'component'`` (default: each layer's attention, its
+            heads and output bias, and each MLP), ``'head'`` (every earlier head a piece) or
+            ``'layer'`` (each block).
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per (query position, key position, query-side piece, key-side
+        piece): ``layer, head, label`` (the attending head), ``query_position,
+        key_position`` (no ``key_position`` with ``contrast``), ``query_component,
+        key_component, value``, where ``value`` is the mean over sequences of the share, in
+        the model's score units (after its scale, before any soft cap); what the pieces miss
+        is an explicit ``remainder`` row. ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA`, plus ``total`` (the sum of the mean scores the
+        rows explain), ``score_gap`` (the largest gap to the model's own scores over the
+        largest score), ``score_scale``, ``check_rtol``, ``frozen``, ``rotary``, ``notes``
+        (a soft cap among them), ``contrast``, ``by`` and ``chunks``. With
+        ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for a layer or head out of range, an unknown ``by``,

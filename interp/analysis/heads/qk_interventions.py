@@ -51,31 +51,56 @@ def qk_interventions(
     top: int = 3,
     cache: Any = None,
 ) -> pd.DataFrame:
-    """QK attribution checked by intervention: for each side's ``top`` components (by the size of
-    their attribution), the score change when that component is removed from the head's
-    query input (``side="query"``) or key input (``"key"``) only, with every norm
-    recomputed, beside what the frozen-norm attribution predicts.
+    """QK attribution checked by intervention: each top component removed from one input, measured.
 
-    The edit recomputes the head's ``hook_q`` (or its key/value head's ``hook_k``, which
-    heads sharing it under grouped-query attention also see; only this head is read) from
-    ``ln1(resid - c)`` at every position, so the component's path into this one input is cut
-    and nothing else moves. ``query_positions`` / ``key_positions`` choose the score cells
-    as in :func:`qk_attribution` (default: the last query, every key it may see; shared, or
-    one list per sequence), averaged over cells and sequences; ``contrast=(a, b)`` reads
-    ``s[p, a] - s[p, b]`` instead (as :func:`qk_attribution`); ``by`` names the components
-    (every earlier head and MLP by default).
+    For each side's ``top`` components (by the size of their attribution), the score change
+    when that component is removed from the head's query input (``side="query"``) or key
+    input (``"key"``) only, with every norm recomputed, beside what the frozen-norm
+    attribution (:func:`qk_attribution`) predicts. The edit recomputes the head's ``hook_q``
+    (or its key/value head's ``hook_k``, which heads sharing it under grouped-query attention
+    also see; only this head is read) from ``ln1(resid - c)`` at every position, so the
+    component's path into this one input is cut and nothing else moves. On a soft-capped
+    model scores are read before the cap (the cap inverted), as they are attributed. Costs
+    the attribution's pass, one no-op check and one pass per row, each stopped after the
+    head's layer.
 
-    Columns ``layer, head, label, side, component, attribution, measured, gap,
-    attention_moved``: ``attribution`` is minus the component's share on that side (what
-    removing it changes if the norms stayed frozen), ``measured`` the real change, ``gap =
-    measured - attribution`` (the norms' movement), ``attention_moved`` how much attention
-    the edit moves: half the summed absolute change of the query rows' attention weights (0:
-    none, 1: all of it), averaged over query rows. On a soft-capped model scores are read
-    before the cap (the cap inverted), as they are attributed. Costs the attribution's pass,
-    one no-op check and one pass per row, each stopped after the head's layer.
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        layer: A block index: the attending head's layer.
+        head: A head index within ``layer``: the attending head.
+        query_positions: The attending positions of a head's scores (ints, negative from the
+            end, for every sequence; or one list per sequence, ``[[q0], [q1], ...]``, read per
+            sequence); read, not edited. Default ``-1``, the last; the change is averaged
+            over cells and sequences.
+        key_positions: The attended positions, in the same forms; ``None`` is every key each
+            query may see.
+        contrast: Two key positions ``(a, b)`` (one for all sequences or one per sequence):
+            the score of ``a`` minus the score of ``b`` is attributed and measured.
+        by: What a table's row is: ``'head'`` (default: every earlier head and MLP),
+            ``'component'`` (each layer's attention and MLP) or ``'layer'`` (each block), as
+            in :func:`qk_attribution`.
+        top: How many components per side to remove, the largest attributions first
+            (default 3).
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass.
+
+    Returns:
+        A table with one row per (side, component): ``layer, head, label`` (the attending
+        head), ``side, component, attribution, measured, gap, attention_moved``:
+        ``attribution`` is minus the component's share on that side (what removing it
+        changes if the norms stayed frozen), ``measured`` the real change, ``gap = measured -
+        attribution`` (the norms' movement), ``attention_moved`` how much attention the edit
+        moves: half the summed absolute change of the query rows' attention weights (0: none,
+        1: all of it), averaged over query rows. ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA` (``ablation="zero"``), plus ``by`` and
+        ``contrast``.
 
     Raises:
-        InterpError: as :func:`qk_attribution`, for ``top`` not a positive int, or a
+        InterpError: as :func:`qk_attribution`, for ``top`` not a positive int, a model
+            whose ``hook_attn_scores`` holds the pattern rather than the scores, or a
             model whose ``hook_q`` / ``hook_k`` edits cannot be reproduced (the no-op
             edit is checked against the clean scores first).
     """

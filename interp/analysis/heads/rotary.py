@@ -123,11 +123,30 @@ def rotary_bands(
     over the pairs ``(a, b)`` of band ``i`` (and the unrotated dimensions of a
     partial rotary model, band ``"unrotated"``), so a table says which bands carry
     the head: positional heads live in the fast bands, content in the slow ones
-    (Barbero et al. 2025). Columns ``layer, head, label, band, frequency``
-    (radians per position), ``wavelength`` (positions), ``value`` (the band's
-    mean share of the scores of ``query_positions`` x ``key_positions``, default
-    the last query and every key it may see) and ``magnitude`` (the mean absolute
-    share). The rows sum to the mean score, checked against the model's own.
+    (Barbero et al. 2025). The rows sum to the mean score, checked against the model's own.
+    One forward pass stopped after the head's layer, or a read of ``cache``.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``), with rotary embeddings.
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        layer: A block index: the head's layer.
+        head: A head index within ``layer``.
+        query_positions: The attending positions of a head's scores (ints, negative from the
+            end, for every sequence; or one list per sequence, ``[[q0], [q1], ...]``, read per
+            sequence); read, not edited. Default ``-1``, the last.
+        key_positions: The attended positions, in the same forms; ``None`` is every key each
+            query may see.
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass.
+
+    Returns:
+        A table with one row per band: ``layer, head, label, band, frequency`` (radians per
+        position), ``wavelength`` (positions), ``value`` (the band's mean share of the scores
+        of ``query_positions`` x ``key_positions``) and ``magnitude`` (the mean absolute
+        share). ``attrs`` follow :data:`interp.analysis.frames.SCHEMA`, plus ``total`` (the
+        mean score) and ``score_gap`` (as :func:`qk_attribution`).
 
     Example:
         >>> from interp.models.hf import random_llama

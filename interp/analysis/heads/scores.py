@@ -53,6 +53,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -84,8 +85,18 @@ def probe_tokens(
 ) -> torch.Tensor:
     """The standard probe for ``model``: BOS then ``half_len`` random tokens repeated twice.
 
-    ``half_len`` defaults to 50, or less if the context is shorter. The BOS id
-    is the tokenizer's BOS (or CLS for encoders) when there is one, else 0.
+    The BOS id is the tokenizer's BOS (or CLS for encoders) when there is one, else 0.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``). Only its config and tokenizer are read.
+        n: How many probe sequences (at least 1).
+        half_len: The length of the random segment that repeats (at least 2); ``None`` is 50,
+            or less if the context is shorter.
+        seed: Every random draw; the same seed gives the same numbers.
+
+    Returns:
+        ``[n, 1 + 2 * half_len]`` integer ids: BOS, the segment, the segment again.
 
     Raises:
         InterpError: for ``n < 1``, ``half_len < 2``, a probe longer than the
@@ -120,8 +131,31 @@ def pattern_scores(
     """Stripe scores of given patterns, one per layer: ``[batch, head, query_pos, key_pos]``.
 
     The scoring half of :func:`head_scores`, for patterns that come from
-    anywhere (hand-built ones, another library's): no model runs. Options as
-    :func:`head_scores`; ``causal`` must be given for bidirectional patterns.
+    anywhere (hand-built ones, another library's): no model runs. The stripes and the
+    three conventions are the module's (:mod:`interp.analysis.heads.scores`).
+
+    Args:
+        patterns: One ``[batch, head, query_pos, key_pos]`` tensor per layer, every layer with
+            the same number of heads.
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence): the tokens the
+            patterns were computed on (they define the stripes).
+        stripes: Which stripes to score: ``'induction'``, ``'previous_token'``,
+            ``'duplicate_token'`` (default: all three).
+        convention: How a stripe becomes a score: ``'interp'`` (default),
+            ``'transformer_lens'``, ``'arena'`` (README: Definitions).
+        exclude_bos: Leave key 0 out; ``None`` is the convention's default (True for
+            ``'interp'``, False for ``'transformer_lens'``; ``'arena'`` has none).
+        exclude_current_token: Zero the diagonal (``'transformer_lens'`` only).
+        error_measure: ``'mul'`` (default) or ``'abs'`` (``'transformer_lens'`` only).
+        loss_mask: ``[batch, pos]`` bool: which positions count (here, the query rows a score
+            averages; ``'interp'`` only); ``None`` counts every row with a stripe.
+        causal: ``True`` (default) for causal patterns; ``False`` gives the bidirectional
+            stripes of ``'interp'``, and must be given for bidirectional patterns.
+
+    Returns:
+        A table with one row per head (``layer, head, label``), then one column per stripe:
+        its score. ``attrs`` follow :data:`interp.analysis.frames.SCHEMA` (``model`` is
+        ``None``), plus ``convention``.
 
     Example:
         >>> tokens = torch.tensor([[0, 5, 6, 5, 6]])
@@ -190,17 +224,44 @@ def head_scores(
     """Stripe scores from one forward pass: one row per head, one column per stripe.
 
     Runs the model once with reducing hooks on ``hook_pattern`` only (no
-    activations are kept), or reads the patterns from ``cache`` (checked
-    against ``tokens`` first; patterns it lacks are computed). ``tokens``
-    defaults to :func:`probe_tokens`. ``exclude_bos`` defaults to the
-    convention's own default (True for ``"interp"``, False for
-    ``"transformer_lens"``); ``exclude_current_token`` and ``error_measure``
-    belong to ``"transformer_lens"``; ``loss_mask`` (``[batch, pos]`` bool:
-    which query rows count) and ``causal`` to ``"interp"``. ``df.attrs``
-    records the convention. :func:`pattern_scores` scores patterns you have. The prompts
-    run in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`; every score is a
-    mean over query rows or sequences, so chunks give the scores of one batch);
-    ``estimate=True`` returns the run's :class:`~interp.engine.chunks.Estimate` instead.
+    activations are kept), or reads the patterns from ``cache`` (patterns it lacks are
+    computed). The stripes and the three conventions are the module's
+    (:mod:`interp.analysis.heads.scores`); :func:`pattern_scores` scores patterns you have.
+    The prompts run in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`; every
+    score is a mean over query rows or sequences, so chunks give the scores of one batch).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); ``None`` is
+            :func:`probe_tokens` of the model.
+        stripes: Which stripes to score: ``'induction'``, ``'previous_token'``,
+            ``'duplicate_token'`` (default: all three).
+        convention: How a stripe becomes a score: ``'interp'`` (default),
+            ``'transformer_lens'``, ``'arena'`` (README: Definitions).
+        exclude_bos: Leave key 0 out; ``None`` is the convention's default (True for
+            ``'interp'``, False for ``'transformer_lens'``; ``'arena'`` has none).
+        exclude_current_token: Zero the diagonal (``'transformer_lens'`` only).
+        error_measure: ``'mul'`` (default) or ``'abs'`` (``'transformer_lens'`` only).
+        loss_mask: ``[batch, pos]`` bool: which positions count (here, the query rows a score
+            averages; ``'interp'`` only); ``None`` counts every row with a stripe.
+        causal: Whether the stripes are causal (``'interp'`` only); ``None`` is the model's
+            own ``cfg.attention_dir``.
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per head (``layer, head, label``), then one column per stripe:
+        its score, the share of a query row's attention on the stripe. ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA`, plus ``convention`` and ``chunks``. With
+        ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for an unknown stripe or convention, an option the
@@ -302,13 +363,23 @@ def _scores_by_hooks(
 
 def _one_stripe(stripe: Stripe, label: str) -> Any:
     """``head_scores`` for one stripe: one column ``stripe`` (TransformerLens's patching
-    module builds its grids the same way, from one function)."""
+    module builds its grids the same way, from one function). Its docstring is
+    :func:`head_scores`'s ``Args:``, ``Returns:`` and ``Raises:``, ``stripes`` fixed."""
     fn = functools.partial(head_scores, stripes=(stripe,))
-    fn.__doc__ = (
-        f"{label} score per head: columns ``layer, head, label, {stripe}``. Options as "
-        ":func:`head_scores` (``stripes`` fixed).\n\nRaises:\n    InterpError: as "
-        ":func:`head_scores`."
-    )
+    doc = inspect.cleandoc(head_scores.__doc__ or "")
+    if "Args:\n" in doc:  # docstrings are absent under python -OO
+        args = doc[doc.index("Args:\n") : doc.index("\nReturns:\n")].rstrip()
+        start = args.index("\n    stripes: ")
+        end = args.index("\n    convention: ")
+        fixed = f"\n    stripes: Fixed to ``('{stripe}',)``: one stripe, one score column."
+        fn.__doc__ = (
+            f"{label} score per head: :func:`head_scores` with ``stripes=('{stripe}',)``.\n\n"
+            f"{args[:start]}{fixed}{args[end:]}\n\n"
+            f"Returns:\n    A table with one row per head: ``layer, head, label, {stripe}``;\n"
+            "    ``attrs`` as :func:`head_scores`. With ``estimate=True``, the run's\n"
+            "    :class:`~interp.engine.chunks.Estimate` instead.\n\n"
+            + doc[doc.index("Raises:\n") :]
+        )
     fn.__name__ = fn.__qualname__ = f"{stripe}_scores"
     fn.__module__ = __name__
     return fn

@@ -35,7 +35,18 @@ def stripe_mask(
 ) -> torch.Tensor:
     """``[batch, query_pos, key_pos]`` bool: the keys each query should attend to for ``stripe``.
 
-    ``causal=False`` gives the bidirectional stripes (module docstring).
+    previous-token: key ``q - 1``; duplicate-token: keys ``k < q`` holding the query's token;
+    induction: keys ``k <= q`` whose previous token is the query's token. ``causal=False``
+    gives the bidirectional stripes (:mod:`interp.analysis.heads.scores`).
+
+    Args:
+        tokens: ``[batch, pos]`` integer ids: the stripes come from the ids alone.
+        stripe: One of ``'induction'``, ``'previous_token'``, ``'duplicate_token'``.
+        exclude_bos: Leave key 0 out of every stripe (default ``True``).
+        causal: ``True`` (default) for the causal stripes, ``False`` for the bidirectional ones.
+
+    Returns:
+        ``[batch, query_pos, key_pos]`` bool: ``True`` where a query's stripe holds the key.
 
     Raises:
         InterpError: for an unknown stripe.

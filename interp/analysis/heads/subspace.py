@@ -45,7 +45,21 @@ class Subspaces:
     two complements can be much larger than the matrix (the null space of a
     ``128 x 12,288`` query map is 12,160 vectors of 12,288 numbers), so
     ``null_space`` and ``left_null_space`` are computed on first access and
-    kept; ``nullity`` never needs them.
+    kept; ``nullity`` never needs them. Made by :func:`subspaces`,
+    :func:`factored_subspaces` and :func:`head_subspaces`.
+
+    Attributes:
+        rank: How many singular values are above ``tol``.
+        singular_values: ``[min(d_out, d_in)]``, descending.
+        tol: The rank tolerance used.
+        U: ``[d_out, k]`` left singular vectors (thin).
+        Vh: ``[k, d_in]`` right singular vectors (thin).
+        row_space: ``[rank, d_in]``: the input directions the map reads.
+        null_space: ``[d_in - rank, d_in]``: input directions that contribute zero.
+        column_space: ``[rank, d_out]``: the outputs the map can reach.
+        left_null_space: ``[d_out - rank, d_out]``: output directions it never produces.
+        nullity: ``d_in - rank``.
+        shape: ``(d_out, d_in)`` of the analysed column-vector matrix.
     """
 
     rank: int
@@ -101,16 +115,24 @@ def subspaces(
 ) -> Subspaces:
     """Rank and orthonormal bases of the row, null, column and left-null spaces of ``W``.
 
+    From one SVD; rank plus nullity equals ``d_in`` by construction (module docstring).
+
     Args:
-        W: a 2-D numpy array or torch tensor. With ``convention="column"``
+        W: A 2-D numpy array or torch tensor. With ``convention="column"``
             (default, the article's notation) ``W`` is ``M [d_out, d_in]`` acting as
             ``y = M x``. With ``convention="row"`` it is a weight ``[d_in, d_out]``
             acting as ``y = x @ W`` (our code's convention) and is transposed first.
-        tol: singular values at or below this count as zero. Default:
-            ``sigma_max * max(shape) * eps(dtype)``.
+        tol: Singular values at or below this count as zero. ``None``:
+            ``sigma_max * max(shape) * eps(dtype)``, NumPy's ``matrix_rank`` rule.
+        convention: How ``W`` maps: ``'column'`` (default: ``y = M x``) or ``'row'``
+            (``y = x @ W``). Not the glossary's ``convention`` (a stripe's score).
+
+    Returns:
+        A :class:`Subspaces` of the column-vector matrix.
 
     Raises:
-        InterpError: for non-2-D, empty or non-finite input, or a negative ``tol``.
+        InterpError: for non-2-D, empty or non-finite input, a negative ``tol``, or a
+            ``convention`` other than ``'column'`` or ``'row'``.
     """
     M = _to_numpy(W)
     if M.ndim != 2:
@@ -139,7 +161,15 @@ def null_space_dimension(W: Any, *, convention: Literal["column", "row"] = "colu
     """``d_in - rank`` for a matrix too large to want its full null-space basis.
 
     Uses singular values only (no ``d_in x d_in`` basis), so a ``12,288 x 128``
-    query map takes well under a second.
+    query map takes well under a second. The rank tolerance is :func:`subspaces`'s default.
+
+    Args:
+        W: A 2-D numpy array or torch tensor, in the form ``convention`` says.
+        convention: How ``W`` maps: ``'column'`` (default: ``M [d_out, d_in]``, ``y = M
+            x``) or ``'row'`` (a weight ``[d_in, d_out]``, ``y = x @ W``).
+
+    Returns:
+        The nullity: how many input directions the map sends to zero.
 
     Raises:
         InterpError: as :func:`subspaces`.
@@ -172,6 +202,15 @@ def factored_subspaces(A: Any, B: Any, *, tol: float | None = None) -> Subspaces
     ``A [d_out, r]`` and ``B [r, d_in]`` with small ``r``: the SVD is taken of
     the ``r x r`` core after QR of each factor, so ``M`` itself is never formed;
     only the null-space bases (which are ``d - rank`` vectors long) are.
+
+    Args:
+        A: The left factor, ``[d_out, r]`` (numpy array or torch tensor).
+        B: The right factor, ``[r, d_in]``.
+        tol: Singular values at or below this count as zero. ``None``:
+            ``sigma_max * max(d_out, d_in) * eps(dtype)``.
+
+    Returns:
+        A :class:`Subspaces` of ``A @ B``.
 
     Raises:
         InterpError: for factors that are not 2-D, do not chain, or are not finite.
@@ -213,6 +252,17 @@ def head_subspaces(model: HookedModel, *, layer: int, head: int, component: str 
     For QK and OV the factors are used directly (:func:`factored_subspaces`).
     On models with LayerNorm these are maps of the *normalised* input
     (``blocks.{l}.ln1.hook_normalized``), which is what the head reads.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``). Only its weights are read.
+        layer: A block index: the head's layer.
+        head: A head index within ``layer``.
+        component: A named part of the model: the head's map, ``'Q'`` (default), ``'K'``,
+            ``'V'``, ``'O'``, ``'QK'`` or ``'OV'``.
+
+    Returns:
+        A :class:`Subspaces` of the map.
 
     Example:
         >>> from interp.models import load_induction_model

@@ -85,7 +85,19 @@ def effective_embedding(
 ) -> torch.Tensor:
     """The embedding rows as ``layer``'s heads read them: ``[d_vocab or n_ctx, d_model]``.
 
-    With ``fold_ln=False``, the raw ``W_E`` or ``W_pos``.
+    With ``fold_ln=True``, each row passes through ``layer``'s attention LayerNorm exactly as
+    the model computes it (centred, scaled to unit RMS, times its gain; the bias dropped:
+    module docstring); with ``fold_ln=False``, the raw ``W_E`` or ``W_pos``.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``). Only its weights are read.
+        layer: A block index: whose attention input the rows are normalised for.
+        embedding: ``'token'`` (default: ``W_E``) or ``'positional'`` (``W_pos``).
+        fold_ln: Pass the rows through the layer's norm (default ``True``).
+
+    Returns:
+        ``[d_vocab, d_model]`` (token) or ``[n_ctx, d_model]`` (positional) float32 rows.
 
     Raises:
         InterpError: for a layer out of range, an unknown embedding, or
@@ -131,13 +143,29 @@ def qk_circuit(
 ) -> Any:
     """The head's full QK circuit as a ``FactoredMatrix`` (query rows, key columns).
 
-    ``embedding="positional"`` gives the ``[n_ctx, n_ctx]`` positional circuit.
-    On a rotary model the token-token score depends on how far the key is behind
-    the query, so ``offset=d`` is required: the circuit ``E W_Q R_-d W_K^T E^T``
-    of a query ``d`` positions after its key, in the model's own rotation
-    (half-split or interleaved pairs, partial rotary, scaled frequencies) and
-    through its QK-norms, row by row. ``offset`` on a model without rotary
-    embeddings is refused (its circuit does not depend on it).
+    ``E W_Q W_K^T E^T`` over the vocabulary (``E`` the embedding as the head reads it:
+    :func:`effective_embedding`); ``embedding="positional"`` gives the ``[n_ctx, n_ctx]``
+    positional circuit ``P W_Q W_K^T P^T``. On a rotary model the token-token score depends
+    on how far the key is behind the query, so ``offset=d`` is required: the circuit
+    ``E W_Q R_-d W_K^T E^T`` of a query ``d`` positions after its key, in the model's own
+    rotation (half-split or interleaved pairs, partial rotary, scaled frequencies) and
+    through its QK-norms, row by row.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``). Only its weights are read.
+        layer: A block index.
+        head: A head index within ``layer``.
+        embedding: ``'token'`` (default) or ``'positional'`` (learned positions only).
+        fold_ln: Fold the LayerNorms into the circuit (default ``True``: module docstring);
+            ``False`` uses the raw weights.
+        offset: How many positions a key is behind its query (``0`` = the same position);
+            required on a rotary model, refused on any other (its circuit does not depend
+            on it).
+
+    Returns:
+        A TransformerLens ``FactoredMatrix``: ``[d_vocab (query), d_vocab (key)]``, or
+        ``[n_ctx, n_ctx]`` for ``embedding="positional"``.
 
     Example:
         >>> from interp.models.hf import random_llama
@@ -165,6 +193,20 @@ def qk_circuit(
 def ov_circuit(model: HookedModel, *, layer: int, head: int, fold_ln: bool = True) -> Any:
     """The head's full OV circuit ``E W_V W_O W_U`` as a ``FactoredMatrix [d_vocab, d_vocab]``.
 
+    Row ``s`` is what attending to source token ``s`` adds to each output logit, on the
+    direct path (module docstring: ``E``, the LayerNorm folding, dropped biases).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``). Only its weights are read.
+        layer: A block index.
+        head: A head index within ``layer``.
+        fold_ln: Fold the LayerNorms into the circuit (default ``True``: module docstring);
+            ``False`` uses the raw weights.
+
+    Returns:
+        A TransformerLens ``FactoredMatrix``, ``[d_vocab (source), d_vocab (output logit)]``.
+
     Raises:
         InterpError: for a layer or head out of range or a model without ``W_U``.
     """
@@ -180,7 +222,21 @@ def k_composition_circuit(
 ) -> Any:
     """``E W_Q^ind (E W_V^prev W_O^prev W_K^ind)^T``: query token vs. each key's previous token.
 
-    ``prev`` and ``induction`` are heads (``(layer, head)`` or ``"L0H1"``).
+    The K-composition circuit of Elhage et al. (2021) and ARENA: a previous-token head
+    ``prev`` writes each token into the next position, and the induction head's keys read
+    it; entry ``[q, k]`` is how much a query token ``q`` attends to a key whose previous
+    token is ``k``.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``). Only its weights are read.
+        prev: The previous-token head: a ``(layer, head)`` pair or an ``'L0H1'`` label.
+        induction: The induction head, in a later layer: a pair or a label.
+        fold_ln: Fold the LayerNorms into the circuit (default ``True``: module docstring);
+            ``False`` uses the raw weights.
+
+    Returns:
+        A TransformerLens ``FactoredMatrix``, ``[d_vocab (query), d_vocab (previous token)]``.
 
     Raises:
         InterpError: for a malformed head, or unless the previous-token head
@@ -208,7 +264,17 @@ def k_composition_circuit(
 def diagonal_fraction(fm: Any, *, chunk: int = 2048, exclude: Iterable[int] = ()) -> float:
     """Fraction of rows of a square factored matrix whose largest entry is on the diagonal.
 
-    Rows are materialised ``chunk`` at a time. ``exclude`` drops rows (e.g. BOS).
+    For an OV circuit, the share of tokens whose top output is the token itself (a copying
+    head scores near 1). Rows are materialised ``chunk`` at a time, so a ``d_vocab x
+    d_vocab`` matrix is never held whole.
+
+    Args:
+        fm: A square ``FactoredMatrix`` (or any object with factors ``A`` and ``B``).
+        chunk: How many rows to materialise at a time (default 2048).
+        exclude: Row indices to leave out (e.g. BOS).
+
+    Returns:
+        The fraction, in ``[0, 1]`` (0 when every row is excluded).
 
     Raises:
         InterpError: for a non-square matrix.
@@ -232,12 +298,20 @@ def previous_position_attention(fm: Any, *, scale: float | None = None) -> float
     """Mean attention a positional QK circuit alone puts on the previous position.
 
     Each query row ``q >= 1`` of ``fm`` (``[n_ctx, n_ctx]``, queries as rows)
-    is masked to keys ``k <= q``, divided by ``scale`` (default
-    ``sqrt(d_head)``, the factor's inner width) and softmaxed; the result is
+    is masked to keys ``k <= q``, divided by ``scale`` and softmaxed; the result is
     the mean weight on key ``q - 1``. Near 1 for a previous-token head whose
     positional preference does the work. Because the raw ``W_pos`` of a
     LayerNorm model is small, the raw circuit (``fold_ln=False``) gives much
     flatter rows than the circuit of the normalised input the head reads.
+
+    Args:
+        fm: A square positional QK circuit (:func:`qk_circuit` with
+            ``embedding="positional"``), a ``FactoredMatrix`` or a tensor.
+        scale: What the scores are divided by before the softmax; ``None`` is
+            ``sqrt(d_head)``, the factor's inner width.
+
+    Returns:
+        The mean softmax weight on the previous position, in ``[0, 1]``.
 
     Example:
         >>> from interp.models import load_induction_model
@@ -285,9 +359,25 @@ def copying_scores(
 ) -> pd.DataFrame:
     """Copying score of each head's OV circuit (and how often a token's top output is itself).
 
-    Columns: ``layer, head, label, copying_score`` and, with ``top1``,
-    ``top1_self_fraction`` (BOS row 0 is included; the circuit is over all tokens).
-    One row per head in ``heads`` (all by default).
+    The copying score is the OV circuit's eigenvalue positivity, ``sum(lambda) /
+    sum(|lambda|)`` (real part, over the non-zero eigenvalues), in ``[-1, 1]``: near 1 for a
+    head that copies the token it attends to into the output (Elhage et al. 2021).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``). Only its weights are read.
+        heads: An iterable of ``(layer, head)`` pairs or ``'L1H4'`` labels; ``None`` is every
+            head; duplicates collapse with a warning.
+        top1: Also compute ``top1_self_fraction`` (:func:`diagonal_fraction` of the OV
+            circuit; default ``True``).
+        fold_ln: Fold the LayerNorms into the circuit (default ``True``: module docstring);
+            ``False`` uses the raw weights.
+
+    Returns:
+        A table with one row per head of ``heads`` (in layer, head order): ``layer, head,
+        label, copying_score`` and, with ``top1``, ``top1_self_fraction`` (BOS row 0 is
+        included; the circuit is over all tokens). ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA`.
 
     Raises:
         InterpError: for a malformed head or a model without ``W_U``.
