@@ -165,20 +165,74 @@ def attribute_heads(
 ) -> pd.DataFrame | Estimate:
     """First-order estimate of every head's effect (module docstring), exact on request.
 
-    ``ablation="zero"``/``"mean"``/``"resample"`` estimate :func:`ablate_heads` on
-    ``tokens``; ``"patch"`` estimates :func:`patch_heads` with ``tokens`` as the clean
-    and ``corrupted_tokens`` as the corrupted run, in ``direction``. ``verify=k`` adds
-    the exact effects of the ``k`` heads with the largest ``|estimate|``. ``cache`` is
-    the clean run's cache (``"mean"`` and ``"resample"`` take their values from it; a
-    denoising patch its ``hook_z``). ``df.attrs`` records the ablation, direction,
-    correction and the passes the estimate took. The prompts run in chunks under
-    ``memory_budget`` (:mod:`interp.engine.chunks`: the estimate of a metric that is a mean
-    over prompts is the same as one batch's); ``estimate=True`` returns the run's
-    :class:`~interp.engine.chunks.Estimate` (without ``verify``'s exact passes) instead.
+    ``delta_h ~ sum over positions and d_head of (z' - z) * dM/dz`` at each head's
+    ``hook_z``, from one forward and one backward pass (Nanda 2023; Syed, Rager and Conmy
+    2023). ``ablation="zero"``/``"mean"``/``"resample"`` estimate :func:`ablate_heads` on
+    ``tokens``; ``"patch"`` estimates :func:`patch_heads` with ``tokens`` as the clean and
+    ``corrupted_tokens`` as the corrupted run, in ``direction``. Estimates rank heads; they
+    are not effects (the module docstring says where they fail). The prompts run in chunks
+    under ``memory_budget`` (:mod:`interp.engine.chunks`: the estimate of a metric that is a
+    mean over prompts is the same as one batch's).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the
+            clean prompt's.
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``, always
+            scored against the clean ``tokens``; differentiable. ``None`` is the next-token
+            loss over ``loss_mask`` (required for ``"patch"``).
+        ablation: What replaces an activation: ``'zero'`` (default), ``'mean'`` (over the
+            batch or ``reference_tokens``), ``'resample'`` (another sequence's, seeded) or
+            ``'patch'`` (the other run's, in ``direction``).
+        corrupted_tokens: The other prompt of a patching pair, the same shape as ``tokens``;
+            for ``ablation="patch"`` only.
+        direction: Which run a patch edits: ``'noising'`` (the default: the corrupted run's
+            activations into the clean run; does the metric *need* this?) or
+            ``'denoising'`` (the clean run's into the corrupted run; is this *enough*?);
+            ``'denoising'`` for ``ablation="patch"`` only.
+        heads: An iterable of ``(layer, head)`` pairs or ``'L1H4'`` labels; ``None`` is every
+            head; duplicates collapse with a warning.
+        loss_mask: ``[batch, pos]`` bool: which positions count (the predictions the default
+            loss metric averages); not with a metric of your own, nor with ``"patch"``.
+        positions: Where an intervention *edits*: ints (negative from the end) or a ``[pos]``
+            bool mask; ``None`` is every position.
+        reference_tokens: The sequences a mean or resample ablation draws from (default: the
+            tokens).
+        correction: ``'none'`` (default) or ``'qk'``: AtP*'s QK fix, the first hop through
+            each later layer's attention pattern computed exactly (module docstring).
+        verify: Also compute the exact effects of the ``k`` heads with the largest
+            ``|estimate|`` (default 0: none).
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass. The clean run's: ``"mean"`` and ``"resample"``
+            take their values from it, a denoising patch its ``hook_z``.
+        seed: Every random draw (the resample ablation's); the same seed gives the same
+            numbers.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+            It counts the estimate's passes, not ``verify``'s exact ones.
+
+    Returns:
+        A table with one row per head of ``heads`` (in layer, head order): ``layer, head,
+        label, clean`` (and ``corrupted`` for ``"patch"``), then ``estimate``, the
+        first-order estimate of the effect (the metric's change from the base run), and
+        ``exact``, the exact effect where ``verify`` computed it (NaN elsewhere; no column
+        mixes the two). ``"patch"`` adds ``estimate_normalized`` and ``exact_normalized`` (as
+        a fraction of ``m(source run) - m(base run)``). ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA` (``method="attribution"``), plus
+        ``correction``, ``verified`` and ``chunks``. With ``estimate=True``, the run's
+        :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for an unknown ablation, direction or correction,
-            ``corrupted_tokens`` missing for ``"patch"`` (or given otherwise), shapes
+            ``corrupted_tokens`` missing for ``"patch"`` (or given otherwise),
+            ``direction="denoising"`` or ``loss_mask`` where they do not belong, shapes
             that do not fit, a metric that is not differentiable or needs an LM head
             the model lacks, a negative ``verify``, ``correction="qk"`` on a model that
             cannot resume a forward pass at a block, or (after the passes) two runs
@@ -338,12 +392,21 @@ def estimate_agreement(
 ) -> pd.DataFrame:
     """How far an estimate ranks heads as the exact values do: one row per measure.
 
-    ``exact`` and ``estimated`` hold one value per head, indexed by label, e.g.
-    ``patch_heads(...).set_index("label")["effect"]`` and
-    ``attribute_heads(...).set_index("label")["estimate"]``. Rows
-    (``measure, value``): the Spearman rank correlation over all heads, then,
-    for each ``k`` in ``within``, how many of the exact top ``top`` heads (by
-    ``|value|``) are among the estimate's top ``k``.
+    The Spearman rank correlation over all heads, then, for each ``k`` in ``within``, how
+    many of the exact top ``top`` heads (by ``|value|``) are among the estimate's top ``k``.
+    No model runs.
+
+    Args:
+        exact: One exact value per head, indexed by label, e.g.
+            ``patch_heads(...).set_index("label")["effect"]``.
+        estimated: One estimate per head, indexed by the same labels, e.g.
+            ``attribute_heads(...).set_index("label")["estimate"]``.
+        top: How many of the exact values' largest heads to look for (default 10).
+        within: The estimate's top-``k`` sizes to look in (default ``(10, 30)``).
+
+    Returns:
+        A table with columns ``measure, value``: the Spearman row, then one row per ``k``.
+        ``attrs`` follow :data:`interp.analysis.frames.SCHEMA` (``model`` is ``None``).
 
     Example:
         >>> import pandas as pd

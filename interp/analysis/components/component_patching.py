@@ -108,21 +108,65 @@ def patch_components(
     progress: bool = False,
     estimate: bool = False,
 ) -> pd.DataFrame | Estimate:
-    """Patch each cell of ``component`` from one run into the other (module docstring).
+    """Patch each cell of ``component`` from one run into the other, one cell at a time.
 
-    ``tokens`` are the clean tokens. Columns ``layer``, then ``head`` (for
-    head components) and ``position`` (for ``*_position`` grids), ``label``,
-    ``clean, corrupted, patched, effect, normalized``. ``cache`` is the clean
-    run's (checked against ``tokens``; denoising reads it). ``df.attrs`` records
-    the grid, the direction and the engine path.
+    The grids are TransformerLens's ``patching`` module's (the module docstring's table:
+    which ``component`` takes which ``by``). ``effect = m(patched) - m(base run)`` and
+    ``normalized = effect / (m(source run) - m(base run))``: 1 moves the metric all the way
+    to the source run's. Every cell is exact (equal to one ``run_with_hooks`` per cell, to
+    1e-5), on :mod:`interp.engine.sweep`; the prompts run in chunks under ``memory_budget``
+    (:mod:`interp.engine.chunks`).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the
+            clean prompt's.
+        corrupted_tokens: The other prompt of a patching pair, the same shape as ``tokens``.
+        component: A named part of the model: the activation patched, ``'resid_pre'``,
+            ``'resid_mid'``, ``'attn_out'``, ``'mlp_out'`` (per layer) or ``'z'``, ``'q'``,
+            ``'k'``, ``'v'``, ``'pattern'`` (per head; ``k`` and ``v`` cells are key/value
+            heads on grouped-query models, labelled ``L{l}KV{g}``).
+        by: What a table's row is: a patching grid's cells, ``'layer'`` or
+            ``'layer_position'`` for layer components, ``'head'`` or ``'head_position'`` for
+            head components.
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``, always
+            scored against the clean ``tokens``.
+        direction: Which run a patch edits: ``'noising'`` (the default: the corrupted run's
+            activations into the clean run; does the metric *need* this?) or
+            ``'denoising'`` (the clean run's into the corrupted run; is this *enough*?).
+        positions: Where an intervention *edits*: ints (negative from the end) or a ``[pos]``
+            bool mask; ``None`` is every position. It restricts a ``*_position`` grid's
+            cells, or where each cell of a ``layer`` / ``head`` grid patches.
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass. The clean run's: denoising reads it.
+        batch_size: How many edits share a forward pass; ``None`` is as many as
+            ``memory_budget`` and the CPU rule of :mod:`interp.engine.batching` allow.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks, and its edits share passes, to stay under it; ``None`` is a quarter
+            of the memory free on the model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per cell: ``layer``, then ``head`` (for head components) and
+        ``position`` (for ``*_position`` grids), ``label``, then ``clean, corrupted,
+        patched, effect, normalized`` (metric values). ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA` (``ablation="patch"``, the direction, metric
+        and engine path), plus ``component``, ``by``, ``heads`` (query or key/value heads),
+        ``engine_note`` and ``chunks``. With ``estimate=True``, the run's
+        :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for an unknown component, by or direction, a pairing of
             component and by that does not exist, a component the model lacks,
             clean and corrupted tokens of different shapes, positions out of range,
             a metric that needs an LM head the model lacks or returns a non-scalar
-            or non-finite value, a cache of other tokens, or clean and corrupted runs
-            with the same metric.
+            or non-finite value, a cache of other tokens, clean and corrupted runs
+            with the same metric, or a retired parameter name (``unit=``).
     """
     cfg = check_model(model)
     _check(model, component, by)

@@ -116,27 +116,56 @@ def direct_logit_attribution(
 ) -> pd.DataFrame | Estimate:
     """Each component's direct share of ``logit[answer] - logit[wrong]`` (module docstring).
 
-    ``answer`` and ``wrong`` are token ids or single-token strings, one for
-    every sequence or one per sequence (``wrong=None``: the share of
-    ``logit[answer]`` alone). ``at`` are the positions whose logits are read
-    (default the last). ``by="head"``: one row per head, plus the
-    embeddings, each layer's attention output bias (where there is one), each
-    MLP and the biases; ``"component"``: each layer's attention and MLP;
-    ``"layer"``: each block's attention and MLP together. Columns
-    ``component, layer, head, label, value``: ``value`` is the mean share over
-    sequences and positions; the rows sum to ``df.attrs["total"]``, the model's
-    own mean logit difference. ``cache`` (of ``tokens``) is checked against
-    them and completed with the hooks it lacks; one forward pass otherwise, the
-    prompts in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`; the
-    shares are per sequence, so chunks give the numbers of one batch).
-    ``estimate=True`` returns the run's :class:`~interp.engine.chunks.Estimate` instead.
+    With the final norm's scale frozen at its value in this run, each component ``c``'s share
+    is ``(c - mean(c)) / scale . (w * (W_U[:, answer] - W_U[:, wrong]))`` (no mean for
+    RMSNorm; ``w`` the norm's weight), and the shares, with one ``bias`` row, add up to the
+    model's own logit difference; what they miss is an explicit ``remainder`` row. One
+    forward pass, or a read of ``cache``; the prompts run in chunks under ``memory_budget``
+    (:mod:`interp.engine.chunks`; the shares are per sequence, so chunks give the numbers of
+    one batch).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``), with a language-model head.
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        answer: The token(s) a metric, DLA or lens follows (one for all sequences or one per
+            sequence): an int or a string of digits is a token id, any other string is text
+            that must be one token.
+        wrong: The other token(s) a metric, DLA or lens follows: the one whose logit is
+            subtracted, in the same forms; ``None`` attributes ``logit[answer]`` alone.
+        at: Where logits are *read*: an int or ints, negative from the end (default ``-1``,
+            the last position).
+        by: What a table's row is: ``'head'`` (default: one row per head, plus the
+            embeddings, each layer's attention output bias where there is one, each MLP and
+            the biases), ``'component'`` (each layer's attention and MLP) or ``'layer'``
+            (each block's attention and MLP together).
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per component: ``component, layer, head, label, value``, where
+        ``value`` is the mean share over sequences and positions, in logits (before any
+        final soft cap). ``attrs`` follow :data:`interp.analysis.frames.SCHEMA`, plus
+        ``total`` (the model's own mean logit difference, which the rows sum to),
+        ``sum_of_rows``, ``remainder``, ``remainder_tol`` (and ``remainder_reason`` when
+        a remainder row is shown), ``final_norm``, ``softcap``, ``notes``, ``at``, ``by``
+        and ``chunks``. With ``estimate=True``, the run's
+        :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for an unknown ``by``, a model without an LM head (an
-            encoder such as MiniLM), answers that are not one token or do not fit
-            the batch, ``wrong`` equal to ``answer``, positions out of range or on
-            right padding, or a
-            cache of other tokens.
+            encoder such as MiniLM) or whose output head is not its final norm and
+            unembedding, a final norm without ``hook_scale``, answers that are not one
+            token or do not fit the batch, ``wrong`` equal to ``answer``, positions out
+            of range or on right padding, a cache of other tokens, or a retired
+            parameter name (``positions=``, ``unit=``).
     """
     cfg = check_model(model)
     if by not in BYS:

@@ -84,13 +84,58 @@ def ablate_mlps(
 ) -> pd.DataFrame | Estimate:
     """Ablate each MLP (or each of ``neuron_groups`` groups of its neurons) alone.
 
-    Columns ``layer, neuron_group, label, neurons, clean, ablated, effect``
-    (``neuron_group`` and ``neurons`` are empty for whole MLPs; labels ``L3.mlp``
-    or ``L3.mlp[384:768]``). Options as :func:`interp.analysis.ablate_heads`.
+    Each MLP's output (``blocks.{l}.hook_mlp_out``), or each of ``neuron_groups``
+    contiguous groups of its hidden neurons (``blocks.{l}.mlp.hook_post``), replaced by the
+    ablation's values; ``effect = m(ablated) - m(clean)``. Exact, on
+    :mod:`interp.engine.sweep` (each edit resumed at its layer); the prompts run in chunks
+    under ``memory_budget`` (:mod:`interp.engine.chunks`).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        ablation: What replaces an activation: ``'zero'`` (default), ``'mean'`` (over the
+            batch or ``reference_tokens``) or ``'resample'`` (another sequence's, seeded).
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``, always
+            scored against the clean ``tokens``; ``None`` is the next-token loss over
+            ``loss_mask``.
+        layers: Block indices whose MLPs to ablate; ``None`` is every layer.
+        neuron_groups: Split each MLP's ``d_mlp`` hidden neurons into this many contiguous
+            groups and ablate each alone; ``None`` ablates whole MLPs.
+        loss_mask: ``[batch, pos]`` bool: which positions count (the predictions the default
+            loss metric averages); not with a metric of your own.
+        positions: Where an intervention *edits*: ints (negative from the end) or a ``[pos]``
+            bool mask; ``None`` is every position.
+        reference_tokens: The sequences a mean or resample ablation draws from (default: the
+            tokens).
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass. It supplies the activations mean and resample
+            ablation need.
+        batch_size: How many edits share a forward pass; ``None`` is as many as
+            ``memory_budget`` and the CPU rule of :mod:`interp.engine.batching` allow.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks, and its edits share passes, to stay under it; ``None`` is a quarter
+            of the memory free on the model's device.
+        seed: Every random draw (the resample ablation's); the same seed gives the same
+            numbers.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per MLP (or neuron group), layer-major: ``layer, neuron_group,
+        label, neurons, clean, ablated, effect`` (``neuron_group`` and ``neurons`` are empty
+        for whole MLPs; labels ``L3.mlp`` or ``L3.mlp[384:768]``). ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA`, plus ``engine_note``, ``reference`` and
+        ``chunks``. With ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate`
+        instead.
 
     Raises:
         InterpError: for a model without MLPs, ``neuron_groups`` below 1 or
-            above ``d_mlp``, layers out of range, and as :func:`ablate_heads`.
+            above ``d_mlp``, layers out of range, a retired parameter name
+            (``method=``), and as :func:`ablate_heads`.
     """
     check_model(model)
     d_mlp = _check_mlps(model)
@@ -161,13 +206,56 @@ def ablate_layers(
 ) -> pd.DataFrame | Estimate:
     """Ablate each layer's attention (all its heads) and MLP alone: one row per layer and part.
 
-    Columns ``layer, part, label, clean, ablated, effect`` (labels ``L3.attn``,
-    ``L3.mlp``). ``parts`` picks ``"attn"``, ``"mlp"`` or both (attention-only
-    models have no ``"mlp"``). Options as :func:`interp.analysis.ablate_heads`.
+    A layer's attention is every head's ``hook_z`` (the output bias stays, as in head
+    ablation), its MLP ``hook_mlp_out``; ``effect = m(ablated) - m(clean)``. Exact, on
+    :mod:`interp.engine.sweep`; the prompts run in chunks under ``memory_budget``
+    (:mod:`interp.engine.chunks`).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        ablation: What replaces an activation: ``'zero'`` (default), ``'mean'`` (over the
+            batch or ``reference_tokens``) or ``'resample'`` (another sequence's, seeded).
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``, always
+            scored against the clean ``tokens``; ``None`` is the next-token loss over
+            ``loss_mask``.
+        layers: Block indices to ablate; ``None`` is every layer.
+        parts: ``'attn'``, ``'mlp'`` or both (default): which part of each layer to ablate.
+            On an attention-only model the default is its attention alone.
+        loss_mask: ``[batch, pos]`` bool: which positions count (the predictions the default
+            loss metric averages); not with a metric of your own.
+        positions: Where an intervention *edits*: ints (negative from the end) or a ``[pos]``
+            bool mask; ``None`` is every position.
+        reference_tokens: The sequences a mean or resample ablation draws from (default: the
+            tokens).
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass. It supplies the activations mean and resample
+            ablation need.
+        batch_size: How many edits share a forward pass; ``None`` is as many as
+            ``memory_budget`` and the CPU rule of :mod:`interp.engine.batching` allow.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks, and its edits share passes, to stay under it; ``None`` is a quarter
+            of the memory free on the model's device.
+        seed: Every random draw (the resample ablation's); the same seed gives the same
+            numbers.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per layer and part: ``layer, part, label, clean, ablated,
+        effect`` (labels ``L3.attn``, ``L3.mlp``). ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA`, plus ``engine_note``, ``reference`` and
+        ``chunks``. With ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate`
+        instead.
 
     Raises:
         InterpError: for an unknown part, ``"mlp"`` on a model without MLPs,
-            layers out of range, and as :func:`ablate_heads`.
+            layers out of range, a retired parameter name (``method=``), and as
+            :func:`ablate_heads`.
     """
     check_model(model)
     parts = tuple(parts) if not isinstance(parts, str) else (parts,)

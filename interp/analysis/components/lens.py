@@ -74,21 +74,49 @@ def logit_lens(
 ) -> pd.DataFrame | Estimate:
     """One row per sequence, stage and position: the top ``k`` tokens, and the target's fate.
 
-    Columns: ``sequence, stage, stage_name, position, token`` (the input token
-    there), ``top1 .. top{k}`` (token strings, ids without a tokenizer) with
-    ``p1 .. p{k}`` (probabilities), then ``target_id, target, target_p,
-    target_logp, target_rank`` (rank 1 = top). ``target`` defaults to the next
-    token (NaN at the last position); else token ids or single-token strings,
-    one for all sequences or one per sequence. ``at`` (the positions read)
-    defaults to every position. ``cache`` (of ``tokens``) is checked against them and
-    completed. The prompts run in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`;
-    rows are per sequence, so chunks give the rows of one batch); ``estimate=True`` returns
-    the run's :class:`~interp.engine.chunks.Estimate` instead.
+    Stage 0 is the embeddings (``blocks.0.hook_resid_pre``) and stage ``l + 1`` the stream
+    after block ``l``; each is read through the model's final norm, *recomputed* on that
+    stage's own residual, and its unembedding (nostalgebraist 2020), so the last stage
+    reproduces the model's logits exactly. Only the positions asked for are unembedded. One
+    forward pass stopped before the unembedding, or a read of ``cache``; the prompts run in
+    chunks under ``memory_budget`` (:mod:`interp.engine.chunks`; rows are per sequence, so
+    chunks give the rows of one batch).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``), with a language-model head.
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        at: Where logits are *read*: an int or ints, negative from the end; ``None`` (default)
+            is every position.
+        k: How many top tokens to show per row (at least 1, at most the vocabulary).
+        target: The token(s) the lens follows (one for all sequences or one per sequence):
+            an int or a string of digits is a token id, any other string is text that must
+            be one token; ``None`` is each position's next token (none at the last
+            position).
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per (sequence, stage, position): ``sequence, stage,
+        stage_name, position, token`` (the input token there), ``top1 .. top{k}`` (token
+        strings, ids without a tokenizer) with ``p1 .. p{k}`` (probabilities), then
+        ``target_id, target, target_p, target_logp, target_rank`` (rank 1 = top; NA where
+        there is no target). ``attrs`` follow :data:`interp.analysis.frames.SCHEMA`, plus
+        ``at``, ``k``, ``chunk_bytes`` and ``chunks``. With ``estimate=True``, the run's
+        :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
-        InterpError: for a model without an LM head, ``k`` out of range, a
-            target that is not one token or does not fit the batch, positions
-            out of range, or a cache of other tokens.
+        InterpError: for a model without an LM head (or whose output head is not its final
+            norm and unembedding), ``k`` out of range, a target that is not one token or
+            does not fit the batch, positions out of range or on right padding, a cache of
+            other tokens, or a retired parameter name (``positions=``).
     """
     cfg = check_model(model)
     check_lm_head(model, "the logit lens")

@@ -60,13 +60,48 @@ def patch_heads(
     progress: bool = False,
     estimate: bool = False,
 ) -> pd.DataFrame | Estimate:
-    """Patch each head's ``hook_z`` from one run into the other (module docstring).
+    """Patch each head's ``hook_z`` from one run into the other, one head at a time.
 
-    ``tokens`` are the clean tokens. Columns: ``layer, head, label, clean,
-    corrupted, patched, effect, normalized``. ``positions`` (ints or a ``[pos]``
-    bool mask) restricts patching to those positions. ``cache`` is the clean
-    run's cache (denoising reads its ``hook_z`` instead of re-running).
-    ``df.attrs`` records the direction, metric and engine path.
+    ``effect = m(patched) - m(base run)`` and ``normalized = effect / (m(source run) -
+    m(base run))``: 1 means this head alone moves the metric all the way (module
+    docstring). Exact, on :mod:`interp.engine.sweep`; the prompts run in chunks under
+    ``memory_budget`` (:mod:`interp.engine.chunks`).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the
+            clean prompt's.
+        corrupted_tokens: The other prompt of a patching pair, the same shape as ``tokens``.
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``, always
+            scored against the clean ``tokens``.
+        direction: Which run a patch edits: ``'noising'`` (the default: the corrupted run's
+            activations into the clean run; does the metric *need* this?) or
+            ``'denoising'`` (the clean run's into the corrupted run; is this *enough*?).
+        heads: An iterable of ``(layer, head)`` pairs or ``'L1H4'`` labels; ``None`` is every
+            head; duplicates collapse with a warning.
+        positions: Where an intervention *edits*: ints (negative from the end) or a ``[pos]``
+            bool mask; ``None`` is every position.
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass. The clean run's: denoising reads its ``hook_z``
+            instead of re-running.
+        batch_size: How many edits share a forward pass; ``None`` is as many as
+            ``memory_budget`` and the CPU rule of :mod:`interp.engine.batching` allow.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks, and its edits share passes, to stay under it; ``None`` is a quarter
+            of the memory free on the model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per head of ``heads`` (in layer, head order): ``layer, head,
+        label, clean, corrupted, patched, effect, normalized`` (metric values).
+        ``attrs`` follow :data:`interp.analysis.frames.SCHEMA` (``ablation="patch"``,
+        the direction, metric and engine path), plus ``engine_note`` and ``chunks``. With
+        ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for an unknown direction, clean and corrupted tokens of

@@ -63,9 +63,27 @@ def clue_attention(
 ) -> pd.DataFrame:
     """One row per head: ``clue_attention``, ``other_per_token`` and ``lift`` (module docstring).
 
-    ``cache`` is the cache of all items' tokens stacked (so they must share one
-    length), read instead of running the model; it is checked against those
-    tokens first (:func:`interp.engine.cache.check_cache`).
+    For each sentence the query is the word's last token; ``clue_attention`` is the
+    attention mass on the clue's tokens, ``other_per_token`` the mean attention per *other*
+    ordinary token the query can see (not the first token, not special tokens, not the
+    word, not the clue), both averaged over sentences, and ``lift`` the clue attention per
+    clue token over the other attention per token: well above 1, the head singles out the
+    clue. Sentences of equal length run together, one forward pass per length stopped after
+    the last pattern, or a read of ``cache``.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        items: The sentences, each encoded with a clue (:func:`interp.analysis.encode_word`
+            with ``clue=``).
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass. Here ``tokens`` are all items' tokens stacked,
+            so the items must share one length.
+
+    Returns:
+        A table with one row per head: ``layer, head, label, clue_attention,
+        other_per_token, lift``. ``attrs`` follow :data:`interp.analysis.frames.SCHEMA`.
 
     Raises:
         InterpError: for no items, an item encoded without a clue, or a cache

@@ -57,11 +57,27 @@ def nearest_neighbour_probe(
 ) -> pd.DataFrame:
     """Held-out sense accuracy of a 1-nearest-neighbour probe at every stage.
 
-    ``states`` is ``[sentence, stage, d_model]`` (from
-    :func:`interp.analysis.senses.states.word_states`). Columns: ``stage``
-    (0 = token embedding), ``stage_name``, ``accuracy`` (mean over splits),
-    ``accuracy_std``, ``chance``
-    (1 / number of senses of a word, averaged) and ``n_test`` per split.
+    For every word, each split puts one randomly chosen sentence of each sense in the
+    training set and the rest in the test set; a test sentence gets the sense of the
+    training sentence *of the same word* whose vector is most similar (cosine, after
+    subtracting the training sentences' mean vector at that stage). An exact tie scores
+    1/2 (module docstring). A high accuracy says the senses are *linearly findable*; it does
+    not say the model reads them out. No model runs.
+
+    Args:
+        states: ``[sentence, stage, d_model]``, as
+            :func:`interp.analysis.senses.states.word_states` gives them.
+        words: The word of each sentence, one per row of ``states``.
+        senses: The sense label of each sentence; each word needs at least two senses, and
+            at least two sentences of each.
+        n_splits: How many seeded train/test splits to average over (at least 1; default 20).
+        seed: Every random draw (the splits); the same seed gives the same numbers.
+
+    Returns:
+        A table with one row per stage: ``stage`` (0 = token embedding), ``stage_name``,
+        ``accuracy`` (mean over splits), ``accuracy_std``, ``chance`` (1 / number of senses
+        of a word, averaged) and ``n_test`` (test sentences per split). ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA` (``model`` is ``None``).
 
     Raises:
         InterpError: for mismatched labels, or a word with one sense or fewer

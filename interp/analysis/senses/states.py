@@ -66,12 +66,25 @@ def word_states(
 ) -> torch.Tensor:
     """``[sentence, n_layers + 1, d_model]``: each item's word vector at every stage.
 
-    Sentences of equal length run together (no padding, so bidirectional
-    models see exactly their own sentence). ``fwd_hooks`` (e.g.
-    :func:`interp.analysis.components.ablation.zero_head_hooks`) are applied to every run.
-    ``cache`` is the cache of all items' tokens stacked (so they must share
-    one length), read instead of running the model; it is checked against
-    those tokens first (:func:`interp.engine.cache.check_cache`).
+    Stage 0 is the word's **token embedding** (its row of ``W_E``, the same in every
+    context), stage ``l + 1`` the residual stream after block ``l``
+    (``blocks.{l}.hook_resid_post``), read at the word's last token. Sentences of equal
+    length run together (no padding, so bidirectional models see exactly their own
+    sentence), each batch one forward pass stopped before the unembedding.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``).
+        items: The sentences, as :func:`interp.analysis.encode_word` gives them.
+        fwd_hooks: ``(hook name, hook)`` pairs applied to every run (e.g.
+            :func:`interp.analysis.components.ablation.zero_head_hooks`); not with ``cache``.
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass. Here ``tokens`` are all items' tokens stacked,
+            so the items must share one length.
+
+    Returns:
+        ``[sentence, n_layers + 1, d_model]`` float32 states, one row per item in order.
 
     Raises:
         InterpError: for no items, a model without ``W_E``, a cache for items
@@ -175,11 +188,26 @@ def sense_similarity(
 ) -> pd.DataFrame:
     """Cosine between a word's uses in different senses (and in the same sense), per stage.
 
-    Columns: ``stage`` (0 = token embedding, ``l + 1`` = after block ``l``),
-    ``stage_name``, ``cross_sense`` and ``same_sense`` (mean raw cosine), the same two
-    ``_centred``, and ``gap_centred`` = same minus cross (how far the senses
-    have separated beyond what a change of context does). With ``by_word``
-    there is one row per word and stage (a ``word`` column first).
+    The mean cosine between uses of a word in *different* senses, and between two uses in
+    the *same* sense (the control: a context change alone also lowers the cosine), raw and
+    centred (the mean vector over all sentences at that stage subtracted first, because the
+    residual streams of real models share large common directions that push every raw
+    cosine towards 1). No model runs.
+
+    Args:
+        states: ``[sentence, stage, d_model]``, as :func:`word_states` gives them.
+        words: The word of each sentence, one per row of ``states``.
+        senses: The sense label of each sentence, one per row; each word needs at least two
+            senses.
+        by_word: One row per word and stage instead of one per stage (default ``False``).
+
+    Returns:
+        A table with one row per stage (or per word and stage, a ``word`` column first):
+        ``stage`` (0 = token embedding, ``l + 1`` = after block ``l``), ``stage_name``,
+        ``cross_sense`` and ``same_sense`` (mean raw cosine), the same two ``_centred``,
+        and ``gap_centred`` = same minus cross (how far the senses have separated beyond
+        what a change of context does). ``attrs`` follow
+        :data:`interp.analysis.frames.SCHEMA` (``model`` is ``None``).
 
     Raises:
         InterpError: for mismatched labels or a word with a single sense.

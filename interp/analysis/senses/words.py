@@ -31,9 +31,18 @@ from interp.protocol import HookedModel, check_model, is_causal, model_n_ctx
 class WordTokens:
     """One sentence's tokens with the positions of its target word and clue word.
 
-    ``tokens`` is ``[1, pos]``; ``word_pos`` is the target word's last token;
-    ``word_positions`` all its tokens; ``clue_pos`` the clue's tokens (empty
-    when no clue was asked for).
+    Made by :func:`encode_word`.
+
+    Attributes:
+        text: The sentence.
+        word: The target word, as asked for.
+        tokens: ``[1, pos]`` integer ids, as ``model.to_tokens(text)`` gives them.
+        word_pos: The target word's last token (the first position that has seen it all).
+        word_positions: All the target word's tokens.
+        clue_pos: The clue's tokens (empty when no clue was asked for).
+        str_tokens: Each token as a string.
+        truncated: Whether the text was cut to the model's context.
+        n_tokens: How many tokens (``pos``).
     """
 
     text: str
@@ -73,18 +82,34 @@ def encode_word(
 ) -> WordTokens:
     """Tokenize ``text`` as ``model.to_tokens`` does and locate ``word`` (and ``clue``) in it.
 
-    ``occurrence`` picks which match of ``word`` to use (default the last).
-    The clue is its nearest match before the word; a causal model must have
-    one (it cannot see a later clue), a bidirectional model may use the first
-    match after the word instead. Text
-    longer than the model's context is an error unless ``truncate=True``,
-    which keeps the first ``n_ctx`` tokens (and still fails if the word or the
-    clue would be cut off).
+    A word is matched as a whole word, case-insensitively; its tokens are the ones whose
+    character spans overlap it (the tokenizer's offset mapping), so a word that splits into
+    several tokens is found too. The clue is its nearest match before the word; a causal
+    model must have one (it cannot see a later clue), a bidirectional model may use the
+    first match after the word instead.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``), with a fast Hugging Face tokenizer. It is not
+            run.
+        text: The sentence.
+        word: The target word to find.
+        clue: A clue word to find too (``None``: none).
+        occurrence: Which match of ``word`` to use, as a list index (default ``-1``, the
+            last).
+        truncate: Keep the first ``n_ctx`` tokens of text longer than the model's context
+            (still an error if the word or the clue would be cut off); default ``False``,
+            an error.
+
+    Returns:
+        A :class:`WordTokens`.
 
     Raises:
-        InterpError: for a model without a fast tokenizer, a word or clue that
-            does not occur in the text (naming it), a clue after the word in a
-            causal model, or text longer than the context without ``truncate``.
+        InterpError: for a model without a fast tokenizer, empty text or an empty word, a
+            word or clue that does not occur in the text (naming it), an occurrence that
+            does not exist, a clue after the word in a causal model, text longer than the
+            context without ``truncate`` (or a word or clue that truncation cuts off), or a
+            tokenizer whose ids differ from ``model.to_tokens``.
     """
     check_model(model)
     tok = getattr(model, "tokenizer", None)
@@ -166,6 +191,14 @@ def ordinary_word_ids(model: HookedModel, *, min_chars: int = 3) -> torch.Tensor
     not. Random probes drawn from these ids stay in the distribution real
     models were trained on; MiniLM, for one, shows its previous-token head
     only on such tokens.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``), with a tokenizer. It is not run.
+        min_chars: The fewest letters a word token has, its space marker aside (default 3).
+
+    Returns:
+        ``[n]`` integer ids, ascending.
 
     Raises:
         InterpError: for a model without a tokenizer, or a vocabulary with no such tokens.
