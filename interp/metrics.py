@@ -56,7 +56,33 @@ MetricFn = Callable[[torch.Tensor, torch.Tensor], Any]
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
-    """A named scalar of ``(logits, tokens)`` that declares what it reads (module docstring)."""
+    """A named scalar of ``(logits, tokens)`` that declares what it reads (module docstring).
+
+    Called as ``metric(logits, tokens)``; the declarations let analyses check it against the
+    model before any forward pass (:meth:`check`) and combine its values over chunks of the
+    prompts (:meth:`chunk`). Wrap a metric of your own as ``Metric(fn, name=...,
+    mean_over_prompts=True)`` when it is a mean over the batch.
+
+    Attributes:
+        fn: The function ``fn(logits, tokens) -> scalar`` (logits ``[batch, pos, d_vocab]``,
+            tokens ``[batch, pos]``).
+        name: What tables and messages call it (default ``"metric"``).
+        needs_lm_head: It reads next-token logits, so a model whose logits are meaningless
+            is refused (default ``False``).
+        rows: Which positions' logits it reads (negative from the end); ``None`` is all, and
+            an engine may skip the unembedding elsewhere.
+        checker: ``checker(model, tokens)`` that raises :class:`~interp.errors.InterpError`
+            for ids or masks that do not fit (``None``: no check).
+        next_token: It scores the prediction of the *next* token, so it is refused on an
+            encoder (default ``False``).
+        unit: What one unit of the value is, e.g. ``"nats"`` (exported tables say it).
+        part: ``part(rows) -> (metric, weight)``: the metric of the prompts in a slice and its
+            weight in the mean over every prompt (``None``: see ``mean_over_prompts``).
+        mean_over_prompts: A caller's metric that is a plain mean over its prompts, so
+            chunks combine by their sizes (default ``False``: refused when the prompts must
+            be split).
+        chunkable: Whether values on chunks of the prompts combine into the value on all.
+    """
 
     fn: MetricFn
     name: str = "metric"
@@ -75,9 +101,15 @@ class Metric:
     def check(self, model: Any, tokens: torch.Tensor) -> None:
         """Raise before any forward pass if this metric cannot be measured on ``model``/``tokens``.
 
+        Args:
+            model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+                (``interp.protocol.HookedModel``). It is not run.
+            tokens: ``[batch, pos]`` integer ids the metric will score.
+
         Raises:
             InterpError: for a metric that needs an LM head on a model without
-                one, or ids / masks that do not fit the model or the tokens.
+                one, a next-token metric on an encoder, or ids / masks that do not fit the
+                model or the tokens.
         """
         if self.needs_lm_head and not logits_meaningful(model):
             raise InterpError(
@@ -101,11 +133,17 @@ class Metric:
         return self.part is not None or self.mean_over_prompts
 
     def chunk(self, rows: slice) -> tuple[Metric, float]:
-        """This metric on the prompts ``rows`` of the batch, and its weight ``w`` in the mean
-        over every prompt: ``m(all) = sum_c w_c m(c) / sum_c w_c`` over the chunks ``c``.
+        """This metric on the prompts ``rows`` of the batch, and its weight in the mean over all.
 
-        A weight of 0 means the chunk counts nothing (a loss mask that selects none of its
-        predictions); its value is not computed.
+        ``m(all) = sum_c w_c m(c) / sum_c w_c`` over the chunks ``c``. A weight of 0 means the
+        chunk counts nothing (a loss mask that selects none of its predictions); its value is
+        not computed.
+
+        Args:
+            rows: The slice of the batch's prompts the chunk holds.
+
+        Returns:
+            ``(metric, weight)``: the chunk's :class:`Metric` and its weight ``w``.
 
         Raises:
             InterpError: for a metric that does not say how its chunks combine.
@@ -183,9 +221,17 @@ def next_token_nll(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 def loss_metric(loss_mask: torch.Tensor | None = None) -> Metric:
     """Mean next-token cross-entropy, over the predictions ``loss_mask`` selects (all if None).
 
-    ``loss_mask`` is ``[batch, pos]`` bool (``[pos]`` for a single sequence),
-    True at positions whose prediction of the *next* token counts (the last
-    column predicts nothing).
+    ``loss = sum_{b, t} mask[b, t] * nll[b, t] / sum mask``, with ``nll[b, t]`` the
+    cross-entropy of token ``t + 1`` given the logits at ``t``. A mean over the predictions
+    it counts, so chunks of the prompts combine exactly (:meth:`Metric.chunk`).
+
+    Args:
+        loss_mask: ``[batch, pos]`` bool: which positions count (``[pos]`` for a single
+            sequence): True where the prediction of the *next* token counts (the last
+            column predicts nothing); ``None`` counts every prediction.
+
+    Returns:
+        A :class:`Metric` named ``"loss"``, in nats, that needs an LM head and a causal model.
 
     Raises:
         InterpError: at :meth:`Metric.check`, for a mask that does not fit the tokens.
@@ -240,13 +286,23 @@ def _ids(value: Any, name: str) -> int | torch.Tensor:
 def logit_diff_metric(answer: Any, wrong: Any, *, at: int = -1) -> Metric:
     """Mean over the batch of ``logit[answer] - logit[wrong]`` at position ``at``.
 
-    ``answer`` and ``wrong`` are token ids: one int each, or a ``[batch]``
-    tensor of ids (one answer pair per sequence, as in name-mover prompts).
+    Args:
+        answer: The token(s) a metric, DLA or lens follows (one for all sequences or one per
+            sequence): here token ids only, an int or a ``[batch]`` tensor of ids (one answer
+            pair per sequence, as in name-mover prompts).
+        wrong: The other token(s) a metric, DLA or lens follows: the one whose logit is
+            subtracted, in the same forms; not ``answer``'s id.
+        at: Where logits are *read*: an int, negative from the end (default ``-1``, the last
+            position).
+
+    Returns:
+        A :class:`Metric` named ``"logit_diff"``, in logits, that needs an LM head.
 
     Raises:
-        InterpError: for negative or non-integer ids, the same id on both sides,
-            and (at :meth:`Metric.check`) ids outside the vocabulary, a batch of
-            ids that does not match the tokens, or a position out of range.
+        InterpError: for negative or non-integer ids, the same id on both sides, a
+            retired parameter name (``positions=``), and (at :meth:`Metric.check`) ids
+            outside the vocabulary, a batch of ids that does not match the tokens, or a
+            position out of range or on right padding.
     """
     c, i = _ids(answer, "answer"), _ids(wrong, "wrong")
     pos = check_int(at, "at")

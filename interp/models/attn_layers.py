@@ -31,7 +31,45 @@ class AttnOnlyConfig:
     Fields beyond the sizes switch parts of the architecture on and off so that
     the same class runs the article's toy head (``positional_embedding_type="none"``,
     ``normalization_type=None``, ``use_residual=False``, ``use_W_O=False``,
-    ``use_unembed=False``) and a trained two-layer model.
+    ``use_unembed=False``) and a trained two-layer model. The fields after ``model_name``
+    are TransformerLens-compatible constants read by shared utilities.
+
+    Attributes:
+        n_layers: Blocks (a positive int).
+        n_heads: Heads per block (a positive int).
+        d_model: Residual stream width (a positive int).
+        d_head: Width of each head (a positive int).
+        d_vocab: Vocabulary size (a positive int).
+        n_ctx: Maximum sequence length (required with learned positions).
+        normalization_type: ``"LN"`` (default: LayerNorm before each attention layer and the
+            unembedding) or ``None``.
+        positional_embedding_type: ``"standard"`` (default: learned positions) or ``"none"``.
+        attention_dir: ``"causal"`` (default) or ``"bidirectional"``.
+        use_residual: Add each block's update to its input (default ``True``).
+        use_W_O: An output projection per head (default ``True``; without one, ``n_heads *
+            d_head`` must equal ``d_model``).
+        use_unembed: An unembedding to logits (default ``True``; without one, the output is
+            the final residual stream).
+        attn_scale: What the scores are divided by (``None``: ``sqrt(d_head)``).
+        init_range: The standard deviation of the initial weights (default 0.02).
+        eps: LayerNorm's epsilon (default 1e-5).
+        seed: Every random draw of the initial weights; the same seed gives the same numbers
+            (``None``: torch's global generator).
+        vocab: A word per id, for word-level ``to_tokens`` (``None``: ids only).
+        model_name: What tables and reports call the model.
+        attn_only: Always ``True``.
+        act_fn: Always ``None`` (no MLPs).
+        n_key_value_heads: Always ``None`` (no grouped-query attention).
+        device: The device TransformerLens utilities assume (``"cpu"``).
+        dtype: The weights' dtype (default ``torch.float32``).
+        default_prepend_bos: Always ``False`` (prompts are ids).
+        d_vocab_out: ``d_vocab``.
+        causal: Whether ``attention_dir`` is ``"causal"``.
+
+    Raises:
+        InterpError: for a size that is not a positive int, learned positions without
+            ``n_ctx``, ``use_W_O=False`` with ``n_heads * d_head != d_model``, or a
+            ``vocab`` whose length is not ``d_vocab``.
     """
 
     n_layers: int
@@ -91,7 +129,11 @@ class AttnOnlyConfig:
         return self.attention_dir == "causal"
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields that define the architecture, JSON-serialisable."""
+        """The fields that define the architecture, JSON-serialisable.
+
+        Returns:
+            ``{field: value}`` for every field but ``dtype``, tuples as lists.
+        """
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -102,6 +144,17 @@ class AttnOnlyConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AttnOnlyConfig:
+        """The config a checkpoint's ``model`` dict (:meth:`to_dict`) describes.
+
+        Args:
+            d: ``{field: value}``; missing fields take their defaults.
+
+        Returns:
+            The :class:`AttnOnlyConfig`.
+
+        Raises:
+            InterpError: for unknown fields, or as the class for values it refuses.
+        """
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - names
         if unknown:

@@ -55,6 +55,14 @@ ReturnType = Literal["logits", "loss", "both", None]
 class AttnOnlyTransformer(HookedRootModule):
     """An attention-only transformer exposing TransformerLens hooks and weights.
 
+    The hook names and weight shapes are TransformerLens's (module docstring), so every
+    analysis runs on it as on a ``TransformerBridge``. The weights are initialised from
+    ``cfg.seed`` (:meth:`init_weights`).
+
+    Args:
+        cfg: Its :class:`~interp.models.attn_layers.AttnOnlyConfig`: sizes and the
+            switches for positions, LayerNorm, residual, output projection and unembedding.
+
     Example:
         >>> cfg = AttnOnlyConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_vocab=10, n_ctx=8)
         >>> model = AttnOnlyTransformer(cfg)
@@ -86,7 +94,15 @@ class AttnOnlyTransformer(HookedRootModule):
 
     # ------------------------------------------------------------------ init
     def init_weights(self, seed: int | None = None) -> None:
-        """GPT-2 style init: normal(0, init_range) weights, zero biases, unit LN gains."""
+        """GPT-2 style init: normal(0, init_range) weights, zero biases, unit LN gains.
+
+        Only the ``W_*`` weights are redrawn; biases and LayerNorm gains keep their values
+        (zeros and ones as built).
+
+        Args:
+            seed: Every random draw; the same seed gives the same numbers (``None``: torch's
+                global generator).
+        """
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
         for name, p in self.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
@@ -99,6 +115,15 @@ class AttnOnlyTransformer(HookedRootModule):
         """Validate token ids and return them as a ``[batch, pos]`` long tensor.
 
         The same checks every analysis runs (:func:`interp.checks.check_tokens`).
+
+        Args:
+            tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+
+        Returns:
+            ``[batch, pos]`` long ids.
+
+        Raises:
+            InterpError: as :func:`interp.checks.check_tokens`.
         """
         return check_tokens(self, tokens)
 
@@ -113,13 +138,21 @@ class AttnOnlyTransformer(HookedRootModule):
         """Run the model.
 
         Args:
-            tokens: ``[batch, pos]`` (or ``[pos]``) integer ids.
+            tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
             return_type: ``"logits"`` (``[batch, pos, d_vocab]``, or the final
                 residual ``[batch, pos, d_model]`` when the model has no
                 unembedding), ``"loss"``, ``"both"`` or ``None``.
-            loss_mask: optional ``[batch, pos]`` bool, True where the *next*
-                token prediction made at that position counts in the loss.
-            loss_per_token: return the ``[batch, pos - 1]`` losses instead of the mean.
+            loss_mask: ``[batch, pos]`` bool: which positions count (True where the *next*
+                token prediction made at that position counts in the loss); ``None``: all.
+            loss_per_token: Return the ``[batch, pos - 1]`` losses instead of the mean.
+
+        Returns:
+            The logits (or final residual) for ``"logits"``, the loss for ``"loss"``, ``(logits,
+            loss)`` for ``"both"``, ``None`` for ``None``.
+
+        Raises:
+            InterpError: for bad tokens (as the class), or a loss asked of a model without an
+                unembedding.
         """
         tokens = self.check_tokens(tokens)
         resid = self.hook_embed(self.embed.W_E[tokens])  # [batch, pos, d_model]
@@ -139,10 +172,18 @@ class AttnOnlyTransformer(HookedRootModule):
     def forward_from(self, resid: torch.Tensor, layer: int) -> torch.Tensor:
         """Logits from the residual stream after block ``layer`` (its ``hook_resid_post``).
 
-        ``resid`` is ``[batch, pos, d_model]``; ``layer=-1`` starts from the
-        embeddings (the whole model). Only blocks ``layer + 1 ..`` run, so an
-        analysis that edits block ``layer``'s output resumes here instead of
-        recomputing the layers before it. Hooks on the later blocks fire as usual.
+        Only blocks ``layer + 1 ..`` run, so an analysis that edits block ``layer``'s output
+        resumes here instead of recomputing the layers before it. Hooks on the later blocks
+        fire as usual.
+
+        Args:
+            resid: ``[batch, pos, d_model]``: the residual stream after block ``layer``.
+            layer: A block index: the block whose output ``resid`` is; ``-1`` starts from the
+                embeddings (the whole model).
+
+        Returns:
+            ``[batch, pos, d_vocab]`` logits, or the final residual stream when the model has no
+            unembedding.
 
         Raises:
             InterpError: for a layer outside ``-1 .. n_layers - 1``.
@@ -158,7 +199,17 @@ class AttnOnlyTransformer(HookedRootModule):
         return resid @ self.unembed.W_U + self.unembed.b_U  # [batch, pos, d_vocab]
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        """As ``HookedRootModule.run_with_cache``, returning an ``ActivationCache``."""
+        """As ``HookedRootModule.run_with_cache``, returning an ``ActivationCache``.
+
+        Args:
+            *args: Passed to the forward pass (the tokens first).
+            **kwargs: ``names_filter``, ``remove_batch_dim`` and the other options of
+                TransformerLens's ``run_with_cache``, and the forward pass's own.
+
+        Returns:
+            ``(output, cache)``: the forward pass's output and a TransformerLens
+            ``ActivationCache``.
+        """
         from transformer_lens.ActivationCache import ActivationCache
 
         out, cache = super().run_with_cache(*args, **kwargs)
@@ -170,6 +221,12 @@ class AttnOnlyTransformer(HookedRootModule):
 
         A string is one sequence (``[1, pos]``); a list of strings is a batch, as
         in TransformerLens (every string must have the same number of words).
+
+        Args:
+            text: A sentence of space-separated words, or a list of them.
+
+        Returns:
+            ``[batch, pos]`` long ids.
 
         Raises:
             InterpError: if the model has no vocabulary, a text is empty, a word
@@ -189,7 +246,14 @@ class AttnOnlyTransformer(HookedRootModule):
         return torch.stack(rows)
 
     def to_str_tokens(self, tokens: torch.Tensor | Sequence[int]) -> list[str]:
-        """String labels for one sequence of ids (the id itself when there is no vocab)."""
+        """String labels for one sequence of ids (the id itself when there is no vocab).
+
+        Args:
+            tokens: The integer ids of one sequence (any shape; flattened).
+
+        Returns:
+            One string per id.
+        """
         ids = torch.as_tensor(tokens).flatten().tolist()
         if self.cfg.vocab is None:
             return [str(i) for i in ids]
@@ -202,6 +266,13 @@ class AttnOnlyTransformer(HookedRootModule):
         Reads the bridge's TransformerLens weight properties (``W_E, W_pos,
         W_Q, b_Q, ...``) and LayerNorm parameters, so both models compute the
         same function; used to check the two stay interchangeable.
+
+        Args:
+            bridge: An attention-only ``TransformerBridge`` with LayerNorm and learned
+                positions (e.g. one from ``TransformerBridge.boot_native``).
+
+        Returns:
+            An :class:`AttnOnlyTransformer` with the bridge's weights.
 
         Raises:
             InterpError: if the bridge has MLPs or a normalisation other than LayerNorm.

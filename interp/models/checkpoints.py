@@ -56,8 +56,18 @@ def save_checkpoint(
 ) -> Path:
     """Write ``model.safetensors`` and ``config.json`` into ``out_dir`` atomically.
 
-    ``meta`` (training settings, history, ...) is stored in the config beside
-    the model config and the weights' SHA-256.
+    The weights are written first and the config last, each atomically, so an interrupted
+    save never leaves a config that points at missing or partial weights.
+
+    Args:
+        model: A hooked model: here one of ours, an
+            :class:`~interp.models.attn_only.AttnOnlyTransformer`.
+        out_dir: The checkpoint folder, created if missing.
+        meta: Keys stored in the config beside the model config and the weights' SHA-256
+            (training settings, history, ...).
+
+    Returns:
+        The folder's path.
 
     Raises:
         InterpError: if ``out_dir`` is a file, lies under one, or is not writable.
@@ -80,6 +90,14 @@ def save_checkpoint(
 
 def load_checkpoint(path: str | os.PathLike[str]) -> tuple[AttnOnlyTransformer, dict[str, Any]]:
     """Load a checkpoint folder written by :func:`save_checkpoint`, verifying it.
+
+    Args:
+        path: The checkpoint folder (``model.safetensors`` and ``config.json``).
+
+    Returns:
+        ``(model, meta)``: the :class:`~interp.models.attn_only.AttnOnlyTransformer` in eval
+        mode, and the config's contents (``format_version``, ``model``, the training
+        settings and history, ``weights_sha256``).
 
     Raises:
         CheckpointError: when the folder or a file is missing, the config is
@@ -144,6 +162,12 @@ def load_induction_model(path: str | os.PathLike[str] | None = None) -> AttnOnly
     """The shipped two-layer attention-only induction model (``data/induction-2l``), or ``path``.
 
     Use :func:`load_checkpoint` for the training history and settings too.
+
+    Args:
+        path: A checkpoint folder of ours; ``None`` is the shipped ``induction-2l``.
+
+    Returns:
+        The :class:`~interp.models.attn_only.AttnOnlyTransformer`, in eval mode.
 
     Raises:
         CheckpointError: if the checkpoint is missing, truncated, corrupt or

@@ -188,11 +188,26 @@ def load_model(
 ) -> Any:
     """A hooked model by alias, folder or hub id (see the module docstring), in eval mode.
 
-    ``device`` moves the whole model; ``dtype`` (``"float32"`` default,
-    ``"bfloat16"``, ...) sets its precision; ``device_map`` is passed to
-    Hugging Face / accelerate to split a model too large for one device
-    (then ``device`` must be None; offload is refused: :mod:`interp.models.placement`).
-    Analyses keep their tensors on the device of each layer they read.
+    A name is resolved in order: a built-in alias (:data:`ALIASES`), an existing folder
+    (our checkpoint, or a Hugging Face folder), then ``owner/name`` as a hub id. Analyses
+    keep their tensors on the device of each layer they read.
+
+    Args:
+        name_or_path: An alias (``induction-2l``, ``smollm2-135m``, ``minilm-l6``), a folder
+            (our checkpoint or a Hugging Face model with its tokenizer) or a hub id
+            ``owner/name``.
+        device: Where to move the whole model (``'cpu'``, ``'cuda'``, ``'cuda:1'``,
+            ``'mps'``); ``None`` leaves it where it loads.
+        dtype: Its precision: ``"float32"`` (default), ``"float64"``, ``"bfloat16"``,
+            ``"float16"`` (or the torch dtype).
+        device_map: Passed to Hugging Face / accelerate to split a model too large for one
+            device (then ``device`` must be ``None``; offload is refused:
+            :mod:`interp.models.placement`); not for our checkpoints.
+
+    Returns:
+        The model in eval mode (an attention-only model of ours, or a TransformerLens
+        ``TransformerBridge``), with ``interp_name``, what tables and reports call it, set
+        to ``name_or_path``.
 
     Raises:
         InterpError: for an unknown name, a missing path, a folder that is not a
@@ -292,9 +307,14 @@ def _load_hub(name: str, dtype: Any, device_map: Any) -> Any:
 def list_models() -> list[dict[str, Any]]:
     """One row per alias: ``alias, description, state, size_mb, where``.
 
-    ``state`` is ``shipped``, ``missing`` (with the install command in
-    ``where``), or for SmolLM2 the state of its converted cache (``ok``,
-    ``corrupt: ...``, ``absent``: converted on first load).
+    Nothing loads: the rows say what is installed and where.
+
+    Returns:
+        A list of dicts, one per alias of :data:`ALIASES`, in its order: ``alias``,
+        ``description``, ``state`` (``shipped``, ``installed``, ``missing``, with the
+        install command in ``where``, or for SmolLM2 the state of its converted cache:
+        ``cache ok``, ``cache corrupt: ...``, ``cache absent``: converted on first load),
+        ``size_mb`` and ``where`` (a folder, or the install command).
     """
     from interp.models import pretrained
 

@@ -57,20 +57,30 @@ def attention(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The article's single attention head: ``A = softmax(Q K^T / sqrt(d_k))``, ``H = A V``.
 
-    Rows are tokens (row-vector convention): ``Q = X @ Wq``. With ``causal``,
-    scores above the diagonal are replaced by ``mask_value`` before the
-    softmax; the default ``-inf`` gives them exactly zero weight (pass 0 to see
-    why zero is the wrong mask value).
+    Rows are tokens (row-vector convention): ``Q = X @ Wq``, ``K = X @ Wk``, ``V = X @ Wv``.
+    Kept exactly as the article writes it (row-max-subtracted softmax), so every other
+    implementation can be checked against it.
+
+    Args:
+        X: ``[n, d_in]`` input rows, one per token.
+        Wq: ``[d_in, d_k]`` query projection.
+        Wk: ``[d_in, d_k]`` key projection.
+        Wv: ``[d_in, d_v]`` value projection.
+        causal: Mask the scores above the diagonal (a row sees itself and earlier rows;
+            default ``False``).
+        mask_value: What masked scores are replaced by before the softmax; the default
+            ``-inf`` gives them exactly zero weight (pass 0 to see why zero is the wrong
+            mask value).
+
+    Returns:
+        ``(A, H)``: weights ``[n, n]`` (one distribution per receiving row) and
+        mixtures ``[n, d_v]``.
 
     Example:
         >>> X = np.array([[0., 0.], [0., 1.], [1., 0.]])
         >>> A, H = attention(X, np.eye(2), np.eye(2), np.eye(2))
         >>> A[-1].round(4)
         array([0.2483, 0.2483, 0.5035])
-
-    Returns:
-        ``(A, H)``: weights ``[n, n]`` (one distribution per receiving row) and
-        mixtures ``[n, d_v]``.
 
     Raises:
         InterpError: for non-2-D, empty or non-finite inputs, or shapes that do
@@ -129,12 +139,28 @@ def toy_model(
 ) -> AttnOnlyTransformer:
     """A hooked attention-only model with hand-set weights (no positions, no LayerNorm).
 
-    ``W_Q, W_K, W_V`` are ``[d_model, d_head]`` for one head (or
-    ``[n_heads, d_model, d_head]``, or ``[n_layers, n_heads, d_model, d_head]``).
-    ``W_O=None`` means no output projection: the head's mixture is the update
-    (requires ``n_heads * d_head == d_model``). ``residual=False`` makes each
-    block output the update alone, as in the article's first experiments; the
-    model output is the final residual stream (there is no unembedding).
+    Hand-set heads (identity or swap projections, with or without an output projection and
+    residual) run through TransformerLens hooks. The model output is the final residual
+    stream (there is no unembedding).
+
+    Args:
+        W_E: ``[d_vocab, d_model]`` embedding, one row per token.
+        W_Q: ``[d_model, d_head]`` for one head (or ``[n_heads, d_model, d_head]``, or
+            ``[n_layers, n_heads, d_model, d_head]``).
+        W_K: The key projection, the same shape as ``W_Q``.
+        W_V: The value projection, the same shape as ``W_Q``.
+        W_O: ``[d_head, d_model]`` per head, in the same leading shape; ``None`` means no
+            output projection: the head's mixture is the update (requires ``n_heads *
+            d_head == d_model``).
+        vocab: A word per token id, so ``model.to_tokens("a b c")`` works; ``None``: ids only.
+        causal: Causal attention (default ``False``: bidirectional, as in the article).
+        residual: Add each block's update to its input (default ``False``: each block outputs
+            the update alone, as in the article's first experiments).
+        dtype: The weights' precision (default ``torch.float64``).
+
+    Returns:
+        The :class:`~interp.models.attn_only.AttnOnlyTransformer`, in eval mode, gradients
+        off.
 
     Example:
         >>> emb = np.eye(3)
@@ -225,10 +251,19 @@ class OneHeadSense(HookedRootModule):
     maps (no output projection, no residual, no positions), and a linear
     classifier over two senses reading the mixture at the final position. With
     the four-word vocabulary and ``d=8`` it has ``4*8 + 3*8*8 + (8*2+2) = 242``
-    parameters.
+    parameters. Its parameters are created in the article's order, so
+    ``torch.manual_seed(0)`` reproduces the article's run.
 
     ``forward(ids)`` accepts ``[pos]`` (returns logits ``[n_classes]``, as in the
     article) or ``[batch, pos]`` (returns ``[batch, n_classes]``).
+
+    Args:
+        vocab_size: How many token ids.
+        d: The embedding and head width (default 8).
+        n_classes: How many senses the classifier tells apart (default 2).
+        vocab: A word per id, so :meth:`encode` and ``to_tokens`` take text (``None``:
+            ids only).
+        causal: Causal attention (default ``False``: bidirectional, as in the article).
 
     Example:
         >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
@@ -238,7 +273,8 @@ class OneHeadSense(HookedRootModule):
         242
 
     Raises:
-        InterpError: on forward, for ids outside the vocabulary or an empty sentence.
+        InterpError: for a ``vocab`` whose length is not ``vocab_size``, and on forward,
+            for ids outside the vocabulary or an empty sentence.
     """
 
     def __init__(
@@ -279,19 +315,62 @@ class OneHeadSense(HookedRootModule):
         self.setup()
 
     def encode(self, tokens: str | Sequence[str]) -> torch.Tensor:
-        """Word ids ``[pos]`` for a sentence (needs ``vocab``)."""
+        """Word ids ``[pos]`` for a sentence (needs ``vocab``).
+
+        Args:
+            tokens: A sentence of space-separated words, or a list of words.
+
+        Returns:
+            ``[pos]`` long ids.
+
+        Raises:
+            InterpError: if the classifier has no vocab, or a word is not in it.
+        """
         if self.cfg.vocab is None:
             raise InterpError("this classifier was built without a vocab; pass ids")
         return words_to_ids(tokens, self.cfg.vocab)
 
     def to_tokens(self, text: str | Sequence[str]) -> torch.Tensor:
+        """``[1, pos]`` ids of one sentence, as TransformerLens's ``to_tokens`` shapes them.
+
+        Args:
+            text: A sentence of space-separated words, or a list of words.
+
+        Returns:
+            ``[1, pos]`` long ids.
+
+        Raises:
+            InterpError: as :meth:`encode`.
+        """
         return self.encode(text)[None]
 
     def to_str_tokens(self, tokens: torch.Tensor | Sequence[int]) -> list[str]:
+        """String labels for one sequence of ids (the id itself when there is no vocab).
+
+        Args:
+            tokens: The integer ids of one sequence (any shape; flattened).
+
+        Returns:
+            One string per id.
+        """
         ids = torch.as_tensor(tokens).flatten().tolist()
         return [self.cfg.vocab[i] for i in ids] if self.cfg.vocab else [str(i) for i in ids]
 
     def forward(self, ids: torch.Tensor, return_attn: bool = False) -> Any:
+        """The sense logits of each sentence, read from the mixture at its final position.
+
+        Args:
+            ids: ``[pos]`` (one sentence) or ``[batch, pos]`` integer ids.
+            return_attn: Also return the head's attention pattern (default ``False``).
+
+        Returns:
+            Logits ``[n_classes]`` (``[batch, n_classes]`` for a batch); with ``return_attn``,
+            ``(logits, pattern)`` with the pattern ``[query_pos, key_pos]`` (``[batch,
+            query_pos, key_pos]``).
+
+        Raises:
+            InterpError: for an empty sentence or ids outside the vocabulary.
+        """
         unbatched = ids.ndim == 1
         ids = ids[None] if unbatched else ids
         if ids.numel() == 0:
@@ -322,6 +401,17 @@ class OneHeadSense(HookedRootModule):
         return (logits, A) if return_attn else logits
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """As ``HookedRootModule.run_with_cache``, returning an ``ActivationCache``.
+
+        Args:
+            *args: Passed to the forward pass (the ids first).
+            **kwargs: ``names_filter`` and the other options of TransformerLens's
+                ``run_with_cache``, and the forward pass's own.
+
+        Returns:
+            ``(output, cache)``: the forward pass's output and a TransformerLens
+            ``ActivationCache``.
+        """
         from transformer_lens.ActivationCache import ActivationCache
 
         out, cache = super().run_with_cache(*args, **kwargs)
@@ -357,7 +447,11 @@ class OneHeadSense(HookedRootModule):
         return self.cls.bias
 
     def parameter_groups(self) -> dict[str, int]:
-        """Parameter count per group: embedding, W_Q, W_K, W_V, classifier."""
+        """Parameter count per group: embedding, W_Q, W_K, W_V, classifier.
+
+        Returns:
+            ``{group: number of parameters}``, in that order.
+        """
         return {
             "embedding": self.emb.weight.numel(),
             "W_Q": self.Wq.weight.numel(),
