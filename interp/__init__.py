@@ -32,13 +32,26 @@ def export(
 ) -> Path:
     """Export a table and how it was computed, format chosen by extension.
 
-    ``.csv`` (with a ``<stem>.meta.json`` sidecar), ``.parquet``, ``.json``,
-    ``.md``, ``.html``: see :func:`interp.tables.export` (``colour`` and
-    ``decimals`` style HTML; ``meta`` adds keys the table's ``attrs`` lack);
-    pandas loads only when this is called.
+    ``.csv`` (with a ``<stem>.meta.json`` sidecar), ``.parquet``, ``.json``, ``.md``,
+    ``.html``: :func:`interp.tables.export`, which this calls; pandas loads only when this
+    is called.
+
+    Args:
+        df: The table (an analysis's, with its ``attrs``, or any DataFrame).
+        path: The file to write; its extension picks the format: ``.csv`` (with a
+            ``<stem>.meta.json`` sidecar), ``.parquet``, ``.json``, ``.md`` or ``.html``.
+        colour: The column the ``.html`` colour scale shades, when the table has it
+            (default ``"effect"``; ``None``: no colour).
+        decimals: Digits after the point in the ``.html`` format (default 4).
+        meta: Keys to record that the table's own ``df.attrs`` do not set (a lab adds its
+            name, seed and models); ``df.attrs`` win where both set a key.
+
+    Returns:
+        The path written.
 
     Raises:
-        InterpError: for an unknown extension or a destination that cannot be written.
+        InterpError: for a non-DataFrame, an unknown extension, or a destination that
+            cannot be written.
     """
     from interp.tables import export as _export
 
@@ -48,11 +61,18 @@ def export(
 def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Read a table written by :func:`export` (CSV, Parquet, JSON) with its ``attrs``.
 
-    See :func:`interp.tables.read_table`.
+    :func:`interp.tables.read_table`, which this calls.
+
+    Args:
+        path: A ``.csv`` (with its sidecar, when there is one), ``.parquet`` or ``.json``
+            file written by :func:`export`.
+
+    Returns:
+        The table, its ``attrs`` restored (how it was computed, and ``interp_version``).
 
     Raises:
-        InterpError: for a missing or unreadable file, or a CSV whose metadata
-            sidecar describes another version of it.
+        InterpError: for a missing file, another format, an unreadable file, or a CSV
+            whose metadata sidecar describes another version of it.
     """
     from interp.tables import read_table as _read
 

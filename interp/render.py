@@ -30,7 +30,17 @@ from interp.files import write_text
 
 @cache
 def circuitsvis_bundle() -> str:
-    """The JavaScript bundle shipped inside the circuitsvis package (no network)."""
+    """The JavaScript bundle shipped inside the circuitsvis package (no network).
+
+    Read once and cached; a literal ``</script>`` inside it is escaped so that it can be
+    inlined in a page's ``<script>``.
+
+    Returns:
+        The bundle's JavaScript text.
+
+    Raises:
+        InterpError: if circuitsvis is not installed or its bundle is missing.
+    """
     try:
         import circuitsvis
     except ImportError as exc:  # pragma: no cover - a declared dependency
@@ -54,7 +64,19 @@ def _to_list(attention: Any) -> list:
 
 
 class Report:
-    """An HTML page assembled from headings, text, pandas tables and attention widgets."""
+    """An HTML page assembled from headings, text, pandas tables and attention widgets.
+
+    Each adding method returns the report, so calls chain; :meth:`to_html` gives the page,
+    self-contained and offline (the circuitsvis bundle once, in the head, when there is a
+    widget), and :meth:`write` writes it atomically.
+
+    Args:
+        title: The page's title (its ``<title>`` and ``<h1>``).
+
+    Attributes:
+        title: The page's title.
+        n_widgets: How many attention widgets the page holds.
+    """
 
     def __init__(self, title: str):
         self.title = title
@@ -66,20 +88,52 @@ class Report:
         return self._n_widgets
 
     def figure(self, plot: Any, name: str) -> Report:
-        """Add a :class:`interp.figures.Plot` as inline SVG with its caption."""
+        """Add a :class:`interp.figures.Plot` as inline SVG with its caption.
+
+        Args:
+            plot: The :class:`~interp.figures.plot.Plot`.
+            name: The figure's name, kept as its ``data-name`` attribute.
+
+        Returns:
+            The report, for chaining.
+        """
         self._parts.append(plot.html(name))
         return self
 
     def heading(self, text: str, level: int = 2) -> Report:
+        """Add a heading.
+
+        Args:
+            text: The heading's text (escaped).
+            level: Its HTML level, ``<h{level}>`` (default 2; the title is the only ``<h1>``).
+
+        Returns:
+            The report, for chaining.
+        """
         self._parts.append(f"<h{level}>{html.escape(text)}</h{level}>")
         return self
 
     def text(self, text: str) -> Report:
+        """Add a paragraph of plain text.
+
+        Args:
+            text: The paragraph (escaped: markup shows as written).
+
+        Returns:
+            The report, for chaining.
+        """
         self._parts.append(f"<p>{html.escape(text)}</p>")
         return self
 
     def cautions(self, lines: list[str]) -> Report:
-        """A highlighted box of cautions: what the numbers on this page do not show."""
+        """A highlighted box of cautions: what the numbers on this page do not show.
+
+        Args:
+            lines: One caution per list item (escaped).
+
+        Returns:
+            The report, for chaining.
+        """
         items = "".join(f"<li>{html.escape(t)}</li>" for t in lines)
         self._parts.append(
             f'<div class="caution"><b>Read before quoting a number</b><ul>{items}</ul></div>'
@@ -87,7 +141,16 @@ class Report:
         return self
 
     def table(self, df: Any, caption: str | None = None, float_format: str = "{:.4f}") -> Report:
-        """Add a pandas DataFrame as an HTML table (floats rounded for reading)."""
+        """Add a pandas DataFrame as an HTML table (floats rounded for reading).
+
+        Args:
+            df: The table.
+            caption: A caption above it (``None``: none).
+            float_format: The format of its float columns (default ``"{:.4f}"``).
+
+        Returns:
+            The report, for chaining.
+        """
         from interp.tables import styler
 
         s = styler(df, decimals=None, caption_text=caption)
@@ -96,7 +159,19 @@ class Report:
         return self
 
     def heatmap(self, pivot: Any, caption: str | None = None, decimals: int = 3) -> Report:
-        """Add a pivoted DataFrame (e.g. layer x head) as a colour-scaled table."""
+        """Add a pivoted DataFrame (e.g. layer x head) as a colour-scaled table.
+
+        Cells are coloured on a diverging scale from the table's minimum to its maximum.
+
+        Args:
+            pivot: The pivoted table (e.g. ``df.pivot(index="layer", columns="head",
+                values=...)``); its index becomes the first column.
+            caption: A caption above it (``None``: none).
+            decimals: Digits shown after the point (default 3).
+
+        Returns:
+            The report, for chaining.
+        """
         from interp.tables import diverging_colour, styler
 
         values = pivot.to_numpy(dtype=float)
@@ -116,12 +191,23 @@ class Report:
     ) -> Report:
         """Add a circuitsvis ``AttentionHeads`` widget.
 
-        ``pattern`` is ``[head, query_pos, key_pos]`` (or ``[query_pos, key_pos]``).
-        ``causal`` greys out the (masked) upper triangle; pass False for
-        bidirectional heads.
+        The widget is a ``<div>`` and one ``CircuitsVis.render`` call; the bundle itself is
+        inlined once per page (:meth:`to_html`).
+
+        Args:
+            tokens: One string per position.
+            pattern: ``[head, query_pos, key_pos]`` (or ``[query_pos, key_pos]``) attention, a
+                tensor or an array.
+            head_names: One name per head (``None``: circuitsvis numbers them).
+            causal: Grey out the (masked) upper triangle (default ``True``); pass ``False``
+                for bidirectional heads.
+
+        Returns:
+            The report, for chaining.
 
         Raises:
-            InterpError: if the pattern's shape does not match the tokens.
+            InterpError: if the pattern's shape does not match the tokens, or the head
+                names do not match its heads.
         """
         from circuitsvis.utils.convert_props import convert_props
 
@@ -152,10 +238,27 @@ class Report:
         return self
 
     def raw(self, fragment: str) -> Report:
+        """Add an HTML fragment as it is (not escaped).
+
+        Args:
+            fragment: The HTML.
+
+        Returns:
+            The report, for chaining.
+        """
         self._parts.append(fragment)
         return self
 
     def to_html(self) -> str:
+        """The whole page: a standalone HTML document that renders offline.
+
+        Returns:
+            The HTML text, with the circuitsvis bundle inlined once when the page has a widget.
+
+        Raises:
+            InterpError: (with a widget) if circuitsvis's bundle cannot be found
+                (:func:`circuitsvis_bundle`).
+        """
         bundle = f"<script>{circuitsvis_bundle()}</script>" if self._n_widgets else ""
         body = "\n".join(self._parts)
         return f"""<!DOCTYPE html>
@@ -186,5 +289,15 @@ figcaption {{ font-size: 0.85em; color: #444; max-width: 720px; }}
         return f'<iframe srcdoc="{doc}" style="{style}"></iframe>'
 
     def write(self, path: str | os.PathLike[str]) -> Path:
-        """Write the page atomically."""
+        """Write the page atomically.
+
+        Args:
+            path: The ``.html`` file to write (its folder must exist).
+
+        Returns:
+            The path written.
+
+        Raises:
+            InterpError: if the target's folder does not exist or is not writable.
+        """
         return write_text(path, self.to_html())

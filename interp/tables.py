@@ -199,9 +199,22 @@ def export(
 ) -> Path:
     """Write ``df`` and how it was computed to ``path``, in the format its extension names.
 
-    ``meta`` adds keys the table's own ``df.attrs`` do not set (a lab adds its
-    name, seed and models). ``colour`` and ``decimals`` style the ``.html``
-    format. See the module docstring for where each format keeps the metadata.
+    The metadata is ``df.attrs`` plus ``meta`` and ``interp_version``; the module docstring
+    says where each format keeps it. The destination is checked before anything is
+    written, and the file is written atomically.
+
+    Args:
+        df: The table (an analysis's, with its ``attrs``, or any DataFrame).
+        path: The file to write; its extension picks the format: ``.csv`` (with a
+            ``<stem>.meta.json`` sidecar), ``.parquet``, ``.json``, ``.md`` or ``.html``.
+        colour: The column the ``.html`` colour scale shades, when the table has it
+            (default ``"effect"``; ``None``: no colour).
+        decimals: Digits after the point in the ``.html`` format (default 4).
+        meta: Keys to record that the table's own ``df.attrs`` do not set (a lab adds its
+            name, seed and models); ``df.attrs`` win where both set a key.
+
+    Returns:
+        The path written.
 
     Raises:
         InterpError: for a non-DataFrame, an unknown extension, a path that is
@@ -246,6 +259,16 @@ def _write_parquet(df: pd.DataFrame, target: Path, info: dict[str, Any]) -> None
 
 def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
     """A table written by :func:`export` (CSV, Parquet or JSON), with its ``attrs`` restored.
+
+    A CSV's sidecar holds the CSV's SHA-256, so metadata left beside another version of the
+    table is refused rather than believed.
+
+    Args:
+        path: A ``.csv`` (with its sidecar, when there is one), ``.parquet`` or ``.json``
+            file written by :func:`export`.
+
+    Returns:
+        The table, its ``attrs`` restored (how it was computed, and ``interp_version``).
 
     Raises:
         InterpError: for a missing file, another format, a file that is not

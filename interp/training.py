@@ -35,7 +35,43 @@ from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 
 @dataclasses.dataclass(frozen=True)
 class InductionTrainConfig:
-    """Model sizes, data settings and optimiser settings for :func:`train_induction`."""
+    """Model sizes, data settings and optimiser settings for :func:`train_induction`.
+
+    The defaults reproduce the shipped ``induction-2l`` checkpoint.
+
+    Attributes:
+        n_layers: Blocks of the attention-only model (default 2).
+        n_heads: Heads per block (default 2).
+        d_model: Residual stream width (default 128).
+        d_head: Width of each head (default 32).
+        d_vocab: Vocabulary size (default 64).
+        n_ctx: Context length, and the length of every training sequence (default 48).
+        steps: Optimiser steps (at least 1; default 1200).
+        batch_size: Sequences per step (at least 1; default 64).
+        lr: AdamW's peak learning rate (positive; default 2e-3).
+        weight_decay: AdamW's weight decay (default 0).
+        warmup_steps: Steps of linear warm-up (default 50).
+        segment_lengths: Segment lengths of the training data (default
+            :data:`~interp.datasets.TRAIN_LENGTHS`).
+        eval_lengths: Segment lengths of the held-out batch, none of them a training length
+            (default :data:`~interp.datasets.HELD_OUT_LENGTHS`).
+        max_prefix: Largest random prefix before the segment (``None``: as long as fits).
+        head_l1: Strength of :func:`head_norm_penalty`, the group lasso over heads (0: off;
+            default 0.06).
+        head_l1_ramp: The share of ``steps`` over which that penalty ramps up from 0 (default
+            0.5).
+        cosine: Cosine learning-rate decay after the warm-up (default ``True``).
+        eval_every: Evaluate on the held-out batch every this many steps (at least 1;
+            default 100), and at the last step.
+        eval_size: Sequences in the held-out batch (at least 1; default 128).
+        seed: Every random draw (initial weights from ``seed``, batches from ``seed + 1``,
+            the held-out batch from ``seed + 10000``); the same seed gives the same numbers.
+
+    Raises:
+        InterpError: for held-out segment lengths that overlap the training ones, a
+            ``steps``, ``batch_size``, ``eval_every`` or ``eval_size`` below 1, or a
+            non-positive ``lr``.
+    """
 
     n_layers: int = 2
     n_heads: int = 2
@@ -71,6 +107,11 @@ class InductionTrainConfig:
             raise InterpError(f"lr must be positive, got {self.lr}")
 
     def model_config(self) -> AttnOnlyConfig:
+        """The :class:`~interp.models.attn_only.AttnOnlyConfig` of the model to train.
+
+        Returns:
+            Its sizes and seed, named ``induction-2l``.
+        """
         return AttnOnlyConfig(
             n_layers=self.n_layers,
             n_heads=self.n_heads,
@@ -83,6 +124,11 @@ class InductionTrainConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The settings as a JSON-ready dict (tuples as lists), as checkpoints store them.
+
+        Returns:
+            ``{field: value}`` for every field.
+        """
         d = dataclasses.asdict(self)
         d["segment_lengths"] = list(self.segment_lengths)
         d["eval_lengths"] = list(self.eval_lengths)
@@ -90,6 +136,17 @@ class InductionTrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> InductionTrainConfig:
+        """The config a checkpoint's ``training`` dict (:meth:`to_dict`) describes.
+
+        Args:
+            d: ``{field: value}``; missing fields take their defaults.
+
+        Returns:
+            The :class:`InductionTrainConfig`.
+
+        Raises:
+            InterpError: as the class, for settings it refuses.
+        """
         d = dict(d)
         for k in ("segment_lengths", "eval_lengths"):
             if k in d:
@@ -99,7 +156,19 @@ class InductionTrainConfig:
 
 @dataclasses.dataclass
 class TrainResult:
-    """The trained model, its per-evaluation history and wall time."""
+    """The trained model, its per-evaluation history and wall time.
+
+    Made by :func:`train_induction`; :func:`save_result` writes it as a checkpoint.
+
+    Attributes:
+        model: The trained model, a hooked model: an
+            :class:`~interp.models.attn_only.AttnOnlyTransformer`, in eval mode.
+        config: The :class:`InductionTrainConfig` it was trained with.
+        history: One dict per evaluation: ``step``, ``seconds``, ``train_loss``, then
+            :func:`evaluate`'s metrics.
+        seconds: Wall time of the training loop.
+        interrupted: Whether Ctrl-C stopped training early.
+    """
 
     model: AttnOnlyTransformer
     config: InductionTrainConfig
@@ -114,12 +183,33 @@ def head_norm_penalty(model: AttnOnlyTransformer) -> torch.Tensor:
     An L1 norm over heads (an L2 norm within each) pushes the model to solve
     the task with as few heads as it needs, so that each role sits in one
     identifiable head instead of being shared out across redundant ones.
+
+    Args:
+        model: A hooked model: here one of ours, an
+            :class:`~interp.models.attn_only.AttnOnlyTransformer`.
+
+    Returns:
+        A scalar tensor, differentiable in the weights.
     """
     return sum(b.attn.W_O.flatten(1).norm(dim=1).sum() for b in model.blocks)
 
 
 def held_out_batch(cfg: InductionTrainConfig, n: int | None = None, seed: int | None = None):
-    """The fixed evaluation batch: segment lengths never used in training."""
+    """The fixed evaluation batch: segment lengths never used in training.
+
+    Args:
+        cfg: The training config (its ``eval_lengths``, ``d_vocab`` and ``n_ctx``).
+        n: How many sequences (``None``: ``cfg.eval_size``).
+        seed: Every random draw; the same seed gives the same numbers (``None``:
+            ``cfg.seed + 10000``).
+
+    Returns:
+        A :class:`~interp.datasets.RepeatedTokens` of ``n`` sequences of ``cfg.n_ctx``
+        tokens.
+
+    Raises:
+        InterpError: as :func:`interp.datasets.repeated_tokens`.
+    """
     return repeated_tokens(
         n or cfg.eval_size,
         d_vocab=cfg.d_vocab,
@@ -130,7 +220,22 @@ def held_out_batch(cfg: InductionTrainConfig, n: int | None = None, seed: int | 
 
 
 def evaluate(model: AttnOnlyTransformer, data) -> dict[str, float]:
-    """Held-out repeated-half loss, first-half loss and the best layer-1 induction score."""
+    """Held-out repeated-half loss, first-half loss and the best last-layer induction score.
+
+    Runs in eval mode without gradients; the model's mode comes back afterwards.
+
+    Args:
+        model: A hooked model: here one of ours, an
+            :class:`~interp.models.attn_only.AttnOnlyTransformer`.
+        data: The batch to score, a :class:`~interp.datasets.RepeatedTokens` (e.g.
+            :func:`held_out_batch`).
+
+    Returns:
+        ``repeated_loss`` (mean next-token loss where copying predicts the token),
+        ``first_half_loss`` (on the first copy's tokens), ``induction`` (the best
+        induction score in the last layer) and ``previous_token`` (the best
+        previous-token score in layer 0), as floats.
+    """
     from interp.analysis.heads.scores import head_scores
     from interp.protocol import eval_no_grad
 
@@ -159,13 +264,20 @@ def train_induction(
 ) -> TrainResult:
     """Train an attention-only model on repeated sequences from scratch.
 
+    Next-token cross-entropy on every position, plus the ramped group lasso
+    (:func:`head_norm_penalty`), under :func:`deterministic_algorithms`. Ctrl-C stops
+    training and returns the model so far with ``interrupted=True``.
+
     Args:
-        cfg: sizes and settings (defaults reproduce the shipped checkpoint).
-        progress: show a tqdm bar with the loss and the held-out induction score.
-        stop_when: optional predicate on each evaluation's metrics; training
+        cfg: Sizes and settings (``None``: the defaults, which reproduce the shipped
+            checkpoint).
+        progress: Show a progress bar over the steps, with the loss and the held-out
+            induction score (default ``True``).
+        stop_when: An optional predicate on each evaluation's metrics; training
             stops early when it returns True (used to time "time to induction").
 
-    Ctrl-C stops training and returns the model so far with ``interrupted=True``.
+    Returns:
+        A :class:`TrainResult`.
 
     Example:
         >>> result = train_induction(InductionTrainConfig(steps=4, eval_every=4), progress=False)
@@ -187,6 +299,9 @@ def deterministic_algorithms() -> Iterator[None]:
     gives torch: on 2 threads the shipped run ends at induction 0.970, on 1 at
     0.949 (the shipped 0.949). A model this small trains about as fast on one
     thread as on two.
+
+    Yields:
+        Nothing; torch's previous settings come back on exit.
     """
     previous = torch.are_deterministic_algorithms_enabled()
     threads = torch.get_num_threads()
@@ -273,6 +388,13 @@ def save_result(result: TrainResult, out_dir: str | os.PathLike[str]) -> Path:
 
     The config records the training settings, the seed, the evaluation
     history and whether training was interrupted.
+
+    Args:
+        result: The :class:`TrainResult` to save.
+        out_dir: The checkpoint folder, created if missing.
+
+    Returns:
+        The folder's path.
 
     Raises:
         InterpError: if ``out_dir`` cannot be written.

@@ -20,11 +20,17 @@ _SENSE_COLUMNS = ("word", "sense", "clue", "sentence")
 def ambiguous_words(path: str | None = None) -> Any:
     """The bank-sense dataset: ambiguous words, each in two senses, with a clue word.
 
-    One row per sentence, columns ``word, sense, clue, sentence``. The shipped
-    file (``data/ambiguous_words.csv``, written for this project) has 26
+    The shipped file (``data/ambiguous_words.csv``, written for this project) has 26
     words x 2 senses x 2 sentences; in every sentence the clue comes *before*
     the word, so causal models can use it, and the word is never first (so a
     BPE tokenizer gives it the same leading-space token everywhere).
+
+    Args:
+        path: A CSV file with the columns ``word, sense, clue, sentence``; ``None`` is the
+            shipped file.
+
+    Returns:
+        A pandas DataFrame with one row per sentence: ``word, sense, clue, sentence``.
 
     Example:
         >>> df = ambiguous_words()

@@ -30,7 +30,19 @@ class NameMoverPrompts:
     second subject replaced by the indirect object ("..., Mary gave a drink
     to"), so the answer becomes `` John``. The logit difference
     ``logit[io] - logit[s]`` is positive on a clean prompt a model solves, and
-    negative on its corrupted twin.
+    negative on its corrupted twin. Made by :func:`name_mover_prompts`.
+
+    Attributes:
+        clean: ``[n, pos]`` integer ids of the clean prompts.
+        corrupted: ``[n, pos]`` integer ids of their corrupted twins.
+        io_ids: ``[n]``: the indirect object's token (the clean answer).
+        s_ids: ``[n]``: the subject's token (the corrupted answer).
+        io_pos: ``[n]``: the position of the indirect object's name.
+        s1_pos: ``[n]``: the position of the subject's first occurrence.
+        s2_pos: ``[n]``: the position of the subject's second occurrence.
+        texts: The clean prompts as text.
+        corrupted_texts: The corrupted prompts as text.
+        templates: The template each prompt was filled from.
     """
 
     clean: torch.Tensor  # [n, pos]
@@ -53,6 +65,13 @@ def name_mover_templates(split: str = "train", path: str | None = None) -> list[
 
     Each has ``{A}``, ``{B}`` and ``{S}``: the two names, then the subject
     repeated. The shipped ones are 15 tokens long in SmolLM2's tokenizer.
+
+    Args:
+        split: ``'train'`` (default) or ``'held_out'``.
+        path: A CSV file with the columns ``split, template``; ``None`` is the shipped file.
+
+    Returns:
+        The split's templates, in file order.
 
     Raises:
         InterpError: for an unknown split, a missing file, or a template
@@ -78,7 +97,17 @@ def name_mover_templates(split: str = "train", path: str | None = None) -> list[
 
 
 def first_names(path: str | None = None) -> list[str]:
-    """The first names of ``data/first_names.txt`` (one a line)."""
+    """The first names of ``data/first_names.txt`` (one a line).
+
+    Args:
+        path: A text file with one name a line; ``None`` is the shipped file.
+
+    Returns:
+        The names, in file order, blank lines dropped.
+
+    Raises:
+        InterpError: for a missing file.
+    """
     from interp.paths import data_dir
 
     file = data_dir() / FIRST_NAMES if path is None else Path(path)
@@ -101,9 +130,21 @@ def name_mover_prompts(
     Templates are used in turn (so each appears ``n / len(templates)``
     times), the order of the two names alternates (ABBA, BABA), and the names
     are drawn without replacement per prompt (seeded). Every name must be one
-    token (with its leading space) in ``tokenizer`` (default: SmolLM2's), and
-    every prompt must have the same length; sequences start with the
-    tokenizer's BOS. At least 5 templates per split and 20 names ship.
+    token (with its leading space) in ``tokenizer``, and every prompt must have the same
+    length; sequences start with the tokenizer's BOS. At least 5 templates per split and 20
+    names ship.
+
+    Args:
+        n: How many prompt pairs (at least 1; default 12).
+        seed: Every random draw (the names); the same seed gives the same numbers.
+        split: Which shipped templates: ``'train'`` (default) or ``'held_out'``; ignored
+            when ``templates`` are given.
+        tokenizer: A Hugging Face tokenizer to encode with; ``None`` is SmolLM2's.
+        templates: Templates with ``{A}``, ``{B}`` and ``{S}`` to use instead of the split's.
+        names: One-token first names to use instead of the shipped ones (at least two).
+
+    Returns:
+        A :class:`NameMoverPrompts`.
 
     Raises:
         InterpError: for ``n < 1``, a name that is several tokens, fewer than two

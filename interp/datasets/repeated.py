@@ -36,7 +36,22 @@ HELD_OUT_LENGTHS = (8, 12, 16)
 
 @dataclasses.dataclass(frozen=True)
 class RepeatedTokens:
-    """A batch of repeated-segment sequences and where their structure lies."""
+    """A batch of repeated-segment sequences and where their structure lies.
+
+    Made by :func:`repeated_tokens` and :func:`repeated_random_tokens`.
+
+    Attributes:
+        tokens: ``[batch, pos]`` integer ids.
+        predictable: ``[batch, pos]`` bool: the token is predictable by copying (the second
+            copy of the segment, from its second token on).
+        segment_len: ``[batch]``: each sequence's segment length ``L``.
+        first_start: ``[batch]``: the position of ``S[0]`` in the first copy.
+        second_start: ``[batch]``: the position of ``S[0]`` in the second copy.
+        loss_mask: ``[batch, pos]`` bool, True at positions whose *next* token is
+            predictable (the ``loss_mask`` the analyses take).
+        first_half_mask: ``[batch, pos]`` bool, True at positions predicting first-copy
+            tokens ``S[1:]``.
+    """
 
     tokens: torch.Tensor  # [batch, pos] long
     predictable: torch.Tensor  # [batch, pos] bool: token predictable by copying (2nd copy, k >= 1)
@@ -83,24 +98,42 @@ def repeated_tokens(
 ) -> RepeatedTokens:
     """Random sequences in which a random-length segment repeats after a random prefix.
 
+    ``[BOS] prefix (p random tokens) | segment S (L tokens) | S again | filler``, with ``L``
+    and ``p`` drawn per sequence and the prefix and segment tokens of a sequence distinct
+    (module docstring: why both must vary).
+
     Args:
-        n: number of sequences.
-        d_vocab: vocabulary size; content tokens are drawn from ``[1, d_vocab)``
+        n: Number of sequences (at least 1).
+        d_vocab: Vocabulary size; content tokens are drawn from ``[1, d_vocab)``
             when a BOS id of 0 is used, else from ``[0, d_vocab)``.
-        seq_len: total length including BOS; the tail after the second copy is
+        seq_len: Total length including BOS; the tail after the second copy is
             random filler (not marked predictable).
-        segment_lengths: the lengths ``L`` to draw from, uniformly per sequence.
-        max_prefix: largest prefix ``p`` (default: as long as fits, per sequence,
+        segment_lengths: The lengths ``L`` to draw from, uniformly per sequence (integers
+            >= 2; default :data:`TRAIN_LENGTHS`).
+        max_prefix: Largest prefix ``p`` (default: as long as fits, per sequence,
             for that sequence's segment length).
-        repeats: how many copies of the segment (2: the classic probe, random
-            filler after); None repeats it until the sequence ends (the last
+        repeats: How many copies of the segment (2: the classic probe, random
+            filler after); ``None`` repeats it until the sequence ends (the last
             copy may be cut short), which gives training a denser signal.
-        bos: BOS token id prepended at position 0, or None for no BOS.
-        seed: seed for a private generator (ignored when ``generator`` is given).
+        bos: BOS token id prepended at position 0, or ``None`` for no BOS.
+        seed: Every random draw, from a private generator; the same seed gives the same
+            numbers (``None`` is 0; ignored when ``generator`` is given).
+        generator: A ``torch.Generator`` to draw from instead (a training loop's own, so
+            that successive batches differ).
+
+    Returns:
+        A :class:`RepeatedTokens`.
+
+    Example:
+        >>> data = repeated_tokens(4, d_vocab=64, seq_len=48, segment_lengths=(6, 12), seed=0)
+        >>> data.tokens.shape, data.predictable.shape
+        (torch.Size([4, 48]), torch.Size([4, 48]))
 
     Raises:
-        InterpError: when a segment does not fit twice in ``seq_len``, or
-            distinct tokens would run out (``p + L`` must be below the vocabulary).
+        InterpError: for ``n < 1``, ``repeats < 2``, segment lengths that are not integers
+            >= 2, a BOS outside the vocabulary, a segment that does not fit twice in
+            ``seq_len``, or distinct tokens that would run out (``p + L`` must be below
+            the vocabulary).
     """
     if n < 1:
         raise InterpError(f"need at least one sequence, got n={n}")
@@ -176,6 +209,25 @@ def repeated_random_tokens(
     the whole vocabulary or, with ``token_ids``, from those ids only (e.g.
     :func:`interp.analysis.senses.words.ordinary_word_ids`: real models behave
     oddly on unused and special tokens).
+
+    Args:
+        n: Number of sequences.
+        half_len: Length of the random half that repeats (at least 2).
+        d_vocab: Vocabulary size; tokens are drawn from ``[1, d_vocab)`` with a BOS id of 0,
+            else from ``[0, d_vocab)`` without the BOS id.
+        bos: BOS token id prepended at position 0, or ``None`` for no BOS.
+        seed: Every random draw; the same seed gives the same numbers.
+        token_ids: Ids to draw from instead of the whole vocabulary (any shape; BOS is
+            dropped from them).
+
+    Returns:
+        A :class:`RepeatedTokens` of ``[n, 1 + 2 * half_len]`` tokens (``2 * half_len``
+        without BOS); ``predictable`` marks the second half from its second token on.
+
+    Example:
+        >>> data = repeated_random_tokens(2, 4, d_vocab=10, seed=0)
+        >>> data.tokens.shape, bool((data.tokens[:, 1:5] == data.tokens[:, 5:]).all())
+        (torch.Size([2, 9]), True)
 
     Raises:
         InterpError: for ``half_len < 2``, a BOS outside the vocabulary, or

@@ -35,7 +35,23 @@ def heatmap(
 ) -> Plot:
     """A heatmap of ``values [rows, cols]`` (e.g. layer x head scores) with a labelled colour bar.
 
-    ``annotate`` prints the values in the cells (default: when there are at most 64).
+    Args:
+        values: A non-empty ``[rows, cols]`` array (NaN cells are left blank).
+        row_labels: One label per row (e.g. layers).
+        col_labels: One label per column (e.g. heads).
+        xlabel: The x-axis label.
+        ylabel: The y-axis label.
+        colorbar: The colour bar's label (what the colour measures, with its unit).
+        caption: One line saying what the figure shows and what it does not.
+        title: A title above the axes (``None``: none).
+        vmin: The value of the colour scale's low end (``None``: the data's minimum).
+        vmax: The value of the colour scale's high end (``None``: the data's maximum).
+        cmap: A matplotlib colour map name (default ``"viridis"``).
+        annotate: Print the values in the cells; ``None`` (default): when there are at
+            most 64.
+
+    Returns:
+        A :class:`~interp.figures.plot.Plot`: the figure and its caption.
 
     Raises:
         InterpError: for a non-2-D array or labels that do not match its shape.
@@ -79,8 +95,22 @@ def lines(
 ) -> Plot:
     """Several named series over a shared ``x`` (positions, stages, steps).
 
-    ``shade`` marks an ``x`` interval (e.g. the repeated half of a sequence);
-    ``logx`` / ``logy`` put that axis on a log scale.
+    Args:
+        x: The shared x values.
+        series: ``{name: y values}``, each as long as ``x``; a legend appears with two or
+            more.
+        xlabel: The x-axis label.
+        ylabel: The y-axis label.
+        caption: One line saying what the figure shows and what it does not.
+        title: A title above the axes (``None``: none).
+        logy: Put the y axis on a log scale (default ``False``).
+        logx: Put the x axis on a log scale (default ``False``).
+        markers: Mark each point (default ``False``).
+        shade: An ``(x0, x1)`` interval to shade (e.g. the repeated half of a sequence).
+        shade_label: The shaded interval's legend entry.
+
+    Returns:
+        A :class:`~interp.figures.plot.Plot`: the figure and its caption.
 
     Raises:
         InterpError: for no series or a series whose length differs from ``x``.
@@ -116,9 +146,16 @@ def line_panels(
 ) -> Plot:
     """Side-by-side panels of lines, each series with its own ``x`` (different lengths allowed).
 
-    Each panel is ``{"title": str, "ylabel": str, "series": {name: (x, y)}}``; a
-    series may be ``(x, y, style)`` with ``style = {"colour": int, "dashed": bool}``
-    (the same colour index on several panels marks the same model, say).
+    Args:
+        panels: One dict per panel: ``{"title": str, "ylabel": str, "series": {name: (x,
+            y)}}``; a series may be ``(x, y, style)`` with ``style = {"colour": int,
+            "dashed": bool}`` (the same colour index on several panels marks the same
+            model, say).
+        xlabel: The x-axis label of every panel.
+        caption: One line saying what the figure shows and what it does not.
+
+    Returns:
+        A :class:`~interp.figures.plot.Plot`: the figure and its caption.
 
     Raises:
         InterpError: for no panels, or a series whose ``x`` and ``y`` differ in length.
@@ -154,6 +191,19 @@ def bars(
 ) -> Plot:
     """Bars, one per label; ``points[label]`` adds individual values (e.g. random draws) as dots.
 
+    Args:
+        labels: One label per bar.
+        values: One height per bar.
+        xlabel: The x-axis label.
+        ylabel: The y-axis label.
+        caption: One line saying what the figure shows and what it does not.
+        points: ``{label: values}`` drawn as dots over that label's bar (``None``: none).
+        title: A title above the axes (``None``: none).
+        highlight: Labels whose bars are drawn in the second colour.
+
+    Returns:
+        A :class:`~interp.figures.plot.Plot`: the figure and its caption.
+
     Raises:
         InterpError: for labels and values of different lengths.
     """
@@ -185,6 +235,18 @@ def grouped_bars(
     title: str | None = None,
 ) -> Plot:
     """One group of bars per category, one bar per named series (e.g. null vs row space).
+
+    Args:
+        categories: One label per group.
+        series: ``{name: values}``, one value per category; the names make the legend.
+        xlabel: The x-axis label.
+        ylabel: The y-axis label.
+        caption: One line saying what the figure shows and what it does not.
+        logy: Put the y axis on a log scale (default ``False``).
+        title: A title above the axes (``None``: none).
+
+    Returns:
+        A :class:`~interp.figures.plot.Plot`: the figure and its caption.
 
     Raises:
         InterpError: for no series or a series whose length differs from the categories.
@@ -222,8 +284,22 @@ def scatter(
     diagonal: bool = True,
     title: str | None = None,
 ) -> Plot:
-    """``y`` against ``x`` (e.g. estimate against exact); the ``annotate_top`` points farthest
-    out on either axis are named.
+    """``y`` against ``x`` (e.g. estimate against exact), the points farthest out named.
+
+    Args:
+        x: The x values.
+        y: The y values, as many as ``x``.
+        xlabel: The x-axis label.
+        ylabel: The y-axis label.
+        caption: One line saying what the figure shows and what it does not.
+        labels: One name per point (``None``: no names).
+        annotate_top: How many points to name: those farthest out on either axis, so misses
+            (large x, small y) are named (default 5; 0 names none).
+        diagonal: Draw the line ``y = x`` over the finite points (default ``True``).
+        title: A title above the axes (``None``: none).
+
+    Returns:
+        A :class:`~interp.figures.plot.Plot`: the figure and its caption.
 
     Raises:
         InterpError: for ``x``, ``y`` (and ``labels``) of different lengths.
@@ -267,6 +343,18 @@ def trace_2d(
     title: str | None = None,
 ) -> Plot:
     """Trajectories in a plane, one per name (``[steps, 2]`` each), start and end marked.
+
+    The start is a dot, the end a cross.
+
+    Args:
+        paths: ``{name: [steps, 2] array}``, one trajectory each.
+        xlabel: The x-axis label.
+        ylabel: The y-axis label.
+        caption: One line saying what the figure shows and what it does not.
+        title: A title above the axes (``None``: none).
+
+    Returns:
+        A :class:`~interp.figures.plot.Plot`: the figure and its caption.
 
     Raises:
         InterpError: for a path that is not ``[steps, 2]``.

@@ -26,11 +26,21 @@ def dla_heatmap(
     colorbar: str = "direct share of the logit difference",
     title: str | None = None,
 ) -> Plot:
-    """Direct logit attribution as a layer x head heatmap, with each layer's MLP in a column
-    beside it on the same colour scale (blank where a model has no MLPs).
+    """Direct logit attribution as a layer x head heatmap, each layer's MLP in a column beside it.
 
-    ``heads`` is ``[layer, head]``, ``mlp`` ``[layer]`` (NaN for none); see
-    :func:`interp.analysis.components.dla.head_grid`.
+    The MLP column shares the colour scale (symmetric around 0), blank where a model has no
+    MLPs; cells are annotated when there are at most 64.
+
+    Args:
+        heads: ``[layer, head]`` shares (:func:`interp.analysis.components.dla.head_grid`).
+        mlp: ``[layer]`` MLP shares (NaN for none).
+        caption: One line saying what the figure shows and what it does not.
+        colorbar: The colour bar's label (default ``"direct share of the logit
+            difference"``).
+        title: A title above the axes (``None``: none).
+
+    Returns:
+        A :class:`~interp.figures.plot.Plot`: the figure and its caption.
 
     Raises:
         InterpError: for a non-2-D ``heads`` or an ``mlp`` of another length.
@@ -75,11 +85,23 @@ def lens_grid(
     caption: str,
     title: str | None = None,
 ) -> Plot:
-    """The logit lens as a stage x position grid: each cell shows the top token and its
-    probability; its colour is the target token's rank there (log scale, 1 = top).
+    """The logit lens as a stage x position grid: top token per cell, coloured by the target's rank.
 
-    ``top_tokens`` and ``top_probs`` are ``[stage, position]``; ``target_rank``
-    too (NaN where there is no target: blank).
+    Each cell shows the top token and its probability; its colour is the target token's
+    rank there (log scale, 1 = top).
+
+    Args:
+        top_tokens: ``[stage, position]`` top-token strings.
+        top_probs: ``[stage, position]`` their probabilities.
+        target_rank: ``[stage, position]`` the target's rank (NaN where there is no target:
+            blank).
+        stage_labels: One label per stage (row).
+        position_labels: One label per position (column), e.g. the input tokens.
+        caption: One line saying what the figure shows and what it does not.
+        title: A title above the axes (``None``: none).
+
+    Returns:
+        A :class:`~interp.figures.plot.Plot`: the figure and its caption.
 
     Raises:
         InterpError: for arrays whose shapes differ from the labels'.
@@ -131,14 +153,24 @@ def circuit_figure(
     title: str | None = None,
     max_edges: int = 100,
 ) -> Plot:
-    """A circuit as a layered graph: the input at the top, layers top to bottom, the logits at
-    the bottom; components as boxes; each edge a line from its sender to the component whose
-    input it feeds, coloured by that input (q, k, v, MLP, logits), its width by ``|score|``.
+    """A circuit as a layered graph: input at the top, layers top to bottom, logits at the bottom.
 
-    Each edge is ``{"sender", "receiver", "receiver_input", "score"}`` (receivers as
-    :mod:`interp.analysis.circuits.circuit` names them: ``L1H1.k``, ``L3.mlp``, ``logits``). A
-    circuit of more than ``max_edges`` edges is drawn by its ``max_edges`` strongest
-    (by ``|score|``), and the caption says so.
+    Components are boxes; each edge is a line from its sender to the component whose input
+    it feeds, coloured by that input (q, k, v, MLP, logits), its width by ``|score|``. A
+    circuit of more than ``max_edges`` edges is drawn by its ``max_edges`` strongest (by
+    ``|score|``), and the caption says so.
+
+    Args:
+        edges: One mapping per edge: ``{"sender", "receiver", "receiver_input", "score"}``
+            (receivers as :mod:`interp.analysis.circuits.circuit` names them: ``L1H1.k``,
+            ``L3.mlp``, ``logits``; ``receiver_input`` one of q, k, v, mlp, logits).
+        n_layers: The model's number of layers (the rows between input and logits).
+        caption: One line saying what the figure shows and what it does not.
+        title: A title above the axes (``None``: none).
+        max_edges: The most edges drawn (default 100).
+
+    Returns:
+        A :class:`~interp.figures.plot.Plot`: the figure and its caption.
 
     Example:
         >>> plot = circuit_figure([{"sender": "embed", "receiver": "L0H1.v",

@@ -39,7 +39,14 @@ def new_figure(width: float = 5.6, height: float = 3.4) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Plot:
-    """A matplotlib figure and its caption (what it shows, and what it does not)."""
+    """A matplotlib figure and its caption (what it shows, and what it does not).
+
+    Notebooks display a Plot inline (``_repr_html_``); reports embed its SVG.
+
+    Attributes:
+        figure: The matplotlib ``Figure``.
+        caption: One line saying what the figure shows and what it does not.
+    """
 
     figure: Any
     caption: str
@@ -50,7 +57,14 @@ class Plot:
 
         Rendered once and reused, so a report, its ``figures/`` file and the notebook's
         display show the same drawing (constrained layout moves a redrawn figure by a few
-        thousandths of a point); pass ``fresh=True`` after editing ``.figure``.
+        thousandths of a point).
+
+        Args:
+            fresh: Render again instead of reusing the first drawing; pass ``True`` after
+                editing ``.figure``.
+
+        Returns:
+            The SVG text, from ``<svg`` on (no XML header).
         """
         if self._svg and not fresh:
             return self._svg[0]
@@ -64,7 +78,14 @@ class Plot:
         return self._svg[0]
 
     def html(self, name: str = "") -> str:
-        """``<figure>`` with the inline SVG and the caption, for a report."""
+        """``<figure>`` with the inline SVG and the caption, for a report.
+
+        Args:
+            name: The figure's name, kept as its ``data-name`` attribute (escaped).
+
+        Returns:
+            The HTML of one ``<figure class="interp-figure">`` element.
+        """
         return (
             f'<figure class="interp-figure" data-name="{html.escape(name)}">{self.svg()}'
             f"<figcaption>{html.escape(self.caption)}</figcaption></figure>"
