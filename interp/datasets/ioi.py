@@ -161,6 +161,8 @@ def name_mover_prompts(
     names = list(names) if names is not None else first_names()
     if len(names) < 2:
         raise InterpError("name_mover_prompts needs at least two names")
+    if not templates:
+        raise InterpError("templates is empty; give at least one template with {A}, {B} and {S}")
     ids = {}
     for name in names:
         enc = tokenizer.encode(" " + name, add_special_tokens=False)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import torch
 
+from interp.checks import check_int
 from interp.errors import InterpError
 
 BOS = 0
@@ -233,8 +234,13 @@ def repeated_random_tokens(
         InterpError: for ``half_len < 2``, a BOS outside the vocabulary, or
             ``token_ids`` that are empty or outside the vocabulary.
     """
+    n = check_int(n, "n", minimum=1)
+    half_len = check_int(half_len, "half_len")
     if half_len < 2:
         raise InterpError(f"half_len must be >= 2, got {half_len}")
+    d_vocab = check_int(d_vocab, "d_vocab", minimum=2)
+    if bos is not None and not 0 <= check_int(bos, "bos") < d_vocab:
+        raise InterpError(f"bos {bos} is outside the vocabulary [0, {d_vocab})")
     gen = torch.Generator().manual_seed(seed)
     if token_ids is not None:
         ids = torch.as_tensor(token_ids, dtype=torch.long).flatten()

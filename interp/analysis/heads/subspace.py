@@ -179,6 +179,8 @@ def null_space_dimension(W: Any, *, convention: Literal["column", "row"] = "colu
         raise InterpError(f"need a non-empty 2-D matrix, got shape {M.shape}")
     if not np.isfinite(M).all():
         raise InterpError("matrix contains NaN or infinite entries")
+    if convention not in ("column", "row"):
+        raise InterpError(f"convention must be 'column' or 'row', got {convention!r}")
     if convention == "row":
         M = M.T
     S = np.linalg.svd(M, compute_uv=False)
