@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from interp.errors import InterpError
-from interp.memory import check_memory
+from interp.memory import check_ids, check_memory
 from interp.protocol import model_device, model_n_ctx
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; torch loads lazily
@@ -53,6 +53,29 @@ def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
     if minimum is not None and out < minimum:
         raise InterpError(f"{name} must be >= {minimum}, got {out}")
     return out
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a Python bool: ``True`` or ``False`` (numpy and torch bools accepted);
+    anything else (``"yes"``, ``"no"``, ``1``, ``None``) is refused, never read as truthy.
+
+    Example:
+        >>> import numpy as np
+        >>> check_bool(True, "estimate"), check_bool(np.False_, "progress")
+        (True, False)
+
+    Raises:
+        InterpError: naming the option and what it got.
+    """
+    if isinstance(value, bool):
+        return value
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and getattr(value, "ndim", None) == 0 and str(dtype) in _BOOL_DTYPES:
+        return bool(value)
+    raise InterpError(f"{name} must be True or False, got {value!r}")
+
+
+_BOOL_DTYPES = ("bool", "torch.bool")  # numpy's and torch's, as str(dtype) names them
 
 
 def check_finite(value: Any, name: str, *, positive: bool = False) -> float:
@@ -88,15 +111,20 @@ def check_seed(seed: Any) -> int:
 
 
 def check_tokens(
-    model: Any, tokens: Any, *, min_len: int = 1, name: str = "tokens"
+    model: Any, tokens: Any, *, min_len: int = 1, name: str = "tokens", chunked: bool = False
 ) -> torch.Tensor:
     """Validate ``tokens`` for ``model`` and return a ``[batch, pos]`` long tensor.
+
+    ``chunked``: the caller runs the prompts in chunks it plans under the memory budget
+    (:func:`interp.engine.chunks.plan`, which refuses a chunk that cannot fit), so only the
+    ids themselves must fit (:func:`interp.memory.check_ids`); otherwise the whole batch's
+    forward pass must (:func:`interp.memory.check_memory`).
 
     Raises:
         InterpError: for a non-tensor, tokens on the meta device, wrong rank or
             dtype, an empty batch, a sequence shorter than ``min_len`` or longer
-            than ``n_ctx``, a batch whose forward pass cannot fit in memory
-            (:func:`check_memory`), or ids outside the vocabulary.
+            than ``n_ctx``, ids too many to hold, a batch whose forward pass cannot fit
+            in memory (unless ``chunked``), or ids outside the vocabulary.
     """
     import torch
 
@@ -128,7 +156,10 @@ def check_tokens(
             f"sequence length {tokens.shape[1]} exceeds the model's context n_ctx={n_ctx}; "
             "shorten or split the input"
         )
-    check_memory(model, tokens.shape[0], tokens.shape[1], what=f"{name} of shape")
+    batch, pos = tokens.shape
+    check_ids(model_device(model), batch, pos, what=name)
+    if not chunked:
+        check_memory(model, batch, pos, what=f"{name} of shape")
     d_vocab = getattr(model.cfg, "d_vocab", None)
     lo, hi = int(tokens.min()), int(tokens.max())
     if lo < 0 or (d_vocab is not None and hi >= d_vocab):
@@ -139,8 +170,11 @@ def check_tokens(
     return tokens.long().to(model_device(model))
 
 
-def check_token_pair(model: Any, clean: Any, corrupted: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clean and corrupted tokens, checked and of one shape (compared position by position).
+def check_token_pair(
+    model: Any, clean: Any, corrupted: Any, *, chunked: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean and corrupted tokens, checked and of one shape (compared position by position);
+    ``chunked`` as :func:`check_tokens`.
 
     Raises:
         InterpError: for bad tokens, shapes that differ, or corrupted tokens equal to
@@ -148,8 +182,8 @@ def check_token_pair(model: Any, clean: Any, corrupted: Any) -> tuple[torch.Tens
     """
     import torch
 
-    clean = check_tokens(model, clean, name="clean tokens")
-    corrupted = check_tokens(model, corrupted, name="corrupted tokens")
+    clean = check_tokens(model, clean, name="clean tokens", chunked=chunked)
+    corrupted = check_tokens(model, corrupted, name="corrupted tokens", chunked=chunked)
     if clean.shape != corrupted.shape:
         raise InterpError(
             f"clean tokens {tuple(clean.shape)} and corrupted tokens "

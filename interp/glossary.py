@@ -107,8 +107,10 @@ GLOSSARY: dict[str, str] = {
     "device); chunks give the numbers of one batch for every metric that is a mean over "
     "prompts, and any other metric is refused when the prompts must be split",
     "estimate": "``True``: return an ``Estimate`` (chunks, peak bytes over the weights, "
-    "forward-equivalents) instead of running; work that cannot fit is refused with it",
-    "progress": "show a progress bar over chunks and passes, with an ETA",
+    "forward-equivalents) instead of running; work that cannot fit is refused with it. A "
+    "bool (numpy's too): strings and numbers are refused",
+    "progress": "``True``: show a progress bar over chunks and passes, with an ETA. A bool, "
+    "as ``estimate``",
 }
 
 # Words that had a second meaning once; no public parameter may use them again.

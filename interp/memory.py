@@ -196,7 +196,9 @@ def element_bytes(model: Any) -> int:
 
 
 def check_memory(model: Any, batch: int, pos: int, *, copies: float = 1.0, what: str = "") -> int:
-    """Refuse work whose estimated peak memory exceeds what the model's device has free.
+    """Refuse work that runs ``[batch, pos]`` tokens as one batch (no chunks) whose estimated
+    peak memory exceeds what the model's device has free. Analyses that split their prompts
+    into chunks check each chunk's peak instead (:func:`interp.engine.chunks.plan`).
 
     ``copies`` scales one forward pass (a backward pass roughly triples it).
     Returns the estimate in bytes.
@@ -209,16 +211,88 @@ def check_memory(model: Any, batch: int, pos: int, *, copies: float = 1.0, what:
     need = int(forward_bytes(model, batch, pos) * copies)
     have = available_memory(model_device(model))
     if need > have:
+        a, b = sizes(need, have)
         raise InterpError(
-            f"{what or 'input'} {batch} x {pos} tokens needs about {_gb(need)} for its forward "
-            f"pass{'es' if copies > 1 else ''}, but only {_gb(have)} is available; use fewer or "
+            f"{what or 'input'} {batch} x {pos} tokens needs about {a} for its forward "
+            f"pass{'es' if copies > 1 else ''}, but only {b} is available; use fewer or "
             "shorter sequences (a smaller --batch)"
         )
     return need
 
 
-def _gb(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+ID_BYTES = 8  # one token id as torch.long (analyses hold their tokens as int64 ids)
+
+
+def check_ids(
+    device: Any,
+    batch: int,
+    pos: int,
+    *,
+    what: str = "tokens",
+    fix: str = "pass fewer prompts at a time (several calls) or shorter ones",
+) -> int:
+    """Refuse ``[batch, pos]`` token ids that cannot be held as int64 ids on ``device``: the
+    one limit on the number of prompts of an analysis that runs them in chunks (each chunk's
+    peak is :func:`interp.engine.chunks.plan`'s). Returns their bytes.
+
+    Example:
+        >>> check_ids("cpu", 4, 16)
+        512
+
+    Raises:
+        InterpError: naming the ids' size, the memory available and ``fix``.
+    """
+    need = int(batch) * int(pos) * ID_BYTES
+    have = available_memory(device)
+    if need > have:
+        a, b = sizes(need, have)
+        raise InterpError(
+            f"{what} of shape {batch:,} x {pos} need about {a} as int64 ids alone, but only "
+            f"{b} is available; {fix}"
+        )
+    return need
+
+
+_UNITS = ((2**30, "GiB", 2), (2**20, "MiB", 1), (2**10, "KiB", 1))  # (bytes, name, decimals)
+
+
+def size_text(n: float, decimals: int | None = None) -> str:
+    """Bytes as text: in GiB, MiB or KiB by the size, to ``decimals`` places (2 for GiB, 1
+    below), or a count of bytes under one KiB. The one formatter of sizes; a refusal shows
+    its two sides with :func:`sizes`.
+
+    Example:
+        >>> size_text(3 * 2**30), size_text(1536 * 2**10), size_text(700)
+        ('3.00 GiB', '1.5 MiB', '700 bytes')
+    """
+    unit = next((u for u in _UNITS if n >= u[0]), None)
+    if unit is None:
+        return _count(n)
+    scale, name, default = unit
+    return f"{n / scale:.{default if decimals is None else decimals}f} {name}"
+
+
+def sizes(a: float, b: float) -> tuple[str, str]:
+    """Two sizes as text (:func:`size_text`) that differ visibly whenever the sizes do: where
+    they would read the same, with more decimals (up to 3), else as exact byte counts.
+
+    Example:
+        >>> sizes(3 * 2**30, 2**20)
+        ('3.00 GiB', '1.0 MiB')
+        >>> sizes(2**20 + 2**12, 2**20)
+        ('1.004 MiB', '1.000 MiB')
+        >>> sizes(2**20 + 100, 2**20)
+        ('1,048,676 bytes', '1,048,576 bytes')
+    """
+    for decimals in (None, 2, 3):
+        ta, tb = size_text(a, decimals), size_text(b, decimals)
+        if ta != tb or int(a) == int(b):
+            return ta, tb
+    return _count(a), _count(b)
+
+
+def _count(n: float) -> str:
+    return f"{int(n):,} byte{'' if int(n) == 1 else 's'}"
 
 
 TABLE_ROW_BYTES = 300  # a table row of a few numbers and label strings, in pandas
@@ -235,8 +309,9 @@ def check_table(rows: int, device: Any = None, *, what: str, memory_budget: Any 
     have = budget(device, memory_budget)
     if need > have:
         source = "given" if memory_budget is not None else "a quarter of the free memory"
+        a, b = sizes(need, have)
         raise InterpError(
-            f"{what} needs about {_gb(need)}, more than the {_gb(have)} budget ({source}); "
+            f"{what} needs about {a}, more than the {b} budget ({source}); "
             "score fewer edges (edges=), or whole edges (positions=None) on shorter prompts"
         )
     return need

@@ -229,17 +229,17 @@ def tokens_from_file(path: str) -> Any:
 
 def inputs(model: Any, args: argparse.Namespace, given: Any) -> tuple[Any, Any]:
     """``(tokens, loss_mask)``: ``given`` (``--tokens``) or the prompt or random probes;
-    the repeated probes' mask selects the repeated half. The probes' memory is
-    checked against the machine before they are drawn.
+    the repeated probes' mask selects the repeated half. The probes' ids are checked
+    against the machine's memory before they are drawn (the analyses run them in chunks).
 
     Raises:
-        InterpError: for probes that cannot fit in memory.
+        InterpError: for probes whose ids cannot fit in memory.
     """
     from interp.analysis.heads.scores import probe_tokens
     from interp.analysis.senses.words import ordinary_word_ids
     from interp.datasets import repeated_random_tokens
-    from interp.memory import check_memory
-    from interp.protocol import bos_token_id
+    from interp.memory import check_ids
+    from interp.protocol import bos_token_id, model_device
 
     if given is not None:
         return given, None
@@ -250,7 +250,8 @@ def inputs(model: Any, args: argparse.Namespace, given: Any) -> tuple[Any, Any]:
         tokens = probe_tokens(model, n=batch, seed=args.seed)  # checks its memory first
         half = (tokens.shape[1] - 1) // 2
     else:
-        check_memory(model, batch, 1 + 2 * args.repeated, what="--batch probes of")
+        check_ids(model_device(model), batch, 1 + 2 * args.repeated, what="--batch probes",
+                  fix="use fewer or shorter probes (a smaller --batch or --repeated)")  # fmt: skip
         ids = ordinary_word_ids(model) if getattr(model, "tokenizer", None) is not None else None
         data = repeated_random_tokens(
             batch,

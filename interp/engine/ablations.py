@@ -152,6 +152,37 @@ def values_for(
     return {n: x[idx.to(x.device)] for n, x in got.items()}  # each on its layer's device
 
 
+def values_work(
+    n_layers: int,
+    tokens: torch.Tensor,
+    ablation: str,
+    names: Sequence[str],
+    *,
+    reference_tokens: torch.Tensor | None,
+    cache: CheckedCache | None,
+    split: bool,
+) -> float:
+    """The forward-equivalents of the passes :class:`Replacements` runs for ``names`` (in
+    passes over ``tokens``): none for zero ablation or values read from ``cache`` (the cache
+    counts its own, :func:`interp.engine.cache.cache_work`); else a pass stopped after the
+    last of ``names`` over the batch, or over the reference batch (its size in batches of
+    ``tokens``), except that resampling in chunks runs only the sequences drawn (one batch).
+
+    Example:
+        >>> import torch
+        >>> t = torch.zeros(4, 5, dtype=torch.long)
+        >>> values_work(2, t, "mean", ["blocks.0.attn.hook_z"], reference_tokens=t[:2],
+        ...             cache=None, split=False)
+        0.25
+    """
+    if ablation == "zero" or (cache is not None and reference_tokens is None):
+        return 0.0
+    share = blocks_before(n_layers, list(names)) / max(1, n_layers)
+    if reference_tokens is None or (ablation == "resample" and split):
+        return share
+    return share * reference_tokens.shape[0] / tokens.shape[0]
+
+
 class Replacements:
     """What an ablation splices in, chunk by chunk (:mod:`interp.engine.chunks`): built once
     for every prompt, so that chunks give the numbers of one batch.

@@ -230,9 +230,15 @@ def cache_rows(cache: CheckedCache | None, rows: slice) -> CheckedCache | None:
     return _Rows(cache, rows)
 
 
-def cache_work(cache: CheckedCache | None) -> float:
-    """The forward-equivalents ``cache`` ran to check and complete itself (0 for ``None``)."""
-    return 0.0 if cache is None else round(cache.work, 3)
+def cache_work(cache: CheckedCache | None, names: Sequence[str] = ()) -> float:
+    """The forward-equivalents ``cache`` ran to check and complete itself (0 for ``None``),
+    and will have run once it also holds ``names`` (the one pass :meth:`CheckedCache.complete`
+    runs for those it lacks): what an estimate counts for a run that reads them."""
+    if cache is None:
+        return 0.0
+    missing = [n for n in names if n not in cache]
+    extra = pass_share(cache.model.cfg.n_layers, missing) if missing else 0.0
+    return round(cache.work + extra, 3)
 
 
 def check_cache(

@@ -104,21 +104,19 @@ class Estimate:
     footprint: Footprint  # the memory model behind peak_bytes: fixed + per prompt
 
     def budget_for(self, prompts_per_chunk: int) -> int:
-        """The smallest budget under which a chunk holds ``prompts_per_chunk`` prompts."""
-        return self.footprint.peak(prompts_per_chunk)
+        """The smallest budget under which a chunk holds ``prompts_per_chunk`` prompts (at
+        least one byte: a budget is positive)."""
+        return max(1, self.footprint.peak(prompts_per_chunk))
 
     def __str__(self) -> str:
+        from interp.memory import size_text
+
         return (
             f"{self.analysis}: {self.prompts} prompts x {self.pos} tokens in {self.chunks} "
             f"chunk{'s' if self.chunks != 1 else ''} of up to {self.prompts_per_chunk}; about "
-            f"{self.forward_equivalents:,.1f} forward-equivalents, peak {gib(self.peak_bytes)} "
-            f"over the weights (budget {gib(self.budget)})"
+            f"{self.forward_equivalents:,.1f} forward-equivalents, peak "
+            f"{size_text(self.peak_bytes)} over the weights (budget {size_text(self.budget)})"
         )
-
-
-def gib(n: float) -> str:
-    """Bytes as GiB (or MiB below one GiB)."""
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def plan_chunks(
@@ -135,11 +133,14 @@ def plan_chunks(
         InterpError: when one prompt alone does not fit, naming its estimate, the
             budget and ``fix``.
     """
+    from interp.memory import sizes
+
     one = footprint.peak(1)  # one prompt, one copy
     if one > budget:
+        need, have = sizes(one, budget)
         raise InterpError(
-            f"{what} needs about {gib(one)} for a single prompt, more than the memory budget "
-            f"of {gib(budget)}; {fix}, or raise the budget (memory_budget=, --memory)"
+            f"{what} needs about {need} for a single prompt, more than the memory budget "
+            f"of {have}; {fix}, or raise the budget (memory_budget=, --memory)"
         )
     each = max(1, footprint.per_prompt + max(footprint.first, footprint.per_copy))
     most = max(1, (budget - footprint.fixed) // each)
@@ -166,7 +167,7 @@ def check_chunkable(metric: Any, n_chunks: int) -> None:
             raise InterpError(f"{exc} (these prompts need {n_chunks} chunks)") from None
 
 
-def estimate(
+def estimate_of(
     analysis: str,
     footprint: Footprint,
     chunks: list[slice],
@@ -206,7 +207,9 @@ class Plan:
 
     def costing(self, forward_equivalents: float) -> Plan:
         """This plan with its estimate's forward-equivalents set (some depend on the chunks)."""
-        est = dataclasses.replace(self.estimate, forward_equivalents=round(forward_equivalents, 3))
+        est = dataclasses.replace(
+            self.estimate, forward_equivalents=round(float(forward_equivalents), 3)
+        )
         return dataclasses.replace(self, estimate=est)
 
     def spare(self, rows: slice) -> int:
@@ -249,20 +252,30 @@ def plan(
     forward_equivalents: float,
     what: str = "",
     fix: str = "use shorter prompts",
+    estimate: Any = False,
+    progress: Any = False,
 ) -> Plan:
     """The chunks of a run of ``n_prompts`` prompts of ``pos`` tokens under the budget on the
-    model's device (:func:`interp.memory.budget`), and its :class:`Estimate`.
+    model's device (:func:`interp.memory.budget`), and its :class:`Estimate`. ``estimate``
+    and ``progress`` are the analysis's own options, checked here for every analysis
+    (:func:`interp.checks.check_bool`). The prompts' number is limited only by this plan
+    (each chunk's peak) and the token ids themselves (:func:`interp.memory.check_ids`, in
+    :func:`interp.checks.check_tokens`); the whole batch need never fit at once.
 
     Raises:
-        InterpError: for a bad ``memory_budget``, or when one prompt does not fit.
+        InterpError: for a bad ``memory_budget``, ``estimate`` or ``progress``, or when one
+            prompt does not fit.
     """
+    from interp.checks import check_bool
     from interp.memory import budget
     from interp.protocol import model_device
 
+    check_bool(estimate, "estimate")
+    check_bool(progress, "progress")
     cap = budget(model_device(model), memory_budget)
     chunks = plan_chunks(n_prompts, footprint, budget=cap, what=what or analysis, fix=fix)
     device = model_device(model)
-    est = estimate(
+    est = estimate_of(
         analysis, footprint, chunks, pos, budget=cap, forward_equivalents=forward_equivalents,
         device=device,
     )  # fmt: skip

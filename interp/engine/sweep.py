@@ -272,25 +272,27 @@ def _agree(got: torch.Tensor, ref: torch.Tensor) -> bool:
     )
 
 
+def _faster_paths(rt: Runtime, edits: Sequence[Edit]) -> list[tuple[Any, str, Edit]]:
+    """The faster paths that apply to ``edits``, fastest first: each with the name its
+    exactness check is remembered under and the edit that check probes."""
+    out: list[tuple[Any, str, Edit]] = []
+    if rt.can_resume and rt.attention_only and _AfterBlock.fits(edits):
+        out.append((_AfterBlock, "sweep: after-block", [site("z", 0, head=0)]))
+    if rt.n_layers > 1 and rt.can_resume:
+        last = rt.n_layers - 1
+        out.append((_ResumeBlocks, "sweep: resume-blocks", [site("z", last, head=0)]))
+    return out
+
+
 def choose_path(model: HookedModel, tokens: torch.Tensor, edits: Sequence[Edit]) -> tuple[str, str]:
     """Which path :func:`sweep` will take for these edits, and why (if not the fastest)."""
     rt = runtime_of(model)
-    last = rt.n_layers - 1
     why = ""
-    if rt.can_resume and rt.attention_only and _AfterBlock.fits(edits):
-        ok, why = rt.verdict(
-            "sweep: after-block", lambda: _probe(rt, tokens, _AfterBlock, [site("z", 0, head=0)])
-        )
+    for cls, check, probe_edit in _faster_paths(rt, edits):
+        ok, note = rt.verdict(check, lambda c=cls, e=probe_edit: _probe(rt, tokens, c, e))
         if ok:
-            return _AfterBlock.name, ""
-    if rt.n_layers > 1 and rt.can_resume:
-        ok, why2 = rt.verdict(
-            "sweep: resume-blocks",
-            lambda: _probe(rt, tokens, _ResumeBlocks, [site("z", last, head=0)]),
-        )
-        if ok:
-            return _ResumeBlocks.name, why
-        why = why2
+            return cls.name, why
+        why = note
     return "loop", why or "no faster exact path for this model"
 
 
@@ -310,16 +312,44 @@ def plan(
     }
 
 
-def check_sweep_work(model: HookedModel, edits: Sequence[Edit]) -> float:
-    """The forward-equivalents a sweep of ``edits`` runs (each edit reruns the blocks after
-    the first it changes), refused past the work limit before any pass.
+def likely_path(model: HookedModel, edits: Sequence[Edit]) -> str:
+    """The path :func:`choose_path` takes for ``edits`` when its exactness check passes (as
+    it does on every model kind the runtime reads), known without running the check: the
+    path an estimate counts."""
+    paths = _faster_paths(runtime_of(model), edits)
+    return paths[0][0].name if paths else "loop"
+
+
+def sweep_work(model: HookedModel, edits: Sequence[Edit], path: str | None = None) -> float:
+    """The forward-equivalents a sweep of ``edits`` on ``path`` (default :func:`likely_path`)
+    runs, as its :class:`~interp.engine.batching.Cost` counts them: the base pass, then per
+    edit the blocks it reruns: those after its layer (``resume-after-block``), from its first
+    layer on (``resume-blocks``), or every block (``loop``).
+
+    Example:
+        >>> from interp.models import load_model
+        >>> from interp.engine.sites import head_edits
+        >>> sweep_work(load_model("induction-2l"), head_edits([(0, 0), (1, 0)]))  # 1 + 1/2 + 0
+        1.5
+    """
+    L = runtime_of(model).n_layers
+    path = likely_path(model, edits) if path is None else path
+    if path == "loop":
+        return 1.0 + len(edits)
+    after = 1 if path == _AfterBlock.name else 0
+    return 1 + sum(max(0, L - edit_start(e) - after) for e in edits) / L
+
+
+def check_sweep_work(model: HookedModel, edits: Sequence[Edit], *, also: float = 0.0) -> float:
+    """The forward-equivalents of a sweep of ``edits`` (:func:`sweep_work`) and ``also`` (the
+    caller's other passes: a source run, the values an ablation splices in), refused past the
+    work limit before any pass; returns them.
 
     Raises:
         InterpError: past :func:`interp.engine.batching.work_limit`, with the estimate.
     """
-    L = runtime_of(model).n_layers
     return check_work(
-        1 + sum(max(0, L - edit_start(e)) for e in edits) / L,
+        sweep_work(model, edits) + also,
         what=f"an exact sweep of {len(edits):,} edits",
         fix="sweep fewer heads, components or positions, or estimate them first (attribute_heads)",
     )

@@ -174,7 +174,7 @@ def check(
             raise InterpError(
                 "ablation='patch' needs corrupted_tokens (or use ablation='zero' or 'mean')"
             )
-        tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens)
+        tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens, chunked=True)
     else:
         if corrupted_tokens is not None:
             raise InterpError(f"corrupted_tokens are for ablation='patch', not {ablation!r}")
@@ -183,7 +183,7 @@ def check(
                 f"direction='denoising' patches the clean run into the corrupted one; "
                 f"ablation={ablation!r} has no corrupted run (use ablation='patch')"
             )
-        tokens = check_tokens(model, tokens)
+        tokens = check_tokens(model, tokens, chunked=True)
         if ablation in ("mean", "resample") and tokens.shape[0] < 2:
             raise InterpError(
                 f"{ablation} ablation of one sequence replaces each output by itself (there is "

@@ -143,8 +143,10 @@ def check_dtype(dtype: Any) -> Any:
     return _torch_dtype(dtype)
 
 
-def check_device(device: Any) -> Any:
-    """``device`` as a ``torch.device`` this machine has (``None`` stays ``None``).
+def check_device(device: Any, *, name: str = "device") -> Any:
+    """``device`` as a ``torch.device`` this machine has (``None`` stays ``None``): the one
+    rule for ``device=`` and each device a ``device_map`` names (``name`` says which, in the
+    message).
 
     Raises:
         InterpError: for an unknown device type, or one this machine lacks
@@ -159,23 +161,23 @@ def check_device(device: Any) -> Any:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
         raise InterpError(
-            f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:1' or 'mps'"
+            f"unknown {name} {device!r}; use 'cpu', 'cuda', 'cuda:1' or 'mps'"
         ) from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise InterpError(
-                f"device {device!r}: CUDA is not available on this machine (torch "
+                f"{name} {device!r}: CUDA is not available on this machine (torch "
                 f"{torch.__version__}); use device='cpu'"
             )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise InterpError(
-                f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+                f"{name} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
             )
     elif dev.type == "mps":
         if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise InterpError(f"device {device!r}: MPS is not available here; use device='cpu'")
+            raise InterpError(f"{name} {device!r}: MPS is not available here; use device='cpu'")
     elif dev.type != "cpu":
-        raise InterpError(f"device {device!r} is not supported here; use 'cpu', 'cuda' or 'mps'")
+        raise InterpError(f"{name} {device!r} is not supported here; use 'cpu', 'cuda' or 'mps'")
     return dev
 
 

@@ -46,11 +46,16 @@ def _kind(device: Any) -> str:
 
 def check_device_map(device_map: Any) -> None:
     """Refuse a ``device_map`` that offloads (``"disk"``, ``"meta"``, or ``"cpu"`` beside
-    GPU entries, which accelerate offloads), or one that is not a map; loads nothing.
+    GPU entries, which accelerate offloads), one that is not a map or maps nothing, or one
+    naming a device this machine lacks (the rule of ``device=``:
+    :func:`interp.models.loader.check_device`); loads nothing.
 
     Raises:
-        InterpError: naming the offloaded modules and the fix.
+        InterpError: naming the offloaded modules, or the device and what this machine has,
+            and the fix.
     """
+    from interp.models.loader import check_device
+
     if device_map is None or (isinstance(device_map, str) and device_map in _STRATEGIES):
         return
     if isinstance(device_map, str):  # one device for every module
@@ -60,13 +65,21 @@ def check_device_map(device_map: Any) -> None:
             f"device_map must be a dict of module name to device or one of "
             f"{', '.join(_STRATEGIES)}, got {type(device_map).__name__}"
         )
+    if not device_map:
+        raise InterpError(
+            "device_map is empty: it places no module; map each module to a device, use one "
+            f"of {', '.join(_STRATEGIES)}, or pass device= instead"
+        )
     kinds = {name: _kind(dev) for name, dev in device_map.items()}
-    accel = any(k not in ("cpu", "disk", "meta") for k in kinds.values())
+    accel = any(k in ("cuda", "mps") for k in kinds.values())
     for name, kind in kinds.items():
         if kind in ("disk", "meta") or (kind == "cpu" and accel):
             raise InterpError(
                 f"device_map offloads {name or 'the model'} to {device_map[name]!r}: {_FIX}"
             )
+    for name, dev in device_map.items():  # an int is a GPU's index, as accelerate reads it
+        where = "device_map" if name == "" else f"device_map[{name!r}]"
+        check_device(f"cuda:{dev}" if isinstance(dev, int) else dev, name=where)
 
 
 def check_not_offloaded(hf_model: Any) -> None:

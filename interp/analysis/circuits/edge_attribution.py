@@ -159,6 +159,7 @@ def attribute_edges(
         memory_budget=memory_budget, analysis="attribute_edges", forward_equivalents=0.0,
         fix="use shorter prompts, or whole edges (positions=None)" if task.each
         else "use shorter prompts",
+        estimate=estimate, progress=progress,
     )  # fmt: skip
     # a split batch's mean or resample ablation: one more pass for the replacement outputs
     pl = pl.costing(work + (pl.split and ablation in ("mean", "resample")))

@@ -186,6 +186,7 @@ def measure_circuits(
         task.rt.model, *task.tokens.shape, edge_footprint(task, "circuit", copies=len(masks)),
         memory_budget=memory_budget, analysis=analysis, forward_equivalents=0.0,
         fix="use shorter prompts",
+        estimate=estimate, progress=progress,
     )  # fmt: skip
     # the clean metric, the corrupted one (its pass, or a circuit of every edge), the circuits
     work = 2 + len(masks) + (task.ablation in ("mean", "resample") and pl.split)

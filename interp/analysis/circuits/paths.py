@@ -124,6 +124,7 @@ def path_patch(
         edge_footprint(task, "patch", **pass_shape(task, edits)),
         memory_budget=memory_budget,
         analysis="path_patch", forward_equivalents=work, fix="use shorter prompts",
+        estimate=estimate, progress=progress,
     )  # fmt: skip
     if estimate:
         return pl.estimate

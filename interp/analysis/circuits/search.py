@@ -79,10 +79,11 @@ def find_circuit(
     ``cache`` (of the clean tokens) is checked. When the prompts need several chunks
     under ``memory_budget`` (:mod:`interp.engine.chunks`), each candidate is measured over
     every chunk, its baselines run again; ``estimate=True`` returns the run's
-    :class:`~interp.engine.chunks.Estimate` (about two candidates per doubling of ``n``)
-    instead. The :class:`Circuit`'s ``info`` records its faithfulness, size, fraction
-    of all edges, the target, the evaluations and how scores were made;
-    ``circuit.save(path)`` writes it as JSON.
+    :class:`~interp.engine.chunks.Estimate` instead (at most: two candidates per doubling of
+    ``n``, the most the search can measure). The :class:`Circuit`'s ``info`` records its
+    faithfulness, size, fraction of all edges, the target, the evaluations, the
+    forward-equivalents it ran and how scores were made; ``circuit.save(path)`` writes it
+    as JSON.
 
     Raises:
         InterpError: as :func:`~interp.analysis.circuits.evaluation.circuit_curve`, for a
@@ -104,9 +105,12 @@ def find_circuit(
     pl = plan(
         model, *task.tokens.shape, edge_footprint(task, "circuit"), memory_budget=memory_budget,
         analysis="find_circuit", forward_equivalents=0.0, fix="use shorter prompts",
+        estimate=estimate, progress=progress,
     )  # fmt: skip
-    per = 3 + (1 if ablation != "patch" else 0) if pl.split else 1  # a candidate's passes
-    work = 3 + evaluations * per
+    # one batch: the two baselines once, a pass per candidate; in chunks a candidate reruns
+    # the baselines on every chunk (and, for mean or resample, the replacement outputs)
+    per = 3 + (1 if ablation != "patch" else 0) if pl.split else 1
+    work = (0 if pl.split else 2) + evaluations * per  # at most: the candidates the search can try
     if estimate:
         return dataclasses.replace(pl.estimate, forward_equivalents=float(work))
     tried: dict[int, tuple[float, np.ndarray]] = {}
@@ -163,6 +167,7 @@ def find_circuit(
         "ablation": ablation,
         "metric": task.metric.name,
         "evaluations": {str(n): round(f, 6) for n, (f, _) in sorted(tried.items())},
+        "forward_equivalents": task.cost.forward_equivalents,
         "scores": getattr(scores, "attrs", {}).get("method", "given"),
     }
     return Circuit(graph=graph, mask=keep, scores=sc, info=info)

@@ -23,7 +23,13 @@ import torch
 from interp.analysis.frames import table_attrs
 from interp.analysis.shapes import Tokens
 from interp.checks import check_seed, check_token_pair, check_tokens, position_mask
-from interp.engine.ablations import Replacements, check_ablation, check_reference, source_run
+from interp.engine.ablations import (
+    Replacements,
+    check_ablation,
+    check_reference,
+    source_run,
+    values_work,
+)
 from interp.engine.batching import Cost
 from interp.engine.cache import CheckedCache, cache_rows, cache_work, check_cache
 from interp.engine.chunks import Estimate, WeightedMean, plan
@@ -81,7 +87,7 @@ def check_ablating(
     """
     check_model(model)
     ablation = check_ablation(ablation, ABLATING)
-    tokens = check_tokens(model, tokens, min_len=2)
+    tokens = check_tokens(model, tokens, min_len=2, chunked=True)
     m = prepare_metric(model, tokens, metric, loss_mask)
     reference_tokens = check_reference(model, tokens, ablation, reference_tokens)
     pos = position_mask(tokens.shape[1], positions)
@@ -111,16 +117,21 @@ def ablate(
     at = mask_positions(a.positions)
     edits = [[s.at(at) for s in e] for e in edits]
     names = sorted({s.hook for e in edits for s in e})
-    work = check_sweep_work(model, edits)  # before the values' pass
     n, pos = a.tokens.shape
-    extra = 0.0 if a.ablation == "zero" or a.cache is not None else 1.0
     held = () if a.ablation == "zero" else names  # zero ablation splices no values in
     pl = plan(
         model, n, pos, footprint(model, pos, edits, held, rows=a.metric.rows),
         memory_budget=memory_budget,
-        analysis=analysis, forward_equivalents=work + extra, what=f"{analysis} ({a.ablation})",
+        analysis=analysis, forward_equivalents=0.0, what=f"{analysis} ({a.ablation})",
         fix="ablate at fewer positions or use shorter prompts",
+        estimate=estimate, progress=progress,
     )  # fmt: skip
+    # the sweep, the values' pass and the cache's: what the run's Cost will count
+    reads = held if a.reference_tokens is None else ()  # values a cache supplies
+    values = values_work(model.cfg.n_layers, a.tokens, a.ablation, names, split=pl.split,
+                         reference_tokens=a.reference_tokens, cache=a.cache)  # fmt: skip
+    also = values + cache_work(a.cache, reads)
+    pl = pl.costing(check_sweep_work(model, edits, also=also))  # before the values' pass
     if estimate:
         return pl.estimate
     cost = Cost(model.cfg.n_layers)
@@ -205,7 +216,7 @@ def check_patching(
     """
     check_model(model)
     direction = check_direction(direction)
-    tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens)
+    tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens, chunked=True)
     if metric is None:
         raise InterpError(f"{what} needs a metric, e.g. logit_diff_metric(answer, wrong)")
     m = prepare_metric(model, tokens, metric, None)
@@ -243,12 +254,15 @@ def patch(
     rt = runtime_of(model)
     shapes = {k: torch.empty(1, *rt.activation_shape(k, pos), device="meta") for k in names}
     rows, edits = cells(shapes)  # the cells read only the activations' shapes
-    work = check_sweep_work(model, edits)
+    # the sweep, the source run (a pass for its metric) and the cache's (denoising reads it)
+    reads = names if p.direction == "denoising" else ()
+    work = check_sweep_work(model, edits, also=1.0 + cache_work(p.cache, reads))
     pl = plan(
         model, n, pos, footprint(model, pos, edits, names, rows=p.metric.rows),
         memory_budget=memory_budget,
-        analysis=analysis, forward_equivalents=work + 1.0, what=analysis,
+        analysis=analysis, forward_equivalents=work, what=analysis,
         fix="patch fewer cells (fewer positions or a coarser by=) or use shorter prompts",
+        estimate=estimate, progress=progress,
     )  # fmt: skip
     if estimate:
         return pl.estimate

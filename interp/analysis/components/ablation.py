@@ -217,7 +217,7 @@ def sweep_plan(
     from interp.engine.sweep import plan
 
     check_model(model)
-    tokens = check_tokens(model, tokens)
+    tokens = check_tokens(model, tokens, chunked=True)
     chosen = sorted(parse_heads(model, heads))
     with eval_no_grad(model):
         return plan(model, tokens, head_edits(chosen), batch_size)

@@ -66,12 +66,20 @@ from interp.analysis.components.patching import patch_heads
 from interp.analysis.frames import described, rows_frame, table_attrs
 from interp.analysis.shapes import Mask, Tokens
 from interp.checks import check_int, check_seed, check_token_pair, check_tokens, position_mask
-from interp.engine.ablations import Replacements, check_ablation, check_reference, source_run
+from interp.engine.ablations import (
+    Replacements,
+    check_ablation,
+    check_reference,
+    source_run,
+    values_work,
+)
 from interp.engine.batching import CPU_TOKENS_PER_PASS, Cost
 from interp.engine.cache import cache_rows, cache_work, check_cache
 from interp.engine.chunks import Estimate, Footprint, WeightedMean, plan
 from interp.engine.direction import Direction, check_direction, check_span, clean_first, runs
 from interp.engine.gradients import FrozenParams, head_gradients, pattern_at
+from interp.engine.sites import head_edits
+from interp.engine.sweep import sweep_work
 from interp.errors import InterpError
 from interp.head_checks import parse_heads
 from interp.hooks import hook_name
@@ -216,7 +224,8 @@ def attribute_heads(
         progress: Show a progress bar over chunks and passes, with an ETA.
         estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
             forward-equivalents) instead of running; work that cannot fit is refused with it.
-            It counts the estimate's passes, not ``verify``'s exact ones.
+            With ``verify=k`` it is an upper bound: the heads verified are known only after
+            the estimates, so it counts the ``k`` costliest.
 
     Returns:
         A table with one row per head of ``heads`` (in layer, head order): ``layer, head,
@@ -250,12 +259,12 @@ def attribute_heads(
             f"{type(model).__name__} cannot resume a forward pass at a block; use "
             "correction='none' on this model"
         )
-    tokens = check_tokens(model, tokens, min_len=2)
+    tokens = check_tokens(model, tokens, min_len=2, chunked=True)
     patching = ablation == "patch"
     if patching:
         if corrupted_tokens is None:
             raise InterpError("ablation='patch' needs corrupted_tokens (the run patched from)")
-        tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens)
+        tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens, chunked=True)
         if metric is None:
             raise InterpError("ablation='patch' needs a metric, e.g. logit_diff_metric(a, b)")
     elif corrupted_tokens is not None:
@@ -280,17 +289,32 @@ def attribute_heads(
     per = backward_bytes(model, 1, P, rows=rt.unembedded(m.rows))
     per += 3 * sum(rt.activation_bytes(x, P) for x in names)
     per += len(pattern_layers) * rt.activation_bytes(hook_name("pattern", 0), P)
-    extra = 1.0 if patching or ablation == "resample" or ablation == "mean" else 0.0
     pl = plan(
         model, n, P, Footprint(0, per), memory_budget=memory_budget, analysis="attribute_heads",
-        forward_equivalents=3 + extra, fix="use shorter prompts",
+        forward_equivalents=0.0, fix="use shorter prompts", estimate=estimate, progress=progress,
     )  # fmt: skip
+    with eval_no_grad(model):
+        cache = check_cache(model, tokens, cache)
+    # what the run's Cost counts: a forward and a backward pass, the source run or the values'
+    # pass, the cache's own, and verify's exact sweep
+    if patching:
+        work, reads = 4.0, names if direction == "denoising" else []
+    else:
+        work = 3 + values_work(rt.n_layers, tokens, ablation, names, split=pl.split,
+                               reference_tokens=reference_tokens, cache=cache)  # fmt: skip
+        reads = names if reference_tokens is None and ablation != "zero" else []
+    work += cache_work(cache, reads)
+    if verify:  # at most: the k earliest heads (no edit costs more than an earlier layer's)
+        also = 1.0 if patching else max(values_work(  # in one chunk or several
+            rt.n_layers, tokens, ablation, names, reference_tokens=reference_tokens, cache=None,
+            split=split) for split in (False, True))  # fmt: skip
+        work += sweep_work(model, head_edits(chosen[:verify])) + also
+    pl = pl.costing(work)
     if estimate:
         return pl.estimate
     cost = Cost(rt.n_layers)
     values, sources, firsts = WeightedMean(), WeightedMean(), WeightedMean()
     with eval_no_grad(model):
-        cache = check_cache(model, tokens, cache)
         if not patching:
             replace = Replacements(
                 model, tokens, ablation, names, reference_tokens=reference_tokens, cache=cache,
@@ -347,7 +371,7 @@ def attribute_heads(
                 reference_tokens=reference_tokens, seed=seed, progress=progress,
                 memory_budget=memory_budget,
             )  # fmt: skip
-        cost.add(ex.attrs["forward_equivalents"])
+        cost.add(ex.attrs["forward_equivalents"] - cache_work(cache))  # counted once, below
         exact = {(int(r.layer), int(r.head)): float(r.effect) for r in ex.itertuples()}
     ex_col = [exact.get(k, float("nan")) for k in chosen]
     if patching:

@@ -171,7 +171,7 @@ def direct_logit_attribution(
     if by not in BYS:
         raise InterpError(f"unknown by {by!r}; choose one of {', '.join(BYS)}")
     check_lm_head(model, "direct logit attribution")
-    tokens = check_tokens(model, tokens)
+    tokens = check_tokens(model, tokens, chunked=True)
     b, n = tokens.shape
     ans = token_ids(model, answer, b, "answer").to(tokens.device)
     bad = None if wrong is None else token_ids(model, wrong, b, "wrong").to(tokens.device)
@@ -194,6 +194,7 @@ def direct_logit_attribution(
     pl = plan(
         model, b, n, Footprint(0, 0 if cache is not None else per), memory_budget=memory_budget,
         analysis="direct_logit_attribution", forward_equivalents=1.0, fix="use shorter prompts",
+        estimate=estimate, progress=progress,
     )  # fmt: skip
     if estimate:
         return pl.estimate

@@ -120,7 +120,7 @@ def logit_lens(
     """
     cfg = check_model(model)
     check_lm_head(model, "the logit lens")
-    tokens = check_tokens(model, tokens)
+    tokens = check_tokens(model, tokens, chunked=True)
     b, n = tokens.shape
     d_vocab = int(getattr(cfg, "d_vocab_out", None) or cfg.d_vocab)
     k = check_int(k, "k", minimum=1)
@@ -149,6 +149,7 @@ def logit_lens(
         model, b, n, Footprint(chunk * 9 // 4, per), memory_budget=memory_budget,
         analysis="logit_lens", forward_equivalents=pass_share(L, names),
         fix="read fewer positions (at=) or use shorter prompts",
+        estimate=estimate, progress=progress,
     )  # fmt: skip
     if estimate:
         return pl.estimate

@@ -192,7 +192,7 @@ def measure_atlas(
     seed = check_seed(seed)
     if tokens is None:
         tokens = probe_tokens(model, n=PROBE_SEQUENCES, seed=seed)
-    tokens = check_tokens(model, tokens, min_len=3)
+    tokens = check_tokens(model, tokens, min_len=3, chunked=True)
     causal = is_causal(model)
     for stripe, mask in P.stripe_masks(tokens, causal=causal).items():
         if not mask.any():
@@ -207,6 +207,7 @@ def measure_atlas(
     pl = plan(
         model, n, pos, P.footprint(model, pos, draws), memory_budget=memory_budget,
         analysis="head_atlas", forward_equivalents=2.0, fix="use a smaller or shorter probe",
+        estimate=estimate, progress=progress,
     )  # fmt: skip
     if estimate:
         return pl.estimate

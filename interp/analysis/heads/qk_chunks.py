@@ -87,7 +87,7 @@ def attribute_in_chunks(
     layer, head = check_layer_head(model, layer, head)
     if by not in BYS:
         raise InterpError(f"unknown by {by!r}; choose one of {', '.join(BYS)}")
-    tokens = check_tokens(model, tokens)
+    tokens = check_tokens(model, tokens, chunked=True)
     bsz, n = tokens.shape
     geometry = runtime_of(model).qk_geometry(layer)
     cells = plan_cells(bsz, n, query_positions=query_positions, key_positions=key_positions,
@@ -96,7 +96,7 @@ def attribute_in_chunks(
     pl = plan(
         model, bsz, n, footprint(model, n, layer, by), memory_budget=memory_budget,
         analysis="qk_attribution", forward_equivalents=(layer + 1) / int(model.cfg.n_layers),
-        fix="use shorter prompts",
+        fix="use shorter prompts", estimate=estimate, progress=progress,
     )  # fmt: skip
     if estimate:
         return pl.estimate

@@ -76,8 +76,15 @@ from interp.engine.cache import run_until
 from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, plan
 from interp.errors import InterpError
 from interp.hooks import hook_name
-from interp.memory import check_memory, forward_bytes
-from interp.protocol import HookedModel, bos_token_id, check_model, eval_no_grad, is_causal
+from interp.memory import check_ids, forward_bytes
+from interp.protocol import (
+    HookedModel,
+    bos_token_id,
+    check_model,
+    eval_no_grad,
+    is_causal,
+    model_device,
+)
 
 
 def probe_tokens(
@@ -100,7 +107,8 @@ def probe_tokens(
 
     Raises:
         InterpError: for ``n < 1``, ``half_len < 2``, a probe longer than the
-            context, or more probes than fit in memory (:func:`interp.memory.check_memory`).
+            context, or more probes than their ids fit in memory (:func:`interp.memory.check_ids`;
+            the analyses that read a probe run it in chunks).
     """
     from interp.datasets import repeated_random_tokens
 
@@ -110,7 +118,8 @@ def probe_tokens(
     half_len = min(50, (n_ctx - 1) // 2) if half_len is None else check_int(half_len, "half_len")
     if 1 + 2 * half_len > n_ctx:
         raise InterpError(f"a probe of 1 + 2 x {half_len} tokens exceeds n_ctx={n_ctx}")
-    check_memory(model, n, 1 + 2 * half_len, what="a probe of")
+    check_ids(model_device(model), n, 1 + 2 * half_len, what="probes",
+              fix="use fewer or shorter probes (a smaller n, or a smaller --batch)")  # fmt: skip
     return repeated_random_tokens(
         n, half_len, d_vocab=int(cfg.d_vocab), bos=bos_token_id(model), seed=check_seed(seed)
     ).tokens
@@ -271,7 +280,11 @@ def head_scores(
             model without attention patterns.
     """
     cfg = check_model(model)
-    tokens = probe_tokens(model) if tokens is None else check_tokens(model, tokens, min_len=2)
+    tokens = (
+        probe_tokens(model)
+        if tokens is None
+        else check_tokens(model, tokens, min_len=2, chunked=True)
+    )
     if convention != "interp" and (loss_mask is not None or causal is not None):
         raise InterpError("loss_mask and causal belong to convention='interp'")
     causal = is_causal(model) if causal is None else bool(causal)
@@ -290,6 +303,7 @@ def head_scores(
     pl = plan(
         model, b, n, Footprint(0, per), memory_budget=memory_budget, analysis="head_scores",
         forward_equivalents=0.0 if cache is not None else 1.0, fix="use shorter prompts",
+        estimate=estimate, progress=progress,
     )  # fmt: skip
     if estimate:
         return pl.estimate
