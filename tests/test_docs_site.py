@@ -5,6 +5,7 @@ in a real headless Chromium with the network cut off."""
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import re
@@ -87,9 +88,10 @@ def test_the_generated_pages_follow_the_code(site):
     for notebook in (ROOT / "labs").glob("*.ipynb"):
         page = (site / "labs" / f"{notebook.stem}.html").read_text(encoding="utf-8")
         cells = json.loads(notebook.read_text())["cells"]
-        code = next("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-        first_import = code.splitlines()[0].split()[1]  # "from interp.labs import x" -> module
-        assert first_import in page, notebook.name
+        code = [c for c in cells if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+        title = "".join(cells[0]["source"]).splitlines()[0].removeprefix("# ")
+        assert f">{html.escape(title, quote=False)}" in page, notebook.name
+        assert page.count('<div class="highlight">') == len(code), notebook.name
 
 
 FRONT = """
