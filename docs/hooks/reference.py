@@ -320,7 +320,8 @@ def _locate(pkg: griffe.Object, path: str) -> griffe.Object | None:
 def _lookup(scope: griffe.Object, target: str) -> griffe.Object | None:
     """A role's target: absolute, relative to the module (``.x``), or in scope."""
     if target.startswith("."):
-        base = scope.module.parent if scope.module.parent is not None else scope.module
+        module = scope.module  # ``.x`` in a package's ``__init__`` is its own submodule
+        base = module if module.is_init_module or module.parent is None else module.parent
         return _locate(scope.package, f"{base.path}{target}")
     found = _locate(scope.package, target)
     if found is not None:
