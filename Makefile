@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.interp-installed
 
-.PHONY: setup run test lint bench figures notebooks clean
+.PHONY: setup run test lint bench figures notebooks docs clean
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -36,6 +36,12 @@ notebooks: setup
 	$(PIP) install --disable-pip-version-check -q -e ".[lab]"
 	$(VENV)/bin/jupyter lab labs/
 
+# The documentation site, into site/ (open site/index.html). --strict: a broken link, anchor
+# or API reference fails the build. Offline: no fonts, scripts or styles from the web. The
+# docs extra (mkdocs, mkdocs-material, mkdocstrings) is part of dev, so setup installs it.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: setup
 	$(PY) benchmarks/run_all.py
 
@@ -46,4 +52,4 @@ figures: setup
 	cp reports/induction/figures/loss_by_position.svg docs/induction_loss_by_position.svg
 
 clean:
-	rm -rf $(VENV) reports .pytest_cache
+	rm -rf $(VENV) reports .pytest_cache site

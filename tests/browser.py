@@ -43,13 +43,26 @@ def browser(path: Path, chromium_paths: tuple[str, str]):
         "--proxy-bypass-list=<-loopback>",
     ):
         opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=opts)
     try:
         driver.get(path.resolve().as_uri())
         yield driver
     finally:
         driver.quit()
+
+
+def requested_urls(driver) -> list[str]:
+    """Every URL the browser asked for since the last call (pages, scripts, styles, images,
+    fonts, workers), from Chromium's network log."""
+    import json
+
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
 
 
 def wait_for_widgets(driver, wait_s: float = 20.0) -> tuple[int, int, list]:
