@@ -124,6 +124,8 @@ def test_ov_columns_equal_their_definitions(llama):
         S = M[ids][:, ids]
         lowest = float((S.argmin(-1) == torch.arange(len(ids))).double().mean())
         assert r.copy_suppression == pytest.approx(lowest, abs=1e-9)
+        highest = float((S.argmax(-1) == torch.arange(len(ids))).double().mean())
+        assert r.copying_top1 == pytest.approx(highest, abs=1e-9)
         run = torch.tensor(runs[0])
         best = M[run[:-1]][:, run].argmax(-1)
         assert r.successor == pytest.approx(float((best == torch.arange(1, 20)).double().mean()))
@@ -153,14 +155,26 @@ def test_roles_on_the_shipped_model_and_the_control(induction_model):
     assert roles["L0H1"] == "previous-token" and roles["L1H1"] == "induction"
     a = df.attrs
     assert a["analysis"] == "head_atlas" and a["seed"] == 0 and "256 control heads" in a["control"]
-    thresholds = a["thresholds"]
+    thresholds, sizes = a["thresholds"], a["effect_sizes"]
     assert set(thresholds) >= {"previous_token", "induction", "duplicate_token", "copying"}
-    # every role a head holds is a score above the control's maximum, and only those
+    for col, e in sizes.items():  # the bar is the larger of the control's maximum and the floor
+        assert thresholds[col] == max(e["floor"], e["control_max"]) and e["why"]
+        assert e["control_max"] == a["control_stats"][col]["max"]
+
+    def passes(r, col):
+        return (
+            getattr(r, col) > sizes[col]["control_max"] and getattr(r, col) >= sizes[col]["floor"]
+        )
+
+    # every role a head holds is every one of its scores above the control's maximum and at
+    # its floor, and only those
+    needs = {"previous-token": ["previous_token"], "induction": ["induction"],
+             "copying": ["copying", "copying_top1"],
+             "copy-suppression": ["copy_suppression", "induction"]}  # fmt: skip
     for r in df.itertuples():
         held = set(filter(None, r.roles.split(", ")))
-        for role, col in {"previous-token": "previous_token", "induction": "induction",
-                          "copying": "copying"}.items():  # fmt: skip
-            assert (role in held) == (getattr(r, col) > thresholds[col]), (r.label, role)
+        for role, cols in needs.items():
+            assert (role in held) == all(passes(r, c) for c in cols), (r.label, role)
     assert "successor" in " ".join(a["notes"])  # no tokenizer: NaN, and said so
     assert df["successor"].isna().all()
 

@@ -23,6 +23,13 @@ def test_the_table_and_the_page(written, capsys):
     assert (table.parent / "atlas.meta.json").is_file()
     text = page.read_text()
     assert text.count('class="atlas-cell"') == 4 and text.count("<script>") >= 2
+    # the header counts the heads per role, before the grid
+    counts = text.split('<table class="atlas-counts">')[1].split("</table>")[0]
+    assert text.index("atlas-counts") < text.index('class="atlas-grid"')
+    for role in ("previous-token", "induction", "none"):
+        n = int((df["role"] == role).sum())
+        assert f'<tr data-role="{role}"><td>{role}</td><td>{n}</td>' in counts, counts
+    assert "effect-size floor" in text
     assert "cdn" not in text.split("<body>")[1].lower()  # self-contained: nothing fetched
 
 

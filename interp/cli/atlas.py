@@ -126,7 +126,7 @@ def run_atlas(args: argparse.Namespace) -> int:
 def default_details(df: Any) -> list[tuple[int, int]]:
     """Every head of a small model, else the :data:`PER_ROLE` strongest of each role (by how
     far the role's score stands above its threshold)."""
-    from interp.analysis.heads.atlas import ROLES
+    from interp.analysis.heads.atlas_roles import ROLES
 
     if len(df) <= ALL_HEADS:
         return list(zip(df["layer"].tolist(), df["head"].tolist(), strict=True))
@@ -164,8 +164,17 @@ def atlas_page(model: Any, atlas: Any, detail: list[tuple[int, int]], *, name: s
         f"same again; seed {a['seed']}). Cost: {a['forward_equivalents']} forward-equivalents of "
         f"the probe, plus weight products. Control: {a['control']}."
     )
-    thresholds = ", ".join(f"{k} > {v:.3f}" for k, v in a["thresholds"].items())
-    r.text(f"A head has a role when its score beats every control head: {thresholds}.")
+    r.raw(_counts(df))
+    r.text(
+        "A head has a role when its score beats every control head and reaches the role's "
+        "effect-size floor (README: Atlas): "
+        + "; ".join(
+            f"{k} >= {e['floor']:g} and > {e['control_max']:.3f} ({e['why']}; the "
+            f"{e['binds']} binds)"
+            for k, e in a["effect_sizes"].items()
+        )
+        + "."
+    )
     r.cautions(
         [
             "A role is a score above chance, not a mechanism: check it with ablations and "
@@ -231,7 +240,8 @@ def atlas_page(model: Any, atlas: Any, detail: list[tuple[int, int]], *, name: s
 
 def _numbers(row: Any) -> str:
     keys = ("previous_token", "induction", "duplicate_token", "sink", "sink_swapped",
-            "entropy", "distance", "copying", "copy_suppression", "successor")  # fmt: skip
+            "entropy", "distance", "copying", "copying_top1", "copy_suppression",
+            "successor")  # fmt: skip
     parts = [f"{k} {row[k]:.3f}" for k in keys if row[k] == row[k]]
     if row["rotary_band"] is not None:
         parts.append(f"rotary band {row['rotary_band']} ({row['band_share']:.2f} of |score|)")
@@ -264,6 +274,24 @@ def _grid(df: Any, detailed: set[str]) -> str:
         "section.atlas-head:target{outline:3px solid #d62728}</style>"
     )
     return f'{style}<table class="atlas-grid">{"".join(rows)}</table>'
+
+
+def _counts(df: Any) -> str:
+    """The page header's count of heads per role: by ``role`` (each head once) and by
+    ``roles`` (every role a head holds)."""
+    from interp.analysis.heads.atlas_roles import role_counts
+
+    counts = role_counts(df)
+    cells = "".join(
+        f'<tr data-role="{html.escape(role)}"><td>{html.escape(role)}</td><td>{n}</td>'
+        f"<td>{counts['roles'].get(role, '')}</td></tr>"
+        for role, n in counts["role"].items()
+    )
+    return (
+        f'<table class="atlas-counts"><caption>Heads per role, of {len(df)}: first role '
+        "(<code>role</code>) and every role held (<code>roles</code>)</caption>"
+        f"<tr><th>role</th><th>heads (role)</th><th>heads (roles)</th></tr>{cells}</table>"
+    )
 
 
 def _short(role: str) -> str:

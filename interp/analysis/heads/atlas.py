@@ -32,28 +32,36 @@ Its columns, per head (the README's "Atlas" section says the same):
     :func:`interp.analysis.rotary_bands`' ``magnitude``; ``"unrotated"`` for the
     unrotated dimensions of partial rotary), its wavelength in positions and
     its share of the summed magnitudes. None and NaN on other models.
-``copying``, ``copy_suppression``, ``successor``
+``copying``, ``copying_top1``, ``copy_suppression``, ``successor``
     from the OV circuit (:mod:`interp.analysis.heads.circuit_scores`): Elhage
-    et al.'s eigenvalue positivity; the share of sampled tokens the head
-    suppresses most (McDougall et al. 2024); Gould et al. 2024's succession
-    score on ordinal sequences the tokenizer has (NaN without a tokenizer or
-    with fewer than 3 pairs, and on models whose logits mean nothing).
+    et al.'s eigenvalue positivity; the share of sampled tokens the head raises
+    most (its top output is the token itself) and the share it suppresses most
+    (McDougall et al. 2024); Gould et al. 2024's succession score on ordinal
+    sequences the tokenizer has (NaN without a tokenizer or with fewer than 3
+    pairs, and on models whose logits mean nothing).
 ``role``, ``roles``
-    from a **control** computed in the same call: the same heads with their
-    ``W_Q`` and ``W_K`` entries shuffled (seeded, per layer), reading the
+    set against a **control** computed in the same call: the same heads with
+    their ``W_Q`` and ``W_K`` entries shuffled (seeded, per layer), reading the
     same residual stream (pattern scores), and with their ``W_V`` entries
     shuffled (OV scores); enough shuffles that the control has at least
-    :data:`CONTROL_HEADS` heads. A head *has* a role when its score exceeds
-    the control's **maximum** over all control heads (previous-token,
-    induction, duplicate-token, successor, copy-suppression, copying, sink).
-    ``roles`` lists the roles it has in order of ``(score - control mean) /
-    (control max - control mean)``: how many times the control's own reach
-    above its mean the score goes (above 1 for every role a head has; a score
-    that saturates in the control too, as eigenvalue positivity can, counts
-    for little); ``role`` is the first, or ``"none"``. A sink is a
-    ``"positional sink"`` when ``sink_swapped`` also exceeds the control's
-    maximum, else a ``"content sink"``. The thresholds are in
-    ``df.attrs["thresholds"]``.
+    :data:`CONTROL_HEADS` heads. A head *has* a role (previous-token,
+    induction, duplicate-token, successor, copy-suppression, copying, sink)
+    when its score exceeds the control's **maximum** over all control heads
+    *and* reaches the role's **effect-size floor**
+    (:mod:`interp.analysis.heads.atlas_roles`, which gives each floor's
+    reason): 0.3 of the row's attention on the stripe (previous-token,
+    induction, duplicate-token), most of it on key 0 (sink: 0.5), and most
+    sampled tokens or ordinal pairs (0.5) for successor, copying
+    (``copying_top1``; ``copying`` itself must beat its control and be
+    positive) and copy suppression, which must also attend to the copy (pass
+    the induction role: McDougall et al.'s mechanism has both halves).
+    ``roles`` lists the roles it has by ``(score - control mean) / (control max
+    - control mean)`` (copy-suppression before the induction it refines);
+    ``role`` is the first, or ``"none"``. A sink is a ``"positional sink"``
+    when ``sink_swapped`` keeps at least half of ``sink``, else a ``"content
+    sink"``. ``df.attrs["thresholds"]`` holds each score's bar,
+    ``df.attrs["effect_sizes"]`` the floor, the control's maximum, which binds
+    and why.
 
 Example:
     >>> from interp.models import load_model
@@ -75,12 +83,13 @@ import torch
 
 from interp.analysis.frames import head_frame, table_attrs
 from interp.analysis.heads import atlas_probe as P
+from interp.analysis.heads.atlas_roles import assign_roles, effect_sizes
 from interp.analysis.heads.circuit_scores import (
     MIN_PAIRS,
     OVCircuits,
     ordinal_runs,
     sample_ids,
-    self_lowest,
+    self_shares,
     successor_scores,
 )
 from interp.analysis.heads.positional import layer_kernels
@@ -97,15 +106,7 @@ from interp.protocol import HookedModel, check_model, eval_no_grad, is_causal, l
 
 CONTROL_HEADS = 256
 PROBE_SEQUENCES = 8
-ROLES = {  # role -> the column it is read from
-    "previous-token": "previous_token",
-    "induction": "induction",
-    "duplicate-token": "duplicate_token",
-    "successor": "successor",
-    "copy-suppression": "copy_suppression",
-    "copying": "copying",
-    "sink": "sink",
-}
+OV_SCORES = ("copying", "copying_top1", "copy_suppression", "successor")
 PATTERN_SCORES = ("previous_token", "induction", "duplicate_token", "sink", "entropy", "distance")
 COLUMNS = (  # the table's value columns, in order (module docstring)
     "previous_token",
@@ -121,6 +122,7 @@ COLUMNS = (  # the table's value columns, in order (module docstring)
     "band_wavelength",
     "band_share",
     "copying",
+    "copying_top1",
     "copy_suppression",
     "successor",
 )
@@ -147,13 +149,14 @@ def head_atlas(
     progress: bool = False,
     estimate: bool = False,
 ) -> pd.DataFrame | Estimate:
-    """One row per head: every score of the module docstring and a ``role`` set against a
-    shuffled-weights control computed in the same call.
+    """One row per head: every score of the module docstring and a ``role`` that beats a
+    shuffled-weights control computed in the same call and reaches an effect-size floor.
 
     ``tokens`` defaults to :func:`interp.analysis.probe_tokens` (``n=8``, ``seed``); they
     need repeats (the induction and duplicate stripes). ``cache`` (of ``tokens``) is read
     for the clean pass; the swapped pass always runs. ``df.attrs`` holds the thresholds,
-    the control's statistics and ``forward_equivalents``. The probe runs in chunks under
+    the effect sizes (floor, control maximum, which binds, why), the control's statistics
+    and ``forward_equivalents``. The probe runs in chunks under
     ``memory_budget`` (:mod:`interp.engine.chunks`: every score is a mean of sums and counts,
     so chunks give one batch's numbers); ``estimate=True`` returns the run's
     :class:`~interp.engine.chunks.Estimate` instead.
@@ -253,7 +256,8 @@ def measure_atlas(
         for k, v in control.items()
         if np.isfinite(v).any()
     }
-    roles = _roles(values, stats, L, H)
+    roles = assign_roles(values, stats, L, H)
+    sizes = effect_sizes(stats)
     table = head_frame({"role": [r[0] for r in roles], "roles": [r[1] for r in roles]}, L, H)
     for name in COLUMNS:
         v = values[name]
@@ -262,7 +266,7 @@ def measure_atlas(
         table_attrs(
             "head_atlas",
             description="every head's pattern, positional and OV scores on a probe, and a role "
-            "set against a shuffled-weights control",
+            "that beats a shuffled-weights control and reaches an effect-size floor",
             method="exact",
             unit="per column (README: Atlas)",
             model=model,
@@ -272,7 +276,8 @@ def measure_atlas(
             control=f"{draws} seeded shuffle(s) of each layer's W_Q and W_K entries (pattern "
             "scores) and W_V entries (OV scores): "
             f"{draws * L * H} control heads",
-            thresholds={k: s["max"] for k, s in stats.items()},
+            thresholds={k: e["bar"] for k, e in sizes.items()},
+            effect_sizes=sizes,
             control_stats=stats,
             pattern_gap=reader.gap,
             chunks=len(pl.chunks),
@@ -310,7 +315,7 @@ def _weight_values(model: HookedModel, L: int, H: int, draws: int, seed: int, id
     if not logits_meaningful(model):
         note = "copying, copy_suppression and successor read the unembedding, which this "
         note += "model's logits make meaningless: NaN"
-        return {c: nan for c in ("copying", "copy_suppression", "successor")}, {}, [note]
+        return {c: nan for c in OV_SCORES}, {}, [note]
     ov = OVCircuits(model)
     tok = getattr(model, "tokenizer", None)
     runs = ordinal_runs(tok) if tok is not None else []
@@ -319,7 +324,7 @@ def _weight_values(model: HookedModel, L: int, H: int, draws: int, seed: int, id
     if n_pairs < MIN_PAIRS:
         why = "the model has no tokenizer" if tok is None else f"only {n_pairs} ordinal pairs"
         notes.append(f"successor: NaN, {why} (it needs {MIN_PAIRS})")
-    cols = {"copying": [], "copy_suppression": [], "successor": []}
+    cols: dict[str, list] = {c: [] for c in OV_SCORES}
     for l in range(L):
         W = ov.rt.layer(l).W["v"]
         V = torch.cat(
@@ -327,7 +332,9 @@ def _weight_values(model: HookedModel, L: int, H: int, draws: int, seed: int, id
             + [ov.values(l, P.shuffled(W, P.control_seed(seed, l, r, "V"))) for r in range(draws)]
         )  # [(1 + draws) * head, d_model, d_head]: the real heads, then each shuffle's
         cols["copying"].append(ov.copying(l, V))
-        cols["copy_suppression"].append(self_lowest(ov, l, V, ids))
+        highest, lowest = self_shares(ov, l, V, ids)
+        cols["copying_top1"].append(highest)
+        cols["copy_suppression"].append(lowest)
         if n_pairs >= MIN_PAIRS:
             cols["successor"].append(successor_scores(ov, l, V, runs))
     values, control = {}, {}
@@ -383,26 +390,3 @@ def _band_values(model: HookedModel, reader: Any, L: int, H: int) -> dict[str, n
             wavelength[l, h] = 2 * math.pi / f if f > 0 else math.inf
             share[l, h] = float(mag[h, i] / mag[h].sum())
     return {"rotary_band": band, "band_wavelength": wavelength, "band_share": share}
-
-
-def _roles(values: dict[str, Any], stats: dict[str, dict], L: int, H: int) -> list[tuple]:
-    """``(role, roles)`` per head in table order (module docstring)."""
-    out = []
-    for l in range(L):
-        for h in range(H):
-            passed = []
-            for role, col in ROLES.items():
-                v = float(values[col][l, h])
-                st = stats.get(col)
-                if st is None or not np.isfinite(v) or v <= st["max"]:
-                    continue
-                reach = st["max"] - st["mean"]  # how far above its mean the control went
-                z = (v - st["mean"]) / reach if reach > 0 else math.inf
-                if role == "sink":
-                    kept = float(values["sink_swapped"][l, h]) > st["max"]
-                    role = "positional sink" if kept else "content sink"
-                passed.append((z, role))
-            passed.sort(key=lambda zr: -zr[0])
-            names = [r for _, r in passed]
-            out.append((names[0] if names else "none", ", ".join(names)))
-    return out

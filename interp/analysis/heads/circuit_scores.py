@@ -10,6 +10,11 @@ builds it (biases dropped: the direct path of a token to the logits):
   the ``d_head x d_head`` matrix ``W_O (W_U E_l) W_V`` that has the same
   non-zero eigenvalues (``W_U E_l`` is built once per norm, its gain applied
   per layer), equal to :func:`interp.analysis.copying_scores`;
+* ``copying_top1``: the share of sampled tokens whose OV row, over the
+  sample, is *highest* at the token itself (as
+  :func:`interp.analysis.copying_scores`' ``top1_self_fraction`` over the
+  whole vocabulary): how often the head's output raises the token it reads
+  above every other, the size that eigenvalue positivity does not give;
 * ``copy_suppression``: the share of sampled tokens whose OV row, over the
   sample, is *lowest* at the token itself: the head's output pushes down the
   token it reads, the OV signature McDougall et al. (2024) find in copy
@@ -150,10 +155,16 @@ def copying_eigen(model: HookedModel) -> torch.Tensor:
     return torch.stack([ov.copying(l, ov.values(l)) for l in range(int(model.cfg.n_layers))])
 
 
-def self_lowest(ov: OVCircuits, layer: int, W_V: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """``[k * head]``: the share of ``ids`` whose OV row over ``ids`` is lowest at themselves."""
+def self_shares(
+    ov: OVCircuits, layer: int, W_V: torch.Tensor, ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``([k * head], [k * head])``: the share of ``ids`` whose OV row over ``ids`` is highest
+    at themselves (``copying_top1``), and the share where it is lowest (``copy_suppression``),
+    from one product."""
     M = ov.ov_rows(layer, W_V, ids, ids)  # [head, s, s]
-    return (M.argmin(-1) == torch.arange(len(ids), device=M.device)).float().mean(-1).cpu()
+    me = torch.arange(len(ids), device=M.device)
+    highest = (M.argmax(-1) == me).float().mean(-1).cpu()
+    return highest, (M.argmin(-1) == me).float().mean(-1).cpu()
 
 
 def ordinal_runs(tokenizer: Any) -> list[list[int]]:
