@@ -24,7 +24,7 @@ def _is_function(f):
 
 
 FUNCTIONS = {name: getattr(A, name) for name in A.__all__ if _is_function(getattr(A, name))}
-DATA = {"tokens", "items", "text"}
+DATA = {"tokens", "items", "text", "prompt"}
 # Functions of data, not of a model: their positional parameters.
 DATA_POSITIONALS = {
     "subspaces": ["W"],
@@ -252,6 +252,8 @@ CHUNKED = {
     "induction_scores",
     "previous_token_scores",
     "duplicate_token_scores",
+    "generate",
+    "compare_generations",
 }
 
 

@@ -11,8 +11,9 @@ The analyses are grouped by what they share: :mod:`~interp.analysis.heads`
 (scores from attention patterns, and weight-based circuits), :mod:`~interp.analysis.components`
 (ablation, patching, attribution, direct logit attribution and the lens: what
 each component does, on the exact engine), :mod:`~interp.analysis.circuits` (the
-graph of edges, path patching, edge attribution and circuit evaluation) and
-:mod:`~interp.analysis.senses` (the word-sense analyses). They run on
+graph of edges, path patching, edge attribution and circuit evaluation),
+:mod:`~interp.analysis.senses` (the word-sense analyses) and
+:mod:`~interp.analysis.generation` (what the model writes, under interventions). They run on
 :mod:`interp.engine`, which runs every kind of model through
 :mod:`interp.runtime`.
 
@@ -97,6 +98,13 @@ _EXPORTS = {
     "find_circuit": "interp.analysis.circuits.search",
     "logit_lens": "interp.analysis.components.lens",
     "read_fraction": "interp.analysis.heads.null_probe",
+    "generate": "interp.analysis.generation.generating",
+    "compare_generations": "interp.analysis.generation.compare",
+    "Generation": "interp.analysis.generation.result",
+    "HeadAblation": "interp.analysis.generation.head_edits",
+    "Patch": "interp.analysis.generation.head_edits",
+    "Steering": "interp.analysis.generation.interventions",
+    "UserHook": "interp.analysis.generation.interventions",
 }
 
 __all__ = sorted(_EXPORTS)

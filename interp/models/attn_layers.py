@@ -22,6 +22,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from interp.errors import InterpError
+from interp.models.kv_cache import LayerKV
 
 
 @dataclasses.dataclass
@@ -205,7 +206,15 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos]
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, past: LayerKV | None = None, key_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The heads' output ``[batch, pos, d_model]`` for the positions of ``x``.
+
+        ``past`` (generation) holds the earlier positions' keys and values and is extended by
+        these; ``key_mask`` (``[batch, all positions]``, True for real tokens) keeps queries
+        off left padding (a query always sees itself, so a padding row stays finite).
+        """
         # x: [batch, pos, d_model]
         b, n, d = x.shape
         h, e = self.cfg.n_heads, self.cfg.d_head
@@ -216,11 +225,20 @@ class Attention(nn.Module):
         q = self.hook_q(qkv[:, :, 0])  # [batch, pos, head, d_head]
         k = self.hook_k(qkv[:, :, 1])
         v = self.hook_v(qkv[:, :, 2])
+        if past is not None:
+            k, v = past.extend(k, v)  # every position's: [batch, key_pos, head, d_head]
+        m = k.shape[1]  # keys: the cached positions, then these n
         scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1) / self.cfg.attn_scale
-        if self.cfg.causal:
-            future = torch.triu(torch.ones(n, n, dtype=torch.bool, device=scores.device), 1)
+        if self.cfg.causal or key_mask is not None:
+            dev = scores.device
+            blocked = torch.ones(n, m, dtype=torch.bool, device=dev)  # query i is key m - n + i
+            blocked = torch.triu(blocked, m - n + 1) if self.cfg.causal else ~blocked
+            if key_mask is not None:
+                cols = torch.arange(m, device=dev)
+                own = cols[None, :] == (cols[m - n :])[:, None]  # [query, key]: itself
+                blocked = blocked | (~key_mask[:, None, None, :m] & ~own)
             # -inf, not 0: exp(0) = 1 would still give future positions a share.
-            scores = scores.masked_fill(future, float("-inf"))
+            scores = scores.masked_fill(blocked, float("-inf"))
         scores = self.hook_attn_scores(scores)  # [batch, head, query_pos, key_pos]
         pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
         z = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))  # [batch, pos, head, d_head]
@@ -239,10 +257,12 @@ class Block(nn.Module):
         self.hook_attn_out = HookPoint()
         self.hook_resid_post = HookPoint()
 
-    def forward(self, resid: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, resid: torch.Tensor, past: LayerKV | None = None, key_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         resid = self.hook_resid_pre(resid)
         x = self.ln1(resid) if self.ln1 is not None else resid
-        attn_out = self.hook_attn_out(self.attn(x))
+        attn_out = self.hook_attn_out(self.attn(x, past, key_mask))
         out = resid + attn_out if self.cfg.use_residual else attn_out
         return self.hook_resid_post(out)
 

@@ -46,6 +46,7 @@ from transformer_lens.HookedRootModule import HookedRootModule
 from interp.checks import check_tokens
 from interp.errors import InterpError
 from interp.models.attn_layers import AttnOnlyConfig, Block, Embed, LayerNorm, PosEmbed, Unembed
+from interp.models.kv_cache import KVCache
 
 __all__ = ["AttnOnlyConfig", "AttnOnlyTransformer", "next_token_loss", "words_to_ids"]
 
@@ -197,6 +198,67 @@ class AttnOnlyTransformer(HookedRootModule):
         if self.ln_final is not None:
             resid = self.ln_final(resid)
         return resid @ self.unembed.W_U + self.unembed.b_U  # [batch, pos, d_vocab]
+
+    def decode(
+        self,
+        tokens: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor,
+        past: KVCache | None = None,
+        keep: bool = True,
+        last: bool = True,
+    ) -> tuple[torch.Tensor, KVCache | None]:
+        """Logits of ``tokens`` ``[batch, new]``, the columns after those ``past`` holds.
+
+        ``attention_mask`` ``[batch, past + new]`` is 1 for real tokens and 0 for left
+        padding: no query reads a padding key, and each token's position counts only the
+        real tokens before it (as Hugging Face's ``generate`` numbers them). ``keep`` returns
+        ``past`` extended in place by these columns (their keys and values after ``hook_k``
+        / ``hook_v``), else ``None`` and no cache is built; ``last`` unembeds only the last
+        column (``[batch, 1, d_vocab]``). Hooks fire on the new columns only;
+        ``hook_pattern`` is ``[batch, head, new, past + new]``.
+
+        Example:
+            >>> model = AttnOnlyTransformer(AttnOnlyConfig(1, 2, 8, 4, d_vocab=5, n_ctx=8))
+            >>> ids = torch.tensor([[0, 1, 2, 3]])
+            >>> _, past = model.decode(ids[:, :3], attention_mask=torch.ones(1, 3))
+            >>> step, _ = model.decode(ids[:, 3:], attention_mask=torch.ones(1, 4), past=past)
+            >>> bool(torch.allclose(step[:, -1], model(ids)[:, -1], atol=1e-6))
+            True
+
+        Raises:
+            InterpError: for a model without an unembedding, a mask that does not cover the
+                cached and new columns, or a position past the context ``n_ctx``.
+        """
+        if self.unembed is None:
+            raise InterpError("this toy model has no unembedding, so it predicts no tokens")
+        tokens = self.check_tokens(tokens)
+        mask = attention_mask.to(tokens.device).bool()
+        held = 0 if past is None else past.length
+        if mask.shape != (tokens.shape[0], held + tokens.shape[1]):
+            raise InterpError(
+                f"attention_mask has shape {tuple(mask.shape)}; it needs one column per cached "
+                f"and new token: {(tokens.shape[0], held + tokens.shape[1])}"
+            )
+        pos = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, held:]  # [batch, new]
+        resid = self.hook_embed(self.embed.W_E[tokens])  # [batch, new, d_model]
+        if self.pos_embed is not None:
+            if int(pos.max()) >= self.cfg.n_ctx:
+                raise InterpError(
+                    f"position {int(pos.max())} is past the context n_ctx={self.cfg.n_ctx}"
+                )
+            resid = resid + self.hook_pos_embed(self.pos_embed.W_pos[pos])
+        if past is None:
+            past = KVCache.empty(self.cfg.n_layers, tokens.shape[0], tokens.device)
+        layers = past.layers if keep or held else [None] * len(self.blocks)
+        for block, kv in zip(self.blocks, layers):
+            resid = block(resid, kv, mask)
+        if last:
+            resid = resid[:, -1:]
+        if self.ln_final is not None:
+            resid = self.ln_final(resid)
+        logits = resid @ self.unembed.W_U + self.unembed.b_U  # [batch, new or 1, d_vocab]
+        return logits, KVCache(past.layers, mask) if keep else None
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         """As ``HookedRootModule.run_with_cache``, returning an ``ActivationCache``.

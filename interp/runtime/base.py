@@ -330,6 +330,45 @@ class Runtime:
                 return cand
         return f"blocks.{layer}.hook_resid_pre"
 
+    # ------------------------------------------------------------ generation
+    @property
+    def kv_cache(self) -> bool:
+        """Whether :meth:`extend` keeps keys and values between passes (else a generation
+        runs every pass over the whole sequence)."""
+        return False
+
+    def extend(
+        self,
+        tokens: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor,
+        past: Any = None,
+        hooks: Hooks = (),
+        keep: bool = True,
+        last: bool = True,
+    ) -> tuple[torch.Tensor, Any]:
+        """Logits of ``tokens`` ``[batch, new]``, the columns after those ``past`` holds (what
+        an earlier call returned; ``None``: nothing before them), and ``past`` extended by
+        them (``None`` when ``keep`` is False, or on a kind without a cache: :attr:`kv_cache`).
+        ``attention_mask`` ``[batch, past + new]`` is 1 for real tokens and 0 for left
+        padding, and a token's position is the count of real tokens before it. ``last``
+        returns only the last column's logits (``[batch, 1, d_vocab]``). ``hooks`` fire on
+        the new columns only (``hook_pattern``: ``[batch, head, new, past + new]``).
+
+        The plain kind keeps nothing and masks nothing: each pass is the whole sequence.
+
+        Raises:
+            InterpError: for ``past`` on a kind without a cache, or padding on this kind.
+        """
+        if past is not None:
+            raise InterpError(f"{type(self.model).__name__} keeps no keys and values")
+        if not bool(attention_mask.bool().all()):
+            raise InterpError(
+                f"{type(self.model).__name__} cannot mask left padding; give prompts of one length"
+            )
+        logits = self.run(tokens, hooks=hooks)
+        return (logits[:, -1:] if last else logits), None
+
     # ------------------------------------------------------- norms and weights
     def norm(self, stage: str, layer: int | None = None) -> Norm | None:
         """The norm before a layer's attention (``"ln1"``), its MLP (``"ln2"``) or the

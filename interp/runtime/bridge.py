@@ -93,6 +93,9 @@ class BridgeRuntime(Runtime):
         hf = getattr(model, "interp_hf_model", None)
         params = inspect.signature(hf.forward).parameters if hf is not None else {}
         self._rows = "logits_to_keep" in params
+        self._positions = "position_ids" in params
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._slots: list | None = None
 
     @property
     def rows_supported(self) -> bool:
@@ -229,3 +232,116 @@ class BridgeRuntime(Runtime):
         hf = getattr(self.model, "interp_hf_model", None)
         cap = getattr(getattr(hf, "config", None), "final_logit_softcapping", None)
         return float(cap) if cap and float(cap) > 0 else super().final_softcap
+
+    # ------------------------------------------------------------ generation
+    @property
+    def kv_cache(self) -> bool:
+        """Hugging Face's own cache (:mod:`interp.runtime.decoding`), once checked on this
+        model (:meth:`decoding`)."""
+        return self.decoding() != "none"
+
+    def decoding(self) -> str:
+        """How cached passes run, checked once per model against a whole pass on a fixed
+        probe (a prompt of 4 tokens, then two cached steps; logits to 1e-4 relative):
+        ``"unbridged"`` (components without a hook run as the wrapped modules),
+        ``"bridged"`` (every component runs) or ``"none"`` (no cache: every pass whole)."""
+        return self.verdict("kv cache", self._check_decoding)
+
+    def extend(
+        self,
+        tokens: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor,
+        past: Any = None,
+        hooks: Hooks = (),
+        keep: bool = True,
+        last: bool = True,
+    ) -> tuple[torch.Tensor, Any]:
+        """As :meth:`Runtime.extend`: with ``keep``, one pass of the Hugging Face model with
+        its own ``DynamicCache`` (``past``); without, the bridge's whole forward pass with every
+        component running (the reference a cached generation is tested against).
+
+        Raises:
+            InterpError: for a cached pass on a model whose cache failed the check.
+        """
+        mode = self.decoding() if keep else "none"
+        if keep and mode == "none":
+            raise InterpError(
+                f"{type(self.model).__name__}'s key/value cache does not reproduce its own "
+                "forward pass on this model; generate without a cache"
+            )
+        return self._extend(tokens, attention_mask, past, hooks, keep, last, mode == "unbridged")
+
+    def _extend(
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor,
+        past: Any,
+        hooks: Hooks,
+        keep: bool,
+        last: bool,
+        swap: bool,
+    ) -> tuple[torch.Tensor, Any]:
+        from interp.runtime.decoding import cache_alias, component_slots, positions_of, unbridged
+
+        mask = mask.to(tokens.device).long()
+        held = mask.shape[1] - tokens.shape[1]
+        kwargs: dict[str, Any] = {"attention_mask": mask, "use_cache": keep}
+        if self._positions:
+            kwargs["position_ids"] = positions_of(mask, held)
+        if last and self._rows:
+            kwargs["logits_to_keep"] = 1
+        hf = self.model.interp_hf_model
+        if not keep:
+            if past is not None:
+                raise InterpError("a pass without a cache cannot extend one")
+            with self.model.hooks(fwd_hooks=list(hooks)):
+                logits = self.model(tokens, **kwargs)
+            return (logits[:, -1:] if last else logits), None
+        if past is None:
+            from transformers import DynamicCache
+
+            past = DynamicCache(config=hf.config)
+        kwargs[self._cache_arg] = past
+        if swap and self._slots is None:
+            self._slots = component_slots(hf)
+        points = self.model.hook_dict
+        live = {id(points[name]) for name, _ in hooks if name in points}
+        with cache_alias(self.model), unbridged(self._slots if swap else (), live):
+            with self.model.hooks(fwd_hooks=list(hooks)):
+                logits = self.model(tokens, **kwargs)
+        return (logits[:, -1:] if last else logits), past
+
+    def _check_decoding(self) -> str:
+        from interp.precision import tolerance
+
+        vocab = int(self.cfg.d_vocab)
+        device = self.head_device()
+        probe = torch.randint(0, vocab, (1, 6), generator=torch.Generator().manual_seed(0))
+        probe, mask = probe.to(device), torch.ones(1, 6, dtype=torch.long, device=device)
+        with torch.no_grad():
+            whole, _ = self._extend(probe, mask, None, (), False, False, False)
+            scale = max(1.0, float(whole.abs().max()))
+            tol = tolerance(whole.dtype, scale, float32=1e-4)
+            names = [f"blocks.{l}.attn.hook_z" for l in range(self.n_layers)]
+            every = [(n, _same) for n in names if n in self.model.hook_dict]
+
+            def agrees(hooks: Hooks, swap: bool) -> bool:
+                got, past = self._extend(probe[:, :4], mask[:, :4], None, hooks, True, True, swap)
+                rows = [got[:, -1]]
+                for j in (4, 5):
+                    got, past = self._extend(
+                        probe[:, j : j + 1], mask[:, : j + 1], past, hooks, True, True, swap
+                    )
+                    rows.append(got[:, -1])
+                gap = max(float((r - whole[:, j]).abs().max()) for r, j in zip(rows, (3, 4, 5)))
+                return gap <= tol  # NaN is a failure
+
+            bridged = agrees(every, False)
+            if bridged and agrees(every, True) and agrees((), True):
+                return "unbridged"
+            return "bridged" if bridged else "none"
+
+
+def _same(x: torch.Tensor, hook: Any) -> torch.Tensor:
+    return x

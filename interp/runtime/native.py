@@ -68,3 +68,28 @@ class NativeRuntime(Runtime):
 
         hooks = [(hook_name("resid_pre", l), keep) for l in sorted(layers)]
         return self.model.run_with_hooks(tokens, fwd_hooks=hooks), kept
+
+    @property
+    def kv_cache(self) -> bool:
+        return True
+
+    def extend(
+        self,
+        tokens: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor,
+        past: Any = None,
+        hooks: Hooks = (),
+        keep: bool = True,
+        last: bool = True,
+    ) -> tuple[torch.Tensor, Any]:
+        """As :meth:`Runtime.extend`, by the model's own ``decode`` and its
+        :class:`~interp.models.kv_cache.KVCache`; a whole unpadded sequence without a cache
+        is the model's ordinary forward pass."""
+        with self.model.hooks(fwd_hooks=list(hooks)):
+            if past is None and not keep and bool(attention_mask.bool().all()):
+                logits = self.model(tokens)
+                return (logits[:, -1:] if last else logits), None
+            return self.model.decode(
+                tokens, attention_mask=attention_mask, past=past, keep=keep, last=last
+            )
