@@ -39,7 +39,9 @@ GLOSSARY: dict[str, str] = {
     "averages, the query rows a score averages)",
     "positions": "where an intervention *edits*: ints (negative from the end) or a ``[pos]`` "
     "bool mask; ``None`` is every position; in ``attribute_edges`` and ``evaluate_circuit``, "
-    "``'each'`` makes every edge one edge per position (``a -> b @3``)",
+    "``'each'`` makes every edge one edge per position (``a -> b @3``); in generation's "
+    "interventions, ``'prompt'``, ``'new'`` or ``'all'`` (the prompt's tokens, the generated "
+    "ones, both) or ints of the prompt's columns",
     "at": "where logits are *read* (DLA, the lens, ``logit_diff_metric``): an int or ints, "
     "negative from the end",
     "answer, wrong": "the token(s) a metric, DLA or lens follows (one for all sequences or "
@@ -111,6 +113,23 @@ GLOSSARY: dict[str, str] = {
     "bool (numpy's too): strings and numbers are refused",
     "progress": "``True``: show a progress bar over chunks and passes, with an ETA. A bool, "
     "as ``estimate``",
+    "prompt": "what ``generate`` continues: text (through the tokenizer, with its BOS), a list "
+    "of texts, ``[batch, pos]`` ids or a list of id lists; prompts of different lengths are "
+    "left-padded into one batch (a token's position counts only the real tokens before it)",
+    "max_new_tokens": "the most tokens a generation adds to each prompt; the prompt and these "
+    "must fit the context",
+    "temperature, top_k, top_p": "how the next token is chosen: ``temperature=0`` is greedy "
+    "(the argmax); above 0 the logits are divided by it and a token is drawn by ``seed`` from "
+    "the ``top_k`` most likely and the smallest set whose probability reaches ``top_p`` (in "
+    "(0, 1])",
+    "stop": "a token, or a list of them (by the one rule for tokens), that ends a prompt's "
+    "continuation: kept, then padding",
+    "interventions": "the edits a generation applies to the prompt and every new token alike: "
+    "``HeadAblation`` (``heads``, ``ablation``), ``Patch`` (from a source prompt's run), "
+    "``Steering`` (a vector times a scale at a hook), ``UserHook``; each with its ``positions``",
+    "kv_cache, keep_logits": "generate through the runtime's key/value cache (``False``: every "
+    "pass over the whole sequence, the reference the cache is tested against); also return "
+    "every step's logits",
 }
 
 # Words that had a second meaning once; no public parameter may use them again.

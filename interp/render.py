@@ -63,6 +63,12 @@ def _to_list(attention: Any) -> list:
     return np.asarray(attention, dtype=float).tolist()
 
 
+def _shown(piece: str) -> str:
+    """A token as HTML that shows its spaces and line breaks (an empty token stays visible)."""
+    text = html.escape(piece).replace(" ", "&nbsp;").replace("\n", "&#8629;")
+    return text or "&#8203;"
+
+
 class Report:
     """An HTML page assembled from headings, text, pandas tables and attention widgets.
 
@@ -237,6 +243,59 @@ class Report:
         )
         return self
 
+    def continuations(
+        self,
+        prompt: str,
+        columns: dict[str, list[str]],
+        *,
+        logprobs: dict[str, list[float]],
+        first: int | None,
+    ) -> Report:
+        """Continuations of one prompt side by side (e.g. ``{"clean": [...], "edited":
+        [...]}``, one string per token), each token's log-probability in its tooltip and
+        its shade; the first token where they differ (``first``, a step; None: they never
+        do) is marked in every column. Plain HTML and CSS: it renders offline.
+
+        Raises:
+            InterpError: for columns and log-probabilities of different lengths.
+        """
+        cells = []
+        for name, pieces in columns.items():
+            lps = logprobs.get(name, [])
+            if len(lps) != len(pieces):
+                raise InterpError(f"{len(pieces)} {name} tokens but {len(lps)} log-probabilities")
+            spans = []
+            for step, (piece, lp) in enumerate(zip(pieces, lps)):
+                mark = (
+                    " first-diff"
+                    if step == first
+                    else (" after" if first is not None and step > first else "")
+                )
+                shade = 0.0 if lp != lp else min(1.0, max(0.0, -float(lp) / 8.0))
+                tip = f"step {step}: log p = {lp:.3f}" if lp == lp else f"step {step}"
+                spans.append(
+                    f'<span class="tok{mark}" data-step="{step}" title="{html.escape(tip)}" '
+                    f'style="background: rgba(214, 39, 40, {shade:.2f})">'
+                    f"{_shown(piece)}</span>"
+                )
+            cells.append(
+                f'<td class="continuation" data-name="{html.escape(name)}">{"".join(spans)}</td>'
+            )
+        head = "".join(f"<th>{html.escape(n)}</th>" for n in columns)
+        note = (
+            "They never differ."
+            if first is None
+            else f"They first differ at new token {first} (outlined); later tokens are greyed."
+        )
+        self._parts.append(
+            '<div class="continuations">'
+            f'<p class="prompt"><b>Prompt:</b> {html.escape(prompt)}</p>'
+            f'<table class="side-by-side"><tr>{head}</tr><tr>{"".join(cells)}</tr></table>'
+            f'<p class="first-note">{html.escape(note)} Shade: the token\'s log-probability under '
+            "the model that wrote it (darker: less likely; hover for the number).</p></div>"
+        )
+        return self
+
     def raw(self, fragment: str) -> Report:
         """Add an HTML fragment as it is (not escaped).
 
@@ -274,6 +333,12 @@ figure.interp-figure {{ margin: 1em 0; }}
 figure.interp-figure svg {{ max-width: 100%; height: auto; }}
 figcaption {{ font-size: 0.85em; color: #444; max-width: 720px; }}
 .caution {{ background: #fff8e6; border-left: 4px solid #e0a800; padding: 0.4em 0.8em; }}
+table.side-by-side {{ width: 100%; table-layout: fixed; }}
+table.side-by-side th {{ text-align: left; }}
+td.continuation {{ text-align: left; vertical-align: top; font-family: monospace; }}
+.tok {{ padding: 1px 0; }}
+.tok.first-diff {{ outline: 2px solid #d62728; font-weight: bold; }}
+.tok.after {{ color: #888; }}
 </style>
 {bundle}
 </head><body>

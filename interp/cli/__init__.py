@@ -6,7 +6,8 @@
 * :mod:`interp.cli.heads`: ``interp ablate``, ``attribute``, ``patch``, ``scores``;
 * :mod:`interp.cli.components`: ``interp dla``, ``lens``, ``attention``;
 * :mod:`interp.cli.circuits`: ``interp circuit``, ``paths``;
-* :mod:`interp.cli.atlas`: ``interp atlas``.
+* :mod:`interp.cli.atlas`: ``interp atlas``;
+* :mod:`interp.cli.generate`: ``interp generate``.
 
 Errors print one line on stderr and exit non-zero (2 for bad input, 130 for
 Ctrl-C, 1 for anything unexpected); set ``INTERP_DEBUG=1`` for a traceback.
@@ -31,6 +32,7 @@ GROUPS = (
     "interp.cli.components",
     "interp.cli.circuits",
     "interp.cli.atlas",
+    "interp.cli.generate",
 )
 
 

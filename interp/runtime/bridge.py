@@ -242,7 +242,8 @@ class BridgeRuntime(Runtime):
 
     def decoding(self) -> str:
         """How cached passes run, checked once per model against a whole pass on a fixed
-        probe (a prompt of 4 tokens, then two cached steps; logits to 1e-4 relative):
+        probe (a prompt of 4 tokens, then two cached steps; logits to 1e-4 relative), with a
+        hook in every block's attention and with none:
         ``"unbridged"`` (components without a hook run as the wrapped modules),
         ``"bridged"`` (every component runs) or ``"none"`` (no cache: every pass whole)."""
         return self.verdict("kv cache", self._check_decoding)
@@ -337,10 +338,9 @@ class BridgeRuntime(Runtime):
                 gap = max(float((r - whole[:, j]).abs().max()) for r, j in zip(rows, (3, 4, 5)))
                 return gap <= tol  # NaN is a failure
 
-            bridged = agrees(every, False)
-            if bridged and agrees(every, True) and agrees((), True):
+            if agrees(every, True) and agrees((), True):  # hooked blocks bridged, the rest not
                 return "unbridged"
-            return "bridged" if bridged else "none"
+            return "bridged" if agrees(every, False) else "none"
 
 
 def _same(x: torch.Tensor, hook: Any) -> torch.Tensor:

@@ -72,15 +72,18 @@ def capture(
 
     got: dict[str, torch.Tensor] = {}
 
-    def grab(x: torch.Tensor, hook: Any) -> None:
-        got[hook.name] = x.detach()
-        if len(got) == len(names):
-            raise StopForward
+    def grab(name: str) -> Any:  # by the name asked for (a bridge's hook.name is the alias's)
+        def keep(x: torch.Tensor, hook: Any) -> None:
+            got[name] = x.detach()
+            if len(got) == len(names):
+                raise StopForward
+
+        return keep
 
     try:
         with torch.no_grad():
             runtime_of(model).extend(
-                tokens, attention_mask=mask, keep=False, hooks=[(n, grab) for n in names]
+                tokens, attention_mask=mask, keep=False, hooks=[(n, grab(n)) for n in names]
             )
     except StopForward:
         pass
