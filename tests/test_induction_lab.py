@@ -194,3 +194,15 @@ def test_the_lens_shows_the_answer_at_the_induction_heads_layer(lab):
         "the answer appears at stage 2 (L1, the block of L1H1)"
         in (lab[1] / "report.html").read_text()
     )
+
+
+def test_without_the_induction_head_the_repeat_does_not_survive(lab):
+    """The repeated half continued greedily (interp.analysis.generation.generate): clean, the
+    model writes the rest of the segment; with L1H1 ablated, none of it."""
+    df = table(lab, "continuation")
+    clean, ablated = df[df["run"] == "clean"], df[df["run"] == "L1H1 ablated"]
+    assert clean["survived"].sum() >= 0.9 * clean["repeat_tokens"].sum()
+    assert ablated["survived"].mean() < 0.5
+    summary = table(lab, "summary").set_index("quantity")["value"]
+    row = summary["repeat continued greedily: tokens that survive, clean / without L1H1"]
+    assert row.endswith(f"of {clean['repeat_tokens'].mean():.1f}")

@@ -17,7 +17,9 @@ computes, for the shipped checkpoint or any model with a fixed context:
 6. zero-ablation of every head alone, and of the key heads together;
 7. why the induction head attends: its score on each prompt's induction target
    split exactly into (query piece, key piece) pairs, the top writers of each
-   side checked by intervention (:mod:`.why_attend`).
+   side checked by intervention (:mod:`.why_attend`);
+8. what the model writes without the induction head: the repeated half continued
+   greedily, clean and ablated (:mod:`.continuation`).
 
 A high attention score names a *hypothesis*; the ablations test it. A head can
 attend like an induction head and do nothing (its output projection may be
@@ -57,6 +59,7 @@ from interp.datasets import repeated_tokens as make_repeated
 from interp.errors import InterpError
 from interp.hooks import head_label
 from interp.labs.common import half_losses, load, progress_bar
+from interp.labs.induction.continuation import continuation, summary_row
 from interp.labs.induction.why_attend import WhyAttend, summary_rows, why_attend
 from interp.metrics import next_token_nll
 
@@ -95,6 +98,7 @@ class InductionFindings:
     probe_size: int
     lens: pd.DataFrame  # per stage and half: the next token's probability and rank
     why: WhyAttend  # the induction head's score on its targets, split by QK attribution
+    continued: pd.DataFrame  # the repeated half continued, clean and without the induction head
 
     @property
     def prev_label(self) -> str:
@@ -156,6 +160,7 @@ class InductionFindings:
                 "much less than 1 nat",
             ),
             ("in-context learning score", icl, "< 0 (late loss below early)"),
+            summary_row(self.continued, self.induction_label),
             *summary_rows(self.why, self.induction_label, self.prev_label),
         ]
         return pd.DataFrame(rows, columns=["quantity", "value", "reference"]).astype(
@@ -309,6 +314,7 @@ def analyse(
     pats = attention_patterns(model, example)[0].cpu()  # [layer * head, q, k], layer-major
     lens = lens_by_half(model, data)
     why = why_attend(model, data, ind_head)
+    continued = continuation(model, ind_head, seed=seed)
     bar.update()
     bar.close()
     return InductionFindings(
@@ -338,6 +344,7 @@ def analyse(
         probe_size=int(probe.tokens.shape[0]),
         lens=lens,
         why=why,
+        continued=continued,
     )
 
 
@@ -393,4 +400,5 @@ def tables(f: InductionFindings) -> dict[str, pd.DataFrame]:
         "qk_pairs": f.why.pairs,
         "qk_sides": f.why.sides,
         "qk_interventions": f.why.interventions,
+        "continuation": f.continued,
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from interp.labs.induction.analysis import TITLE, InductionFindings
+from interp.labs.induction.continuation import summary_row
 from interp.render import Report
 from interp.tables import styled_html
 
@@ -179,6 +180,19 @@ def report(f: InductionFindings) -> Report:
         f.why.interventions,
         caption="each side's top writers removed from the head's "
         "query or key input alone (norms recomputed), beside the attribution",
+    )
+    report.heading(f"What the model writes without {f.induction_label}")
+    quantity, value, _ = summary_row(f.continued, f.induction_label)
+    report.text(
+        f"Each of {f.continued['sequence'].nunique()} held-out sequences cut after three tokens "
+        f"of its second copy and continued greedily (generate, key/value cache): {quantity} = "
+        f"{value} (a token survives when every token before it is right too)."
+    )
+    report.table(
+        f.continued.groupby(["run", "segment_len"])[["survived", "correct", "repeat_tokens"]]
+        .mean()
+        .reset_index(),
+        caption="mean tokens of the repeat per segment length",
     )
     report.heading("OV copying scores")
     report.table(f.copying)
