@@ -17,11 +17,11 @@ import copy
 from unittest import mock
 
 import pytest
+import test_qk_attribution as qk
 import torch
 import transformers as T
 
 import interp.models.hf as hf_module
-import test_qk_attribution as qk
 from interp.analysis.generation import (
     HeadAblation,
     Patch,
@@ -31,6 +31,7 @@ from interp.analysis.generation import (
     generate,
 )
 from interp.analysis.generation.prompts import pad_id, prompts_of
+from interp.models.attn_only import AttnOnlyTransformer
 from interp.runtime import runtime_of
 
 KINDS = sorted(qk.KINDS)
@@ -111,22 +112,7 @@ def hf_greedy(ref, prompts, n, pad):
     return out.sequences, torch.stack(out.scores, 1)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_greedy_tokens_equal_hugging_face_generate(kind):
-    model, ref = with_reference(kind)
-    prompts = prompts_of(model, ROWS)
-    assert prompts.padded
-    with torch.no_grad():  # the twin is the same function (sanity: the comparison means something)
-        assert close(ref(prompts.tokens[:1]).logits, model(prompts.tokens[:1]))
-    g = generate(model, ROWS, max_new_tokens=6, keep_logits=True)
-    tokens, scores = hf_greedy(ref, prompts, 6, pad_id(model))
-    assert torch.equal(g.tokens, tokens), kind
-    assert close(g.logits, scores), kind
-    if runtime_of(model).kind == "bridge":
-        assert runtime_of(model).decoding() == "unbridged", kind
-
-
-def _edits(model, prompts):
+def _edits(model):
     cfg = model.cfg
     last = cfg.n_layers - 1
     gen = torch.Generator().manual_seed(0)
@@ -145,19 +131,31 @@ def _edits(model, prompts):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_interventions_equal_a_loop_of_whole_passes(kind):
-    model = qk.KINDS[kind]()
-    edits = _edits(model, prompts_of(model, ROWS))
-    cached = generate(model, ROWS, max_new_tokens=5, interventions=edits, keep_logits=True)
-    whole = generate(
-        model, ROWS, max_new_tokens=5, interventions=edits, keep_logits=True, kv_cache=False
-    )
+def test_exact_on_every_model_kind(kind):
+    """Clean: Hugging Face's own greedy tokens. Edited (all four kinds of intervention at
+    once): the tokens of a loop of whole forward passes with the same hooks, no cache."""
+    model, ref = with_reference(kind)
+    prompts = prompts_of(model, ROWS)
+    assert prompts.padded
+    with torch.no_grad():  # the twin is the same function (the comparison means something)
+        assert close(ref(prompts.tokens[:1]).logits, model(prompts.tokens[:1]))
     clean = generate(model, ROWS, max_new_tokens=5, keep_logits=True)
+    tokens, scores = hf_greedy(ref, prompts, 5, pad_id(model))
+    assert torch.equal(clean.tokens, tokens), kind
+    assert close(clean.logits, scores), kind
+    if runtime_of(model).kind == "bridge":
+        assert runtime_of(model).decoding() == "unbridged", kind
+
+    edits = _edits(model)
+    cached = generate(model, ROWS, max_new_tokens=4, interventions=edits, keep_logits=True)
+    whole = generate(
+        model, ROWS, max_new_tokens=4, interventions=edits, keep_logits=True, kv_cache=False
+    )
     assert cached.attrs["engine"].startswith("kv cache") and whole.attrs["engine"] == "whole passes"
     assert torch.equal(cached.tokens, whole.tokens), kind
     assert close(cached.logits, whole.logits), kind
     # the edits act at every step (the steering only on new tokens), not only on the prompt
-    moved = (cached.logits - clean.logits).abs().amax(dim=(0, 2))
+    moved = (cached.logits - clean.logits[:, :4]).abs().amax(dim=(0, 2))
     assert bool((moved > 1e-3).all()), (kind, moved)
 
 
@@ -226,7 +224,12 @@ def test_padding_and_chunks_change_no_prompt(induction_model):
     est = generate(induction_model, ROWS, max_new_tokens=5, estimate=True)
     budget = est.budget_for(1)
     split = generate(induction_model, ROWS, max_new_tokens=5, memory_budget=budget)
-    assert generate(induction_model, ROWS, max_new_tokens=5, memory_budget=budget, estimate=True).chunks == 3
+    assert (
+        generate(
+            induction_model, ROWS, max_new_tokens=5, memory_budget=budget, estimate=True
+        ).chunks
+        == 3
+    )
     assert torch.equal(split.tokens, both.tokens)
 
 
@@ -273,16 +276,18 @@ def test_smollm2_equals_hugging_face_and_its_ablated_loop(smollm):
     from interp.models.pretrained import smollm2_cache
 
     ref = T.AutoModelForCausalLM.from_pretrained(smollm2_cache()).eval()
-    text = ["The cat sat on the mat. The cat sat on", "One, two, three, four,"]
+    text = ["The cat sat on the mat. The cat sat on", "One, two, three,"]
     prompts = prompts_of(smollm, text)
-    g = generate(smollm, text, max_new_tokens=6, keep_logits=True)
-    tokens, scores = hf_greedy(ref, prompts, 6, pad_id(smollm))
+    g = generate(smollm, text, max_new_tokens=4, keep_logits=True)
+    tokens, scores = hf_greedy(ref, prompts, 4, pad_id(smollm))
     assert torch.equal(g.tokens, tokens)
     assert close(g.logits, scores)
     heads = ["L18H6", "L17H3", "L17H4", "L17H5", "L18H7", "L23H2"]
     edit = [HeadAblation(heads=heads)]
-    a = generate(smollm, text, max_new_tokens=4, interventions=edit, keep_logits=True)
-    b = generate(smollm, text, max_new_tokens=4, interventions=edit, keep_logits=True, kv_cache=False)
+    a = generate(smollm, text[:1], max_new_tokens=3, interventions=edit, keep_logits=True)
+    b = generate(
+        smollm, text[:1], max_new_tokens=3, interventions=edit, keep_logits=True, kv_cache=False
+    )
     assert torch.equal(a.tokens, b.tokens) and close(a.logits, b.logits)
 
 
@@ -335,3 +340,49 @@ def test_an_encoder_cannot_generate(minilm):
 
     with pytest.raises(InterpError, match="cannot generate"):
         generate(minilm, "a b c", max_new_tokens=2)
+
+
+def test_the_readme_example_prints_what_it_says(capsys):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("## What the model writes without a head") :]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    exec(compile(code, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[[41, 50, 20, 8, 45]]" and lines[1] == "[[39, 46, 5, 46, 5]]"
+    assert "# [[41, 50, 20, 8, 45]]" in code and "# [[39, 46, 5, 46, 5]]" in code
+    assert "clean_logprob_edited" in lines[2]
+
+
+class _Plain(AttnOnlyTransformer):
+    """Our model with no ``forward_from``: no built-in kind knows it, so it is the plain kind."""
+
+    def forward(self, tokens, *args, **kwargs):
+        tokens = self.check_tokens(tokens)
+        resid = self.hook_embed(self.embed.W_E[tokens])
+        pos = self.pos_embed.W_pos[: tokens.shape[1]][None].expand(tokens.shape[0], -1, -1)
+        resid = resid + self.hook_pos_embed(pos)
+        for block in self.blocks:
+            resid = block(resid)
+        return self.ln_final(resid) @ self.unembed.W_U + self.unembed.b_U
+
+    forward_from = None
+
+
+def test_a_model_of_the_plain_kind_generates_with_whole_passes(induction_model):
+    from interp import InterpError
+
+    plain = _Plain(induction_model.cfg)
+    plain.load_state_dict(induction_model.state_dict())
+    plain.eval()
+    assert runtime_of(plain).kind == "plain" and not runtime_of(plain).kv_cache
+    rows = torch.tensor([ROWS[0], ROWS[0][::-1]])
+    edit = [HeadAblation(heads=["L1H1"])]
+    got = generate(plain, rows, max_new_tokens=4, interventions=edit, keep_logits=True)
+    want = generate(induction_model, rows, max_new_tokens=4, interventions=edit, keep_logits=True)
+    assert got.attrs["engine"] == "whole passes"
+    assert torch.equal(got.tokens, want.tokens) and close(got.logits, want.logits)
+    with pytest.raises(InterpError, match="cannot mask left padding"):
+        generate(plain, ROWS, max_new_tokens=2)

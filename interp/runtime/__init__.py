@@ -12,13 +12,15 @@ parallel attention/MLP block) is one new :class:`Runtime` subclass passed to
 
 Kinds, in the order they are tried:
 
-=========  =============================================  ===============================
-kind       models                                         resumes at block ``l`` by
-=========  =============================================  ===============================
-native     ours (:mod:`interp.models.attn_only`)          ``forward_from(resid, l - 1)``
-bridge     TransformerLens ``TransformerBridge``          stubbing blocks ``0 .. l-1``
-plain      anything else with TransformerLens hooks       (it cannot: passes run whole)
-=========  =============================================  ===============================
+======  =====================================  ============================  =================
+kind    models                                 resumes at block ``l`` by     generates with
+======  =====================================  ============================  =================
+native  ours (:mod:`interp.models.attn_only`)  ``forward_from(resid, l-1)``  its ``KVCache``
+bridge  TransformerLens ``TransformerBridge``  stubbing blocks ``0..l-1``    HF's DynamicCache
+plain   other TransformerLens-hooked models    (it cannot: passes whole)     whole passes
+======  =====================================  ============================  =================
+
+(``generates with``: what :meth:`Runtime.extend` keeps between a generation's passes.)
 
 Example:
     >>> from interp.models import load_model

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -95,7 +96,8 @@ class BridgeRuntime(Runtime):
         self._rows = "logits_to_keep" in params
         self._positions = "position_ids" in params
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
-        self._slots: list | None = None
+        self._slots: list | None = None  # where components sit (runtime.decoding)
+        self._attentions: list = []
 
     @property
     def rows_supported(self) -> bool:
@@ -283,7 +285,13 @@ class BridgeRuntime(Runtime):
         last: bool,
         swap: bool,
     ) -> tuple[torch.Tensor, Any]:
-        from interp.runtime.decoding import cache_alias, component_slots, positions_of, unbridged
+        from interp.runtime.decoding import (
+            attentions,
+            cache_alias,
+            component_slots,
+            positions_of,
+            unbridged,
+        )
 
         mask = mask.to(tokens.device).long()
         held = mask.shape[1] - tokens.shape[1]
@@ -293,10 +301,11 @@ class BridgeRuntime(Runtime):
         if last and self._rows:
             kwargs["logits_to_keep"] = 1
         hf = self.model.interp_hf_model
+        hooked = self.model.hooks(fwd_hooks=list(hooks)) if hooks else contextlib.nullcontext()
         if not keep:
             if past is not None:
                 raise InterpError("a pass without a cache cannot extend one")
-            with self.model.hooks(fwd_hooks=list(hooks)):
+            with hooked:
                 logits = self.model(tokens, **kwargs)
             return (logits[:, -1:] if last else logits), None
         if past is None:
@@ -304,12 +313,12 @@ class BridgeRuntime(Runtime):
 
             past = DynamicCache(config=hf.config)
         kwargs[self._cache_arg] = past
-        if swap and self._slots is None:
-            self._slots = component_slots(hf)
+        if self._slots is None:  # found once per model
+            self._slots, self._attentions = component_slots(hf), attentions(self.model)
         points = self.model.hook_dict
         live = {id(points[name]) for name, _ in hooks if name in points}
-        with cache_alias(self.model), unbridged(self._slots if swap else (), live):
-            with self.model.hooks(fwd_hooks=list(hooks)):
+        with cache_alias(self._attentions), unbridged(self._slots if swap else (), live):
+            with hooked:
                 logits = self.model(tokens, **kwargs)
         return (logits[:, -1:] if last else logits), past
 

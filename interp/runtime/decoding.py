@@ -94,15 +94,17 @@ def _alias(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
     return None
 
 
+def attentions(model: Any) -> list[Any]:
+    """The bridge's attention components that store keys and values themselves."""
+    return [m for m in model.modules() if callable(getattr(m, "_update_kv_cache", None))]
+
+
 @contextlib.contextmanager
-def cache_alias(model: Any) -> Iterator[None]:
-    """Within the block, every bridge attention that stores keys under ``past_key_values``
-    also receives the cache Hugging Face passes as ``cache=`` (module docstring)."""
-    handles = [
-        m.register_forward_pre_hook(_alias, with_kwargs=True)
-        for m in model.modules()
-        if callable(getattr(m, "_update_kv_cache", None))
-    ]
+def cache_alias(modules: Iterable[Any]) -> Iterator[None]:
+    """Within the block, each of ``modules`` (:func:`attentions`), which store keys under
+    ``past_key_values``, also receives the cache Hugging Face passes as ``cache=`` (module
+    docstring)."""
+    handles = [m.register_forward_pre_hook(_alias, with_kwargs=True) for m in modules]
     try:
         yield
     finally:
