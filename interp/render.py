@@ -65,7 +65,7 @@ def _to_list(attention: Any) -> list:
 
 def _shown(piece: str) -> str:
     """A token as HTML that shows its spaces and line breaks (an empty token stays visible)."""
-    text = html.escape(piece).replace(" ", "&nbsp;").replace("\n", "&#8629;")
+    text = html.escape(piece).replace("\n", "&#8629;")  # spaces kept: white-space pre-wrap
     return text or "&#8203;"
 
 
@@ -335,7 +335,8 @@ figcaption {{ font-size: 0.85em; color: #444; max-width: 720px; }}
 .caution {{ background: #fff8e6; border-left: 4px solid #e0a800; padding: 0.4em 0.8em; }}
 table.side-by-side {{ width: 100%; table-layout: fixed; }}
 table.side-by-side th {{ text-align: left; }}
-td.continuation {{ text-align: left; vertical-align: top; font-family: monospace; }}
+td.continuation {{ text-align: left; vertical-align: top; font-family: monospace;
+  white-space: pre-wrap; overflow-wrap: anywhere; line-height: 1.6; }}
 .tok {{ padding: 1px 0; }}
 .tok.first-diff {{ outline: 2px solid #d62728; font-weight: bold; }}
 .tok.after {{ color: #888; }}

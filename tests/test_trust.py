@@ -53,8 +53,21 @@ def _twin(t):
     return u
 
 
+MEAN_L1H1 = [A.HeadAblation(heads=["L1H1"], ablation="mean")]
 CASES = {
     "ablate_heads": ("ind", lambda m, t, c: A.ablate_heads(m, t, ablation="mean", cache=c)),
+    "generate": (
+        "ind",
+        lambda m, t, c: A.generate(
+            m, t, max_new_tokens=3, interventions=MEAN_L1H1, cache=c
+        ).frame(),
+    ),
+    "compare_generations": (
+        "ind",
+        lambda m, t, c: A.compare_generations(
+            m, t, interventions=MEAN_L1H1, max_new_tokens=3, cache=c
+        ),
+    ),
     "ablate_head_groups": (
         "ind",
         lambda m, t, c: A.ablate_head_groups(

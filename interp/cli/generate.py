@@ -61,7 +61,13 @@ def add_parsers(sub: Any) -> None:
     add_model(g)
     g.add_argument("--prompt", required=True, help="text (ids for models without a tokenizer)")
     g.add_argument("--ablate", help="heads to remove, e.g. L18H6,L17H3")
-    g.add_argument("--ablation", default="zero", choices=("zero", "mean", "resample"))
+    g.add_argument(
+        "--ablation",
+        default="zero",
+        choices=("zero", "mean", "resample"),
+        help="what replaces the heads' outputs: zero (default), their mean over the prompt, "
+        "or a seeded draw from it",
+    )
     g.add_argument(
         "--steer", action="append", default=[], help=f"add SCALE x a vector at a hook: {STEER_FORM}"
     )

@@ -127,7 +127,8 @@ def plan_generation(
     cached = bool(kv_cache) and rt.kv_cache
     L, T = prompts.length, prompts.length + n_new
     passes = (L + n_new - 1) / L if cached else n_new + n_new * (n_new - 1) / (2 * L)
-    passes += sum(e.passes(prompts) for e in edits) + extra_passes
+    passes += sum(e.passes(prompts, cache=checked) for e in edits) + extra_passes
+    passes += 0.0 if checked is None else checked.work  # the cache's check
     chunks = plan(
         model, prompts.batch, T, footprint(model, L, n_new, cached=cached, keep_logits=keep_logits),
         memory_budget=memory_budget, analysis=analysis, forward_equivalents=passes,

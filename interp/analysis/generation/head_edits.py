@@ -127,11 +127,11 @@ class HeadAblation(Intervention):
     def describe(self) -> str:
         return f"{self.ablation}-ablate {_labels_of(self.heads)} ({self.positions} positions)"
 
-    def passes(self, prompts: Any) -> float:
+    def passes(self, prompts: Any, *, cache: Any = None) -> float:
         if self.ablation == "zero":
             return 0.0
         if self.reference_tokens is None:
-            return 1.0
+            return 0.0 if cache is not None else 1.0
         ref = torch.as_tensor(self.reference_tokens)
         return ref.numel() / max(1, int(prompts.mask.sum()))
 
@@ -260,7 +260,7 @@ class Patch(Intervention):
         what = self.hook if self.hook is not None else f"hook_z of {_labels_of(self.heads)}"
         return f"patch {what} from the source run ({self.positions} positions)"
 
-    def passes(self, prompts: Any) -> float:
+    def passes(self, prompts: Any, *, cache: Any = None) -> float:
         return 1.0
 
     def bind(self, model: HookedModel, prompts: Any, n_new: int, **context: Any) -> Any:
@@ -269,7 +269,12 @@ class Patch(Intervention):
         src = prompts_of(model, self.source, name="source")
         by_layer = _by_layer(model, self.heads) if self.heads is not None else {}
         names = [hook_name("z", l) for l in by_layer] if by_layer else [str(self.hook)]
-        return _Patched(self, by_layer, capture(model, src.tokens, src.mask, names))
+        parts = [
+            capture(model, src.tokens[c], src.mask[c], names)
+            for c in context.get("chunks") or [slice(0, src.batch)]
+        ]  # the source run in the generation's chunks
+        values = {n: torch.cat([p[n] for p in parts]) for n in names}
+        return _Patched(self, by_layer, values)
 
 
 @dataclasses.dataclass

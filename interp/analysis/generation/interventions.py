@@ -104,8 +104,9 @@ class Intervention:
         object with ``hooks(window)``."""
         return self
 
-    def passes(self, prompts: Any) -> float:
-        """Forward passes over the prompts that :meth:`bind` runs."""
+    def passes(self, prompts: Any, *, cache: Any = None) -> float:
+        """Forward passes over the prompts that :meth:`bind` runs (``cache``: the checked
+        cache of the prompts it may read instead)."""
         return 0.0
 
     def hooks(self, window: Window) -> Hooks:
