@@ -18,6 +18,7 @@ for name in (
     "atlas",
     "load",
     "precision",
+    "generation",
 ):
     print(f"\n== {name} ==")
     runpy.run_path(str(HERE / f"{name}.py"), run_name="__main__")
