@@ -241,7 +241,9 @@ def steering_vector(vector: Any) -> torch.Tensor:
 @dataclasses.dataclass(frozen=True)
 class UserHook(Intervention):
     """Your own hook ``fn(activation, hook)`` at ``hook`` (TransformerLens's signature: return
-    the new activation, or None after editing it in place), kept at ``positions``."""
+    the new activation, or None after editing it in place), kept at ``positions``. (Where a
+    bridge's adapter computes attention inside the wrapped module, as GPT-J's does,
+    TransformerLens discards edits of ``hook_pattern`` and warns.)"""
 
     hook: str
     fn: Callable
