@@ -251,10 +251,20 @@ class Report:
         logprobs: dict[str, list[float]],
         first: int | None,
     ) -> Report:
-        """Continuations of one prompt side by side (e.g. ``{"clean": [...], "edited":
-        [...]}``, one string per token), each token's log-probability in its tooltip and
-        its shade; the first token where they differ (``first``, a step; None: they never
-        do) is marked in every column. Plain HTML and CSS: it renders offline.
+        """Add continuations of one prompt side by side, the first difference marked.
+
+        Each token's log-probability is in its tooltip and its shade. Plain HTML and CSS:
+        it renders offline.
+
+        Args:
+            prompt: The prompt's text, shown above them.
+            columns: The continuations by name (e.g. ``{"clean": [...], "edited": [...]}``),
+                one string per token.
+            logprobs: Each token's log-probability, by the same names.
+            first: The step where they first differ, marked in every column (None: never).
+
+        Returns:
+            This report (calls chain).
 
         Raises:
             InterpError: for columns and log-probabilities of different lengths.

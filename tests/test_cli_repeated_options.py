@@ -26,7 +26,7 @@ APPENDING = {
     (command, option)
     for command in ("patch", "circuit", "paths")
     for option in ("--clean", "--corrupted", "--logit-diff")
-} | {("lab", "--model")}
+} | {("lab", "--model"), ("generate", "--steer")}
 
 
 @pytest.fixture

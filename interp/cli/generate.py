@@ -87,7 +87,6 @@ def add_parsers(sub: Any) -> None:
     g.add_argument("--top-k", type=count_arg(1), help="sample from the K most likely tokens")
     g.add_argument(
         "--top-p",
-        type=_number("--top-p", low=0.0, high=1.0, open_low=True),
         help="sample from the smallest set of tokens whose probability reaches P, in (0, 1]",
     )
     g.add_argument("--seed", type=seed_arg, default=0, help="the sampling and resampling draws")
@@ -166,6 +165,11 @@ def run_generate(args: argparse.Namespace) -> int:
         raise InterpError("nothing to compare: give --ablate HEADS and/or --steer " + STEER_FORM)
     if args.ablation != "zero" and heads is None:
         raise InterpError("--ablation goes with --ablate")
+    if args.top_p is not None:
+        try:
+            args.top_p = _number("--top-p", low=0.0, high=1.0, open_low=True)(args.top_p)
+        except argparse.ArgumentTypeError as exc:
+            raise InterpError(str(exc)) from None
     steers = [steer_arg(s) for s in args.steer]
     vectors = [read_vector(path) for _, path, _ in steers]
     if args.temperature == 0 and (args.top_k is not None or args.top_p is not None):

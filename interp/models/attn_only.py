@@ -208,15 +208,24 @@ class AttnOnlyTransformer(HookedRootModule):
         keep: bool = True,
         last: bool = True,
     ) -> tuple[torch.Tensor, KVCache | None]:
-        """Logits of ``tokens`` ``[batch, new]``, the columns after those ``past`` holds.
+        """Logits of ``tokens``, the columns after those ``past`` holds (generation's pass).
 
-        ``attention_mask`` ``[batch, past + new]`` is 1 for real tokens and 0 for left
-        padding: no query reads a padding key, and each token's position counts only the
-        real tokens before it (as Hugging Face's ``generate`` numbers them). ``keep`` returns
-        ``past`` extended in place by these columns (their keys and values after ``hook_k``
-        / ``hook_v``), else ``None`` and no cache is built; ``last`` unembeds only the last
-        column (``[batch, 1, d_vocab]``). Hooks fire on the new columns only;
-        ``hook_pattern`` is ``[batch, head, new, past + new]``.
+        No query reads a padding key, and each token's position counts only the real tokens
+        before it (as Hugging Face's ``generate`` numbers them). Hooks fire on the new
+        columns only; ``hook_pattern`` is ``[batch, head, new, past + new]``.
+
+        Args:
+            tokens: ``[batch, new]`` integer ids.
+            attention_mask: ``[batch, past + new]``: 1 for real tokens, 0 for left padding.
+            past: The :class:`~interp.models.kv_cache.KVCache` of the earlier columns (None:
+                these are the first); extended in place.
+            keep: Build and return the cache (False: none is built).
+            last: Unembed only the last column.
+
+        Returns:
+            The logits (``[batch, new, d_vocab]``, or ``[batch, 1, d_vocab]`` with ``last``)
+            and the cache extended by these columns' keys and values, taken after ``hook_k``
+            / ``hook_v`` (None without ``keep``).
 
         Example:
             >>> model = AttnOnlyTransformer(AttnOnlyConfig(1, 2, 8, 4, d_vocab=5, n_ctx=8))

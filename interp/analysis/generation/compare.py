@@ -56,11 +56,36 @@ def compare_generations(
 ) -> pd.DataFrame | Estimate:
     """The clean and the edited continuations of ``prompt``, side by side (module docstring).
 
-    Columns: ``prompt, step, position`` (in the clean prompt: real tokens before it),
-    ``clean, clean_id, clean_logprob`` (under the clean model), ``clean_logprob_edited``
-    (the clean token under the edited model), ``edited, edited_id, edited_logprob``,
-    ``edited_logprob_clean``, ``same``, ``first_difference``. Options as
-    :func:`~interp.analysis.generation.generate`; both runs use the same seed.
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``); a causal one.
+        prompt: Text, a list of texts, ``[batch, pos]`` ids or a list of id lists, as
+            :func:`~interp.analysis.generation.generate` takes it.
+        interventions: The edits of the edited run (at least one).
+        max_new_tokens: The most tokens each prompt gets, in each run.
+        temperature: 0 (default) is greedy; above 0 both runs sample with the same draws.
+        top_k: Sample from the ``top_k`` most likely tokens only (None: all).
+        top_p: Sample from the smallest set reaching probability ``top_p`` (None: all).
+        seed: The draws of both runs; the same seed gives the same numbers.
+        stop: A token (or list) that ends a prompt's continuation.
+        kv_cache: Use the runtime's key/value cache (False: whole passes).
+        cache: An ActivationCache of the prompts' tokens; it is read only after its earliest
+            token-dependent activation is recomputed on them and matches (mean and resample
+            ablation read it).
+        memory_budget: The bytes an analysis may hold beyond the model's weights; ``None``
+            is a quarter of the memory free on the model's device.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running.
+        progress: Show a progress bar over the generated tokens.
+
+    Returns:
+        One row per prompt and step: ``prompt, step, position`` (in the clean prompt: real
+        tokens before it), ``clean, clean_id, clean_logprob`` (under the clean model),
+        ``clean_logprob_edited`` (the clean token under the edited model), ``edited,
+        edited_id, edited_logprob``, ``edited_logprob_clean``, ``same``,
+        ``first_difference``; ``attrs`` as the edited run's, plus ``first_difference`` (the
+        step per prompt, None where the two never differ). With ``estimate=True``, the
+        :class:`~interp.engine.chunks.Estimate` of both runs and the scoring passes.
 
     Raises:
         InterpError: as :func:`~interp.analysis.generation.generate`, and for no
@@ -71,6 +96,7 @@ def compare_generations(
     common = dict(
         max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
         seed=seed, stop=stop, kv_cache=kv_cache, memory_budget=memory_budget,
+        estimate=estimate, progress=progress,
     )  # fmt: skip
     clean_job = plan_generation(model, prompt, **common)
     edited_job = plan_generation(

@@ -44,7 +44,7 @@ from interp.analysis.generation.loop import continue_prompts
 from interp.analysis.generation.prompts import Prompt, Prompts, pad_id, prompts_of
 from interp.analysis.generation.result import Generation, token_pieces
 from interp.analysis.generation.sampling import Sampling, check_sampling, uniforms
-from interp.checks import check_int, check_seed, token_id
+from interp.checks import check_bool, check_int, check_seed, token_id
 from interp.engine.chunks import Estimate, Footprint, Plan, plan
 from interp.errors import InterpError
 from interp.memory import Dims, forward_bytes
@@ -82,6 +82,8 @@ def plan_generation(
     keep_logits: bool = False,
     cache: Any = None,
     memory_budget: Any = None,
+    estimate: Any = False,
+    progress: Any = False,
     analysis: str = "generate",
     extra_passes: float = 0.0,
 ) -> GenerationPlan:
@@ -123,8 +125,9 @@ def plan_generation(
         if prompts.padded:
             raise InterpError("cache= needs prompts of one length (an unpadded [batch, pos] batch)")
         checked = check_cache(model, prompts.tokens, cache)
+    kv_cache, keep_logits = check_bool(kv_cache, "kv_cache"), check_bool(keep_logits, "keep_logits")
     rt = runtime_of(model)
-    cached = bool(kv_cache) and rt.kv_cache
+    cached = kv_cache and rt.kv_cache
     L, T = prompts.length, prompts.length + n_new
     passes = (L + n_new - 1) / L if cached else n_new + n_new * (n_new - 1) / (2 * L)
     passes += sum(e.passes(prompts, cache=checked) for e in edits) + extra_passes
@@ -132,7 +135,7 @@ def plan_generation(
     chunks = plan(
         model, prompts.batch, T, footprint(model, L, n_new, cached=cached, keep_logits=keep_logits),
         memory_budget=memory_budget, analysis=analysis, forward_equivalents=passes,
-        fix="generate fewer or shorter continuations",
+        fix="generate fewer or shorter continuations", estimate=estimate, progress=progress,
     )  # fmt: skip
     return GenerationPlan(
         prompts, n_new, rule, seed, stops, edits, cached, keep_logits, checked, chunks
@@ -217,29 +220,41 @@ def generate(
     """Continue ``prompt`` by up to ``max_new_tokens`` tokens (module docstring).
 
     Args:
-        model: any hooked causal model (ours, a bridge, a Hugging Face folder loaded by
-            :func:`interp.models.load_model`).
-        prompt: text, a list of texts, ``[batch, pos]`` ids or a list of id lists (left-padded
-            to one batch: :mod:`.prompts`).
-        max_new_tokens: the most tokens each prompt gets (the prompt plus these must fit
-            the context).
-        temperature: 0 (default) is greedy; above 0 samples (:mod:`.sampling`), with
-            ``top_k`` and ``top_p`` (in (0, 1]) narrowing the choice.
-        seed: the sampling draws and resample ablation's draws.
-        stop: a token (or a list of them; ids or one-token strings) that ends a prompt's
-            continuation (kept, then padding). None: always ``max_new_tokens``.
-        interventions: edits applied to the prompt and every new token alike
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.protocol.HookedModel``); a causal one (ours, a bridge, a Hugging Face
+            folder loaded by :func:`interp.models.load_model`).
+        prompt: Text, a list of texts, ``[batch, pos]`` ids or a list of id lists,
+            left-padded to one batch (:mod:`.prompts`).
+        max_new_tokens: The most tokens each prompt gets; the prompt and these must fit the
+            context.
+        temperature: 0 (default) is greedy; above 0 the logits are divided by it and a token
+            is sampled by ``seed`` (:mod:`.sampling`).
+        top_k: Sample from the ``top_k`` most likely tokens only (None: all).
+        top_p: Sample from the smallest set of tokens whose probability reaches ``top_p``,
+            in (0, 1] (None: all).
+        seed: The sampling draws and resample ablation's; the same seed gives the same
+            numbers.
+        stop: A token (or a list of them; ids or one-token strings) that ends a prompt's
+            continuation: kept, then padding. None: always ``max_new_tokens``.
+        interventions: Edits applied to the prompt and every new token alike
             (:class:`.head_edits.HeadAblation`, :class:`.head_edits.Patch`,
             :class:`.interventions.Steering`, :class:`.interventions.UserHook`).
-        kv_cache: use the runtime's key/value cache (False: every pass is the whole
+        kv_cache: Use the runtime's key/value cache (False: every pass is the whole
             sequence, the reference the cache is tested against).
-        keep_logits: also return every step's logits ``[batch, steps, d_vocab]``.
-        cache: an ActivationCache of the prompts' tokens (one length), read for mean and
-            resample ablation instead of a pass over the prompts.
-        memory_budget, estimate, progress: as every analysis (glossary).
+        keep_logits: Also return every step's logits ``[batch, steps, d_vocab]``.
+        cache: An ActivationCache of the prompts' tokens (one length); it is read only after
+            its earliest token-dependent activation is recomputed on them and matches; mean
+            and resample ablation read the heads' outputs from it instead of a pass.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: the
+            prompts run in chunks to stay under it; ``None`` is a quarter of the memory free
+            on the model's device.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+        progress: Show a progress bar over the generated tokens, with an ETA.
 
     Returns:
-        A :class:`.result.Generation` (or its :class:`~interp.engine.chunks.Estimate`).
+        A :class:`.result.Generation` (or, with ``estimate=True``, the run's
+        :class:`~interp.engine.chunks.Estimate`).
 
     Raises:
         InterpError: for an encoder or a model without meaningful logits; a bad prompt (empty,
@@ -248,13 +263,14 @@ def generate(
             temperature, ``top_k`` outside ``[1, d_vocab]``, ``top_p`` outside (0, 1], or
             either at temperature 0; a stop token that is not one token; an intervention with
             an unknown hook or head, a steering vector of the wrong shape, positions outside
-            the prompt, or a source prompt of another shape; a cache of other tokens; work
-            that cannot fit the memory budget.
+            the prompt, or a source prompt of another shape; a cache of other tokens; options
+            that are not booleans; work that cannot fit the memory budget.
     """
     job = plan_generation(
         model, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
         top_p=top_p, seed=seed, stop=stop, interventions=interventions, kv_cache=kv_cache,
-        keep_logits=keep_logits, cache=cache, memory_budget=memory_budget,
+        keep_logits=keep_logits, cache=cache, memory_budget=memory_budget, estimate=estimate,
+        progress=progress,
     )  # fmt: skip
     if estimate:
         return job.plan.estimate

@@ -102,7 +102,20 @@ def _by_layer(model: HookedModel, heads: Any) -> dict[int, list[int]]:
 
 @dataclasses.dataclass(frozen=True)
 class HeadAblation(Intervention):
-    """Replace ``heads``' outputs by ``ablation`` at ``positions`` (module docstring)."""
+    """Replace heads' outputs at ``hook_z`` (module docstring), at ``positions``.
+
+    Args:
+        heads: An iterable of ``(layer, head)`` pairs or ``'L1H4'`` labels; ``None`` is every
+            head.
+        ablation: What replaces an activation: ``'zero'`` (default), ``'mean'`` (the head's
+            mean output over every real position of the reference) or ``'resample'`` (its
+            output at a seeded draw of them, one per prompt and position).
+        positions: Where an intervention *edits*: ``'prompt'``, ``'new'``, ``'all'`` (the
+            default) or ints of the prompt's columns.
+        reference_tokens: The sequences a mean or resample ablation draws from (default:
+            the tokens, here the prompts' own clean run).
+        seed: Resample ablation's draws; the same seed gives the same numbers.
+    """
 
     heads: Iterable[Any]
     ablation: Literal["zero", "mean", "resample"] = "zero"
@@ -218,8 +231,19 @@ class _Ablated:
 
 @dataclasses.dataclass(frozen=True)
 class Patch(Intervention):
-    """Copy the activation at ``hook`` (or ``heads``' ``hook_z``) from a clean run of
-    ``source`` into the prompt's ``positions`` (module docstring)."""
+    """Copy an activation from a clean run of ``source`` into the prompt's ``positions``.
+
+    Args:
+        source: The prompt whose run the activations come from (the other prompt of a
+            patching pair): the prompt's tokens' shape and padding, as a ``prompt`` is given.
+        heads: The heads whose ``hook_z`` is copied: an iterable of ``(layer, head)`` pairs
+            or ``'L1H4'`` labels; ``None`` is every head (unless ``hook`` is given).
+        hook: A hook name whose whole activation is copied instead (one with a position
+            axis); not with ``heads``.
+        positions: Where an intervention *edits*: ``'prompt'`` (default) or ints of the
+            prompt's columns; the source generates nothing, so ``'new'`` and ``'all'`` are
+            refused.
+    """
 
     source: Any
     heads: Iterable[Any] | None = None
@@ -240,9 +264,9 @@ class Patch(Intervention):
                 f"positions={self.positions!r} cannot be patched; use 'prompt' or prompt columns"
             )
         super().check(model, prompts)
-        if (self.heads is None) == (self.hook is None):
-            raise InterpError("a patch needs exactly one of heads= (their hook_z) or hook=")
-        if self.heads is not None:
+        if self.heads is not None and self.hook is not None:
+            raise InterpError("a patch copies heads= (their hook_z) or one hook=, not both")
+        if self.hook is None:
             _by_layer(model, self.heads)
         else:
             check_hook(model, self.hook, what="patched")
@@ -267,7 +291,7 @@ class Patch(Intervention):
         from interp.analysis.generation.prompts import prompts_of
 
         src = prompts_of(model, self.source, name="source")
-        by_layer = _by_layer(model, self.heads) if self.heads is not None else {}
+        by_layer = _by_layer(model, self.heads) if self.hook is None else {}
         names = [hook_name("z", l) for l in by_layer] if by_layer else [str(self.hook)]
         parts = [
             capture(model, src.tokens[c], src.mask[c], names)

@@ -85,31 +85,84 @@ Hooks = list[tuple[str, Callable]]
 
 
 class Intervention:
-    """An edit a generation applies (module docstring): checked, then bound, then hooks."""
+    """An edit a generation applies (module docstring): checked, then bound, then hooks.
+
+    Attributes:
+        positions: Where an intervention *edits*: ``'prompt'``, ``'new'``, ``'all'`` or ints
+            of the prompt's columns (negative from its end).
+        ablation: What replaces an activation, for tables' ``attrs`` (``None``: not an
+            ablation).
+    """
 
     positions: Any = "all"
     ablation: str | None = None
 
     def check(self, model: HookedModel, prompts: Any) -> None:
-        """Refuse a bad edit for ``prompts`` (a
-        :class:`~interp.analysis.generation.prompts.Prompts`) before any work (raises
-        :class:`~interp.errors.InterpError`)."""
+        """Refuse a bad edit before any work.
+
+        Args:
+            model: A hooked model: the one the generation runs.
+            prompts: The generation's left-padded batch
+                (:class:`~interp.analysis.generation.prompts.Prompts`).
+
+        Raises:
+            InterpError: for positions, hooks, heads or values that do not fit the model or
+                the prompts.
+        """
         check_positions(self.positions, prompts.length)
 
     def describe(self) -> str:
+        """The edit in a few words, for tables and pages.
+
+        Returns:
+            A phrase such as ``"zero-ablate L1H1 (all positions)"``.
+
+        Raises:
+            NotImplementedError: on the base class.
+        """
         raise NotImplementedError
 
     def bind(self, model: HookedModel, prompts: Any, n_new: int, **context: Any) -> Any:
-        """What the edit's hooks need, from passes before generation (none by default): an
-        object with ``hooks(window)``."""
+        """What the edit's hooks need, from passes before generation (none by default).
+
+        Args:
+            model: A hooked model: the one the generation runs.
+            prompts: The generation's left-padded batch.
+            n_new: The most tokens each prompt gets.
+            **context: ``cache`` (the prompts' checked cache, or None) and ``chunks`` (the
+                generation's chunks of prompts, for the passes it runs).
+
+        Returns:
+            An object with ``hooks(window)``.
+        """
         return self
 
     def passes(self, prompts: Any, *, cache: Any = None) -> float:
-        """Forward passes over the prompts that :meth:`bind` runs (``cache``: the checked
-        cache of the prompts it may read instead)."""
+        """Forward passes over the prompts that :meth:`bind` runs (for the estimate).
+
+        Args:
+            prompts: The generation's left-padded batch.
+            cache: The prompts' cache, checked (it is read only after its earliest
+                token-dependent activation is recomputed on them and matches), which a mean
+                or resample ablation reads instead of a pass (None: none).
+
+        Returns:
+            Forward-equivalents, in passes over the prompts.
+        """
         return 0.0
 
     def hooks(self, window: Window) -> Hooks:
+        """The ``(hook name, function)`` pairs of one pass.
+
+        Args:
+            window: The columns the pass computes (:class:`Window`).
+
+        Returns:
+            The hooks to run with the pass (none where the edit does not apply there).
+
+        Raises:
+            NotImplementedError: on the base class.
+        """
         raise NotImplementedError
 
 
@@ -174,9 +227,18 @@ def along(sel: torch.Tensor, ndim: int, axis: int, device: Any) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class Steering(Intervention):
-    """Add ``scale * vector`` to the activation at ``hook`` (a residual-stream hook such as
-    ``blocks.3.hook_resid_pre`` takes a ``[d_model]`` vector; any hook with a position axis
-    takes a vector of its per-position shape, ``[head, d_head]`` for ``hook_z``)."""
+    """Add ``scale * vector`` to the activation at ``hook``, at ``positions``.
+
+    Args:
+        hook: A hook name with a position axis: a residual stream such as
+            ``blocks.3.hook_resid_pre`` takes a ``[d_model]`` vector, ``hook_z`` a ``[head,
+            d_head]`` one (any hook: its per-position shape).
+        vector: The direction: a tensor, array or list of finite numbers.
+        scale: How much of it to add (finite; negative subtracts).
+        positions: Where an intervention *edits*: ``'prompt'`` (the prompt's tokens),
+            ``'new'`` (the generated ones), ``'all'`` (both; the default) or ints of the
+            prompt's columns.
+    """
 
     hook: str
     vector: Any
@@ -240,10 +302,20 @@ def steering_vector(vector: Any) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class UserHook(Intervention):
-    """Your own hook ``fn(activation, hook)`` at ``hook`` (TransformerLens's signature: return
-    the new activation, or None after editing it in place), kept at ``positions``. (Where a
-    bridge's adapter computes attention inside the wrapped module, as GPT-J's does,
-    TransformerLens discards edits of ``hook_pattern`` and warns.)"""
+    """Your own hook at ``hook``, its edit kept at ``positions``.
+
+    The cached generation and a loop of whole passes agree when ``fn`` treats each column
+    on its own (each query row, for ``hook_pattern``). Where a bridge's adapter computes
+    attention inside the wrapped module, as GPT-J's does, TransformerLens discards edits of
+    ``hook_pattern`` and warns.
+
+    Args:
+        hook: A hook name of the model.
+        fn: ``fn(activation, hook)``, TransformerLens's signature: it returns the new
+            activation, or None after editing it in place.
+        positions: Where an intervention *edits*: ``'prompt'``, ``'new'``, ``'all'`` (the
+            default) or ints of the prompt's columns.
+    """
 
     hook: str
     fn: Callable

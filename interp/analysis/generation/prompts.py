@@ -86,7 +86,7 @@ def prompts_of(model: HookedModel, prompt: Prompt, *, name: str = "prompt") -> P
     if isinstance(prompt, str):
         prompt = [prompt]
     if isinstance(prompt, torch.Tensor):
-        tokens = check_tokens(model, prompt, name=name)
+        tokens = check_tokens(model, prompt, name=name, chunked=True)
         return Prompts(tokens, torch.ones_like(tokens, dtype=torch.bool))
     if not isinstance(prompt, Sequence) or isinstance(prompt, bytes):
         raise InterpError(
@@ -104,7 +104,7 @@ def prompts_of(model: HookedModel, prompt: Prompt, *, name: str = "prompt") -> P
         if r:
             tokens[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
             mask[i, width - len(r) :] = True
-    tokens = check_tokens(model, tokens, name=name)
+    tokens = check_tokens(model, tokens, name=name, chunked=True)
     return Prompts(tokens, mask.to(model_device(model)))
 
 

@@ -25,14 +25,18 @@ from interp.protocol import HookedModel
 class Generation:
     """A batch of prompts and their continuations.
 
-    ``tokens`` ``[batch, prompt_length + steps]``: each prompt left-padded to
-    ``prompt_length`` columns, then its new tokens (padding after a stop token);
-    ``mask`` is True on real tokens. ``logprobs`` ``[batch, steps]``: each new
-    token's log-probability under the model that chose it (NaN after a stop);
-    ``logits`` ``[batch, steps, d_vocab]`` when asked for (``keep_logits=True``).
-    ``pieces`` are the new tokens as text, one list per prompt. ``attrs`` say how
-    they were computed (:data:`interp.analysis.frames.SCHEMA`, plus ``sampling``,
-    ``interventions`` and ``stop``).
+    Attributes:
+        tokens: ``[batch, prompt_length + steps]`` integer ids: each prompt left-padded to
+            ``prompt_length`` columns, then its new tokens (padding after a stop token).
+        mask: ``[batch, prompt_length + steps]`` bool, True on real tokens.
+        prompt_length: The prompts' columns (the longest prompt's tokens).
+        logprobs: ``[batch, steps]``: each new token's log-probability under the model that
+            chose it (temperature 1; NaN after a stop).
+        logits: ``[batch, steps, d_vocab]`` when asked for (``keep_logits=True``), else None.
+        stopped: ``[batch]`` bool: the prompt wrote a stop token.
+        pieces: The new tokens as text, one list per prompt.
+        attrs: How they were computed (:data:`interp.analysis.frames.SCHEMA`, plus
+            ``sampling``, ``interventions`` and ``stop``).
     """
 
     tokens: torch.Tensor
@@ -60,9 +64,12 @@ class Generation:
         return ["".join(p) for p in self.pieces]
 
     def frame(self) -> pd.DataFrame:
-        """One row per generated token: ``prompt, step, position`` (in its own prompt: the
-        real tokens before it), ``token_id``, ``token``, ``logprob``; ``attrs`` as
-        :attr:`attrs`."""
+        """The continuations as a tidy table, one row per generated token.
+
+        Returns:
+            Columns ``prompt, step, position`` (in its own prompt: the real tokens before
+            it), ``token_id, token, logprob``; ``attrs`` as :attr:`attrs`.
+        """
         pads = (~self.mask[:, : self.prompt_length]).sum(-1)
         rows = []
         for b, n in enumerate(self.lengths):
