@@ -60,6 +60,11 @@ PAGES = {
         "Word senses",
         "The word-sense analyses of the bank-sense and pretrained labs (`interp.analysis`).",
     ),
+    "generation": (
+        "Generation",
+        "What the model writes, under interventions: generate, compare_generations and "
+        "the edits they apply (`interp.analysis`).",
+    ),
     "metrics": (
         "Metrics",
         "What an analysis measures: the metrics every analysis takes "
