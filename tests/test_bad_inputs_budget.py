@@ -89,6 +89,12 @@ def calls(model, gpt2, scores, tokens):
         "induction_scores": lambda **k: A.induction_scores(model, tokens, **k),
         "previous_token_scores": lambda **k: A.previous_token_scores(model, tokens, **k),
         "duplicate_token_scores": lambda **k: A.duplicate_token_scores(model, tokens, **k),
+        "generate": lambda **k: A.generate(
+            model, tokens, max_new_tokens=2, interventions=[A.HeadAblation(["L1H1"])], **k
+        ),
+        "compare_generations": lambda **k: A.compare_generations(
+            model, tokens, max_new_tokens=2, interventions=[A.HeadAblation(["L1H1"])], **k
+        ),
     }
 
 

@@ -34,7 +34,7 @@ from interp.analysis.generation.prompts import Prompt
 from interp.analysis.generation.result import Generation
 from interp.engine.chunks import Estimate
 from interp.errors import InterpError
-from interp.protocol import HookedModel, eval_no_grad
+from interp.protocol import HookedModel, check_model, eval_no_grad
 
 
 def compare_generations(
@@ -91,6 +91,7 @@ def compare_generations(
         InterpError: as :func:`~interp.analysis.generation.generate`, and for no
             interventions (nothing to compare).
     """
+    check_model(model)
     if not interventions:
         raise InterpError("compare_generations needs at least one intervention to compare")
     common = dict(
