@@ -27,7 +27,7 @@ LAYERS = [
     ("interp.models",),
     ("interp.runtime",),
     ("interp.engine",),
-    ("interp.analysis", "interp.analysis.generation", "interp.datasets"),
+    ("interp.analysis", "interp.analysis.generation", "interp.datasets", "interp.dictionaries"),
     ("interp.training", "interp.render", "interp.figures", "interp.labs"),
     ("interp.cli",),
 ]

@@ -1,0 +1,306 @@
+"""A sparse dictionary (sparse autoencoder) at one hook of a model.
+
+A dictionary rewrites an activation ``x`` (``[..., d_in]``) as a sparse sum of learned
+directions, ``x ≈ decode(encode(x)) = acts @ W_dec + b_dec``, and what it misses is its
+error, ``x - decode(encode(x))``. The encoder is affine, then a nonlinearity:
+
+* ``pre = (x - b_dec * apply_b_dec_to_input) @ W_enc + b_enc`` (``[..., d_sae]``);
+* ``relu`` (sae-lens ``standard``): ``acts = relu(pre)``;
+* ``topk`` (Gao et al. 2024, "Scaling and evaluating sparse autoencoders"): the ``k``
+  largest pre-activations kept (after a relu), every other one zero;
+* ``jumprelu`` (Rajamanoharan et al. 2024, Gemma Scope): ``acts = pre * (pre > threshold)``.
+
+The tensors and their meaning follow sae-lens, so a folder saved by one loads in the other
+(``interp.dictionaries.files``).
+
+Example:
+    >>> import torch
+    >>> D = Dictionary.random(d_in=8, d_sae=32, architecture="topk", k=2, hook_name="hook_x")
+    >>> x = torch.randn(3, 8)
+    >>> D.encode(x).shape, int((D.encode(x) != 0).sum(-1).max())
+    (torch.Size([3, 32]), 2)
+    >>> bool(torch.allclose(D.decode(D.encode(x)) + D.error(x), x, atol=1e-6))
+    True
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from interp.errors import InterpError
+
+ARCHITECTURES = ("relu", "topk", "jumprelu")
+# sae-lens' names for the same encoders.
+ALIASES = {"standard": "relu", "relu": "relu", "topk": "topk", "jumprelu": "jumprelu"}
+
+
+def architecture_name(name: str) -> str:
+    """Our name for an encoder architecture (sae-lens' ``standard`` is ``relu``).
+
+    Args:
+        name: ``'relu'``, ``'standard'``, ``'topk'`` or ``'jumprelu'``.
+
+    Returns:
+        ``'relu'``, ``'topk'`` or ``'jumprelu'``.
+
+    Raises:
+        InterpError: an architecture no dictionary here implements.
+    """
+    if not isinstance(name, str) or name.lower() not in ALIASES:
+        raise InterpError(
+            f"architecture {name!r} is unknown: use one of {', '.join(ARCHITECTURES)} "
+            "(sae-lens' 'standard' is 'relu'; gated dictionaries are not supported)"
+        )
+    return ALIASES[name.lower()]
+
+
+class Dictionary(nn.Module):
+    """A sparse dictionary at one hook: encoder, decoder, nonlinearity and hook name.
+
+    Args:
+        W_enc: ``[d_in, d_sae]`` encoder.
+        b_enc: ``[d_sae]`` encoder bias.
+        W_dec: ``[d_sae, d_in]`` decoder, one row per feature.
+        b_dec: ``[d_in]`` decoder bias.
+        architecture: ``'relu'`` (sae-lens ``'standard'``), ``'topk'`` or ``'jumprelu'``.
+        hook_name: the TransformerLens hook it reads and rewrites, e.g.
+            ``'blocks.1.hook_resid_pre'``.
+        k: how many features a ``topk`` dictionary keeps per position.
+        threshold: ``[d_sae]`` thresholds of a ``jumprelu`` dictionary.
+        apply_b_dec_to_input: subtract ``b_dec`` from ``x`` before encoding (sae-lens).
+
+    Raises:
+        InterpError: a tensor of the wrong shape, an unknown architecture, a ``topk``
+            dictionary without a valid ``k`` or a ``jumprelu`` one without thresholds.
+    """
+
+    def __init__(
+        self,
+        W_enc: torch.Tensor,
+        b_enc: torch.Tensor,
+        W_dec: torch.Tensor,
+        b_dec: torch.Tensor,
+        *,
+        architecture: str = "relu",
+        hook_name: str = "",
+        k: int | None = None,
+        threshold: torch.Tensor | None = None,
+        apply_b_dec_to_input: bool = False,
+    ) -> None:
+        super().__init__()
+        self.architecture = architecture_name(architecture)
+        if W_enc.ndim != 2:
+            raise InterpError(
+                f"W_enc has shape {tuple(W_enc.shape)}: it must be [d_in, d_sae] (2 dimensions)"
+            )
+        d_in, d_sae = W_enc.shape
+        want = {"b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
+        given = {"b_enc": b_enc, "W_dec": W_dec, "b_dec": b_dec}
+        if self.architecture == "jumprelu":
+            if threshold is None:
+                raise InterpError(
+                    "a jumprelu dictionary needs 'threshold' [d_sae]: pass it (sae-lens folders "
+                    "and Gemma Scope npz files carry it)"
+                )
+            want["threshold"], given["threshold"] = (d_sae,), threshold
+        for key, shape in want.items():
+            t = given[key]
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
+                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise InterpError(
+                    f"{key} has shape {got}, but W_enc [d_in={d_in}, d_sae={d_sae}] needs "
+                    f"{key} {list(shape)}: the tensors come from different dictionaries, or one "
+                    "is transposed"
+                )
+        if self.architecture == "topk":
+            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= d_sae:
+                raise InterpError(
+                    f"a topk dictionary needs an integer k in 1..d_sae={d_sae}, got {k!r}: pass "
+                    "k (cfg.json key 'k')"
+                )
+        elif k is not None and self.architecture != "topk":
+            k = None
+        if not isinstance(hook_name, str):
+            raise InterpError(f"hook_name must be a string, got {type(hook_name).__name__}")
+        self.hook_name = hook_name
+        self.k = k
+        self.apply_b_dec_to_input = bool(apply_b_dec_to_input)
+        self.W_enc = nn.Parameter(W_enc.detach().clone())
+        self.b_enc = nn.Parameter(b_enc.detach().clone().to(W_enc.dtype))
+        self.W_dec = nn.Parameter(W_dec.detach().clone().to(W_enc.dtype))
+        self.b_dec = nn.Parameter(b_dec.detach().clone().to(W_enc.dtype))
+        if threshold is not None and self.architecture == "jumprelu":
+            self.threshold = nn.Parameter(threshold.detach().clone().to(W_enc.dtype))
+        else:
+            self.threshold = None
+
+    @classmethod
+    def random(
+        cls,
+        *,
+        d_in: int,
+        d_sae: int,
+        architecture: str = "relu",
+        hook_name: str = "",
+        k: int | None = None,
+        seed: int = 0,
+        apply_b_dec_to_input: bool = False,
+    ) -> Dictionary:
+        """A randomly initialised dictionary: unit-norm decoder rows, encoder = decoder.T.
+
+        Args:
+            d_in: the hook's width.
+            d_sae: the number of features.
+            architecture: ``'relu'``, ``'topk'`` or ``'jumprelu'``.
+            hook_name: the hook it sits at.
+            k: features kept per position (``topk``).
+            seed: every random draw; the same seed gives the same numbers.
+            apply_b_dec_to_input: subtract ``b_dec`` before encoding.
+
+        Returns:
+            A float32 :class:`Dictionary` with zero biases (jumprelu thresholds 0).
+
+        Raises:
+            InterpError: a width below 1 or a bad ``k`` / architecture.
+        """
+        if not all(isinstance(n, int) and n >= 1 for n in (d_in, d_sae)):
+            raise InterpError(f"d_in and d_sae must be positive integers, got {d_in}, {d_sae}")
+        g = torch.Generator().manual_seed(seed)
+        W_dec = torch.randn(d_sae, d_in, generator=g)
+        W_dec = W_dec / W_dec.norm(dim=-1, keepdim=True)
+        arch = architecture_name(architecture)
+        return cls(
+            W_dec.T.clone(),
+            torch.zeros(d_sae),
+            W_dec,
+            torch.zeros(d_in),
+            architecture=arch,
+            hook_name=hook_name,
+            k=k,
+            threshold=torch.zeros(d_sae) if arch == "jumprelu" else None,
+            apply_b_dec_to_input=apply_b_dec_to_input,
+        )
+
+    @property
+    def d_in(self) -> int:
+        """The width of the activation it reads."""
+        return int(self.W_enc.shape[0])
+
+    @property
+    def d_sae(self) -> int:
+        """The number of features."""
+        return int(self.W_enc.shape[1])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of its tensors."""
+        return self.W_enc.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The device of its tensors."""
+        return self.W_enc.device
+
+    def _check_input(self, x: torch.Tensor, width: int, what: str) -> None:
+        if not isinstance(x, torch.Tensor) or x.ndim < 1 or x.shape[-1] != width:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise InterpError(
+                f"{what} has shape {got}, but this dictionary ({self.hook_name or 'no hook'}) "
+                f"needs [..., {width}]: pass activations of its hook"
+            )
+
+    def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
+        """The encoder's affine part, before its nonlinearity.
+
+        Args:
+            x: ``[..., d_in]`` activations of the hook.
+
+        Returns:
+            ``[..., d_sae]``: ``(x - b_dec * apply_b_dec_to_input) @ W_enc + b_enc``.
+
+        Raises:
+            InterpError: ``x`` whose last axis is not ``d_in``.
+        """
+        self._check_input(x, self.d_in, "x")
+        x = x.to(self.dtype)
+        if self.apply_b_dec_to_input:
+            x = x - self.b_dec
+        return x @ self.W_enc + self.b_enc
+
+    def activate(self, pre: torch.Tensor) -> torch.Tensor:
+        """The encoder's nonlinearity applied to pre-activations.
+
+        Args:
+            pre: ``[..., d_sae]`` pre-activations.
+
+        Returns:
+            ``[..., d_sae]`` feature activations (sparse: zero where a feature is off).
+        """
+        if self.architecture == "relu":
+            return torch.relu(pre)
+        if self.architecture == "jumprelu":
+            return pre * (pre > self.threshold)
+        top = pre.topk(self.k, dim=-1)
+        return torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Feature activations of ``x``.
+
+        Args:
+            x: ``[..., d_in]`` activations of the hook.
+
+        Returns:
+            ``[..., d_sae]`` feature activations.
+
+        Raises:
+            InterpError: ``x`` whose last axis is not ``d_in``.
+        """
+        return self.activate(self.pre_activations(x))
+
+    def decode(self, acts: torch.Tensor) -> torch.Tensor:
+        """The reconstruction of feature activations.
+
+        Args:
+            acts: ``[..., d_sae]`` feature activations.
+
+        Returns:
+            ``[..., d_in]``: ``acts @ W_dec + b_dec``.
+
+        Raises:
+            InterpError: ``acts`` whose last axis is not ``d_sae``.
+        """
+        self._check_input(acts, self.d_sae, "acts")
+        return acts.to(self.dtype) @ self.W_dec + self.b_dec
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The reconstruction ``decode(encode(x))``.
+
+        Args:
+            x: ``[..., d_in]`` activations of the hook.
+
+        Returns:
+            ``[..., d_in]`` reconstruction.
+        """
+        return self.decode(self.encode(x))
+
+    def error(self, x: torch.Tensor) -> torch.Tensor:
+        """What the dictionary misses: ``x - decode(encode(x))``.
+
+        Args:
+            x: ``[..., d_in]`` activations of the hook.
+
+        Returns:
+            ``[..., d_in]`` error, in the dictionary's dtype.
+
+        Raises:
+            InterpError: ``x`` whose last axis is not ``d_in``.
+        """
+        return x.to(self.dtype) - self.decode(self.encode(x))
+
+    def extra_repr(self) -> str:
+        k = f", k={self.k}" if self.k is not None else ""
+        return (
+            f"{self.architecture}, d_in={self.d_in}, d_sae={self.d_sae}{k}, "
+            f"hook_name={self.hook_name!r}"
+        )
