@@ -6,5 +6,18 @@ name and architecture.
 """
 
 from interp.dictionaries.dictionary import ARCHITECTURES, Dictionary, architecture_name
+from interp.dictionaries.files import dictionary_config, load_dictionary, save_dictionary
+from interp.dictionaries.splice import Splice, check_dictionary, hook_width, spliced
 
-__all__ = ["ARCHITECTURES", "Dictionary", "architecture_name"]
+__all__ = [
+    "ARCHITECTURES",
+    "Dictionary",
+    "Splice",
+    "architecture_name",
+    "check_dictionary",
+    "dictionary_config",
+    "hook_width",
+    "load_dictionary",
+    "save_dictionary",
+    "spliced",
+]

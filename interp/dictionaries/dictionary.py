@@ -8,7 +8,8 @@ error, ``x - decode(encode(x))``. The encoder is affine, then a nonlinearity:
 * ``relu`` (sae-lens ``standard``): ``acts = relu(pre)``;
 * ``topk`` (Gao et al. 2024, "Scaling and evaluating sparse autoencoders"): the ``k``
   largest pre-activations kept (after a relu), every other one zero;
-* ``jumprelu`` (Rajamanoharan et al. 2024, Gemma Scope): ``acts = pre * (pre > threshold)``.
+* ``jumprelu`` (Rajamanoharan et al. 2024, Gemma Scope):
+  ``acts = relu(pre) * (pre > threshold)``.
 
 The tensors and their meaning follow sae-lens, so a folder saved by one loads in the other
 (``interp.dictionaries.files``).
@@ -24,6 +25,9 @@ Example:
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -69,6 +73,8 @@ class Dictionary(nn.Module):
         k: how many features a ``topk`` dictionary keeps per position.
         threshold: ``[d_sae]`` thresholds of a ``jumprelu`` dictionary.
         apply_b_dec_to_input: subtract ``b_dec`` from ``x`` before encoding (sae-lens).
+        metadata: what is known of how it was made (model name, corpus, training
+            figures), kept in ``cfg.json``'s ``metadata`` by :meth:`save`.
 
     Raises:
         InterpError: a tensor of the wrong shape, an unknown architecture, a ``topk``
@@ -87,8 +93,10 @@ class Dictionary(nn.Module):
         k: int | None = None,
         threshold: torch.Tensor | None = None,
         apply_b_dec_to_input: bool = False,
+        metadata: dict | None = None,
     ) -> None:
         super().__init__()
+        self.metadata = dict(metadata or {})
         self.architecture = architecture_name(architecture)
         if W_enc.ndim != 2:
             raise InterpError(
@@ -240,7 +248,7 @@ class Dictionary(nn.Module):
         if self.architecture == "relu":
             return torch.relu(pre)
         if self.architecture == "jumprelu":
-            return pre * (pre > self.threshold)
+            return torch.relu(pre) * (pre > self.threshold)
         top = pre.topk(self.k, dim=-1)
         return torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
 
@@ -297,6 +305,22 @@ class Dictionary(nn.Module):
             InterpError: ``x`` whose last axis is not ``d_in``.
         """
         return x.to(self.dtype) - self.decode(self.encode(x))
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the sae-lens layout (``cfg.json``, ``sae_weights.safetensors``) atomically.
+
+        Args:
+            path: the folder (created if missing; other files in it are kept).
+
+        Returns:
+            The folder.
+
+        Raises:
+            InterpError: a destination that cannot be written.
+        """
+        from interp.dictionaries.files import save_dictionary
+
+        return save_dictionary(self, path)
 
     def extra_repr(self) -> str:
         k = f", k={self.k}" if self.k is not None else ""

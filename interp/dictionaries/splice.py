@@ -1,0 +1,217 @@
+"""A dictionary spliced into a model at its hook, with its error term kept as a node.
+
+At the dictionary's hook the activation ``x`` is replaced by
+
+``x' = decode(encode(x)) + error``,  ``error = x - decode(encode(x))``
+
+so the model computes what it did (to float rounding), but through the dictionary's
+features: an edit of the feature activations (``edit_acts``) moves ``x'`` by the decoder
+rows it changes, and an edit of the error (``edit_error``; ``keep_error=False`` drops it)
+shows what the features alone carry. The error is computed from the unedited
+activations, as sae-lens' ``use_error_term`` does, and :class:`Splice` keeps the last pass's
+feature activations and error for the caller to read.
+
+A hook whose activation is per head (``hook_z``, ``hook_q`` ...: ``[batch, pos, head,
+d_head]``) is read as the heads' concatenation, ``[batch, pos, head * d_head]`` (sae-lens'
+``reshape_activations: hook_z``).
+
+Example:
+    >>> import torch
+    >>> from interp.models import load_model
+    >>> from interp.dictionaries import Dictionary
+    >>> model = load_model("induction-2l")
+    >>> D = Dictionary.random(d_in=model.cfg.d_model, d_sae=64, architecture="topk", k=4,
+    ...                       hook_name="blocks.1.hook_resid_pre")
+    >>> g = torch.Generator().manual_seed(0)
+    >>> tokens = torch.randint(0, model.cfg.d_vocab, (2, 12), generator=g)
+    >>> s = Splice(model, D)
+    >>> out = model.run_with_hooks(tokens, fwd_hooks=s.hooks)
+    >>> bool((out - model(tokens)).abs().max() < 1e-5), tuple(s.acts.shape)
+    (True, (2, 12, 64))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from interp.dictionaries.dictionary import Dictionary
+from interp.errors import InterpError
+from interp.protocol import HookedModel, hook_names, model_cfg, model_device
+from interp.runtime import runtime_of
+
+Edit = Callable[[torch.Tensor], torch.Tensor]
+
+
+def hook_width(model: HookedModel, hook: str) -> int:
+    """The width a dictionary at ``hook`` reads: the last axis, or heads x d_head per head.
+
+    Args:
+        model: a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights.
+        hook: a hook name the model has.
+
+    Returns:
+        The number of values per position.
+    """
+    shape = runtime_of(model).activation_shape(hook, 1)
+    if hook.rsplit(".", 1)[-1] in ("hook_pattern", "hook_attn_scores"):
+        return int(shape[0])  # a dictionary does not read patterns; check_dictionary refuses
+    return int(math.prod(shape[1:]))
+
+
+def check_dictionary(model: HookedModel, D: Any) -> Dictionary:
+    """Refuse a dictionary that cannot sit in ``model``: a hook it lacks, another width.
+
+    Args:
+        model: a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights.
+        D: the dictionary.
+
+    Returns:
+        ``D``.
+
+    Raises:
+        InterpError: no model, not a :class:`Dictionary`, no hook name, a hook the model
+            does not have or that holds attention patterns, a ``d_in`` other than the hook's
+            width, or tensors on another device than the model's.
+    """
+    model_cfg(model)
+    if not isinstance(D, Dictionary):
+        raise InterpError(
+            f"expected a Dictionary, got {type(D).__name__}: load one with "
+            "interp.dictionaries.load_dictionary(path)"
+        )
+    if not D.hook_name:
+        raise InterpError(
+            "the dictionary names no hook: set D.hook_name (e.g. 'blocks.1.hook_resid_pre') or "
+            "pass hook_name= to load_dictionary"
+        )
+    names = hook_names(model)
+    if D.hook_name not in names:
+        leaf = D.hook_name.rsplit(".", 1)[-1]
+        near = sorted(n for n in names if n.endswith(leaf))[:3] or sorted(names)[:3]
+        raise InterpError(
+            f"hook_name {D.hook_name!r} is not a hook of this model (e.g. {', '.join(near)}): "
+            "the dictionary was made for another model, or set D.hook_name"
+        )
+    if D.hook_name.rsplit(".", 1)[-1] in ("hook_pattern", "hook_attn_scores"):
+        raise InterpError(
+            f"hook_name {D.hook_name!r} holds attention patterns: a dictionary reads a "
+            "residual, MLP or per-head vector hook"
+        )
+    width = hook_width(model, D.hook_name)
+    if D.d_in != width:
+        raise InterpError(
+            f"d_in is {D.d_in}, but hook {D.hook_name!r} of this model is {width} wide: the "
+            "dictionary was made for another model or hook"
+        )
+    if D.device != model_device(model):
+        raise InterpError(
+            f"the dictionary is on {D.device} and the model on {model_device(model)}: "
+            "move it with D.to(device)"
+        )
+    return D
+
+
+class Splice:
+    """Hooks that splice a dictionary at its hook, its error kept as a node of its own.
+
+    Args:
+        model: a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights.
+        D: the dictionary (checked by :func:`check_dictionary`).
+        keep_error: add the error term back (the model then computes what it did).
+        edit_acts: ``acts -> acts``, applied to the feature activations before decoding.
+        edit_error: ``error -> error``, applied to the error before it is added back.
+
+    Attributes:
+        hooks: ``[(hook_name, fn)]`` for ``run_with_hooks(fwd_hooks=...)``.
+        acts: the last pass's feature activations ``[batch, pos, d_sae]`` (edited).
+        error: the last pass's error ``[batch, pos, d_in]``, before ``edit_error``.
+
+    Raises:
+        InterpError: as :func:`check_dictionary`; an edit that changes a shape.
+    """
+
+    def __init__(
+        self,
+        model: HookedModel,
+        D: Dictionary,
+        *,
+        keep_error: bool = True,
+        edit_acts: Edit | None = None,
+        edit_error: Edit | None = None,
+    ) -> None:
+        self.D = check_dictionary(model, D)
+        self.keep_error = bool(keep_error)
+        self.edit_acts, self.edit_error = edit_acts, edit_error
+        self.acts: torch.Tensor | None = None
+        self.error: torch.Tensor | None = None
+        self.hooks = [(D.hook_name, self._hook)]
+
+    def _hook(self, x: torch.Tensor, hook: Any = None) -> torch.Tensor:
+        D = self.D
+        flat = x.reshape(*x.shape[:2], -1) if x.ndim > 3 else x
+        if flat.shape[-1] != D.d_in:
+            raise InterpError(
+                f"hook {D.hook_name!r} gave activations of shape {tuple(x.shape)}, but the "
+                f"dictionary reads {D.d_in} values per position"
+            )
+        acts = D.encode(flat)
+        recon = D.decode(acts)
+        error = flat.to(D.dtype) - recon
+        if self.edit_acts is not None:
+            acts = _edited(self.edit_acts, acts, "edit_acts")
+            recon = D.decode(acts)
+        self.acts, self.error = acts, error
+        out = recon
+        if self.keep_error:
+            out = recon + (
+                error if self.edit_error is None else _edited(self.edit_error, error, "edit_error")
+            )
+        return out.to(x.dtype).reshape(x.shape)
+
+
+def _edited(fn: Edit, t: torch.Tensor, what: str) -> torch.Tensor:
+    new = fn(t)
+    if not isinstance(new, torch.Tensor) or new.shape != t.shape:
+        got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
+        raise InterpError(
+            f"{what} returned {got}; it must return a tensor of shape {tuple(t.shape)}"
+        )
+    return new
+
+
+@contextlib.contextmanager
+def spliced(
+    model: HookedModel,
+    D: Dictionary,
+    *,
+    keep_error: bool = True,
+    edit_acts: Edit | None = None,
+    edit_error: Edit | None = None,
+) -> Iterator[Splice]:
+    """Every forward pass of ``model`` inside the block runs with ``D`` spliced in.
+
+    Args:
+        model: a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights.
+        D: the dictionary.
+        keep_error: add the error term back.
+        edit_acts: ``acts -> acts``, applied before decoding.
+        edit_error: ``error -> error``, applied before it is added back.
+
+    Yields:
+        The :class:`Splice` (its ``acts`` and ``error`` are the last pass's).
+
+    Raises:
+        InterpError: as :func:`check_dictionary`.
+
+    Example:
+        >>> with spliced(model, D, keep_error=False) as s:  # doctest: +SKIP
+        ...     logits = model(tokens)
+    """
+    s = Splice(model, D, keep_error=keep_error, edit_acts=edit_acts, edit_error=edit_error)
+    with model.hooks(fwd_hooks=s.hooks):
+        yield s
