@@ -2,22 +2,33 @@
 
 :class:`Dictionary` holds the tensors in sae-lens' layout (``W_enc [d_in, d_sae]``,
 ``b_enc``, ``W_dec [d_sae, d_in]``, ``b_dec``, ``threshold`` for jumprelu) with its hook
-name and architecture.
+name and architecture; :func:`load_dictionary` / :meth:`Dictionary.save` read and write
+sae-lens folders (and Gemma Scope npz files); :class:`Splice` / :func:`spliced` put one
+into a model at its hook with its error term kept as a node; :func:`train_dictionary`
+trains a TopK dictionary on a hook's activations and :func:`dictionary_report` scores one.
 """
 
 from interp.dictionaries.dictionary import ARCHITECTURES, Dictionary, architecture_name
 from interp.dictionaries.files import dictionary_config, load_dictionary, save_dictionary
-from interp.dictionaries.splice import Splice, check_dictionary, hook_width, spliced
+from interp.dictionaries.report import DictionaryReport, dictionary_report
+from interp.dictionaries.splice import Splice, check_dictionary, check_hook, hook_width, spliced
+from interp.dictionaries.train import TrainedDictionary, default_lr, train_dictionary
 
 __all__ = [
     "ARCHITECTURES",
     "Dictionary",
+    "DictionaryReport",
     "Splice",
+    "TrainedDictionary",
     "architecture_name",
     "check_dictionary",
+    "check_hook",
+    "default_lr",
     "dictionary_config",
+    "dictionary_report",
     "hook_width",
     "load_dictionary",
     "save_dictionary",
     "spliced",
+    "train_dictionary",
 ]

@@ -63,6 +63,36 @@ def hook_width(model: HookedModel, hook: str) -> int:
     return int(math.prod(shape[1:]))
 
 
+def check_hook(model: HookedModel, hook: Any) -> str:
+    """Refuse a hook a dictionary cannot sit at: one the model lacks, or a pattern.
+
+    Args:
+        model: a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights.
+        hook: the hook name.
+
+    Returns:
+        ``hook``.
+
+    Raises:
+        InterpError: not a hook of the model, or one that holds attention patterns.
+    """
+    model_cfg(model)
+    names = hook_names(model)
+    if not isinstance(hook, str) or hook not in names:
+        leaf = str(hook).rsplit(".", 1)[-1]
+        near = sorted(n for n in names if n.endswith(leaf))[:3] or sorted(names)[:3]
+        raise InterpError(
+            f"hook_name {hook!r} is not a hook of this model (e.g. {', '.join(near)}): "
+            "the dictionary was made for another model, or set D.hook_name"
+        )
+    if hook.rsplit(".", 1)[-1] in ("hook_pattern", "hook_attn_scores"):
+        raise InterpError(
+            f"hook_name {hook!r} holds attention patterns: a dictionary reads a "
+            "residual, MLP or per-head vector hook"
+        )
+    return hook
+
+
 def check_dictionary(model: HookedModel, D: Any) -> Dictionary:
     """Refuse a dictionary that cannot sit in ``model``: a hook it lacks, another width.
 
@@ -89,19 +119,7 @@ def check_dictionary(model: HookedModel, D: Any) -> Dictionary:
             "the dictionary names no hook: set D.hook_name (e.g. 'blocks.1.hook_resid_pre') or "
             "pass hook_name= to load_dictionary"
         )
-    names = hook_names(model)
-    if D.hook_name not in names:
-        leaf = D.hook_name.rsplit(".", 1)[-1]
-        near = sorted(n for n in names if n.endswith(leaf))[:3] or sorted(names)[:3]
-        raise InterpError(
-            f"hook_name {D.hook_name!r} is not a hook of this model (e.g. {', '.join(near)}): "
-            "the dictionary was made for another model, or set D.hook_name"
-        )
-    if D.hook_name.rsplit(".", 1)[-1] in ("hook_pattern", "hook_attn_scores"):
-        raise InterpError(
-            f"hook_name {D.hook_name!r} holds attention patterns: a dictionary reads a "
-            "residual, MLP or per-head vector hook"
-        )
+    check_hook(model, D.hook_name)
     width = hook_width(model, D.hook_name)
     if D.d_in != width:
         raise InterpError(

@@ -1,0 +1,157 @@
+"""How good a dictionary is on a token set: what it explains and what splicing it costs.
+
+* **fraction of variance explained**, ``1 - sum ||x - decode(encode(x))||^2 /
+  sum ||x - mean(x)||^2`` over the positions scored;
+* **L0**: the mean number of active features per position;
+* **dead fraction**: the share of features active at no position scored;
+* **losses**: the model's next-token loss clean, spliced with the error term kept (equal
+  to clean up to float rounding: a check), and spliced without it (what the features alone
+  carry; the gap is the usual "loss added" of a dictionary).
+
+All are sums over chunks planned under the memory budget, so they are exact whatever the
+chunking. Models whose logits mean nothing (an encoder without an LM head) get no losses.
+
+Example:
+    >>> import torch
+    >>> from interp.models import load_model
+    >>> from interp.dictionaries import Dictionary
+    >>> model = load_model("induction-2l")
+    >>> D = Dictionary.random(d_in=128, d_sae=64, architecture="topk", k=4,
+    ...                       hook_name="blocks.1.hook_resid_pre")
+    >>> r = dictionary_report(model, torch.randint(1, 64, (4, 20)), D)
+    >>> r.l0 <= 4, abs(r.loss_with_error - r.clean_loss) < 1e-4
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from interp.checks import check_tokens
+from interp.dictionaries.dictionary import Dictionary
+from interp.dictionaries.splice import Splice, check_dictionary
+from interp.engine.chunks import Footprint, chunk_bar, plan
+from interp.memory import forward_bytes, stream_bytes
+from interp.metrics import next_token_nll
+from interp.protocol import HookedModel, is_causal, logits_meaningful
+
+
+@dataclasses.dataclass(frozen=True)
+class DictionaryReport:
+    """A dictionary's figures on a token set (module docstring).
+
+    Attributes:
+        fraction_variance_explained: ``1 - SSE / SST`` over the positions scored.
+        l0: mean active features per position.
+        dead_fraction: share of features never active.
+        clean_loss: the model's loss (nats), ``None`` without meaningful logits.
+        loss_with_error: spliced, error kept.
+        loss_without_error: spliced, error dropped.
+        n_tokens: positions scored.
+        skipped_columns: leading columns left out of the variance, L0 and dead figures.
+    """
+
+    fraction_variance_explained: float
+    l0: float
+    dead_fraction: float
+    clean_loss: float | None
+    loss_with_error: float | None
+    loss_without_error: float | None
+    n_tokens: int
+    skipped_columns: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as a JSON-ready dict.
+
+        Returns:
+            Field name to value.
+        """
+        return dataclasses.asdict(self)
+
+
+def dictionary_report(
+    model: HookedModel,
+    tokens: torch.Tensor,
+    D: Dictionary,
+    *,
+    skip_columns: int = 0,
+    memory_budget: int | None = None,
+    progress: bool = False,
+) -> DictionaryReport:
+    """Score ``D`` on ``tokens``: variance explained, L0, dead features, spliced losses.
+
+    Args:
+        model: a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights.
+        tokens: ``[batch, pos]`` integer ids.
+        D: the dictionary (at a hook of ``model``).
+        skip_columns: leading columns left out of the reconstruction figures (a BOS
+            column, whose norm dwarfs the rest in pretrained models); the losses count
+            every prediction, with every column spliced.
+        memory_budget: bytes the passes may hold (default: a quarter of free memory).
+        progress: show a progress bar over the chunks.
+
+    Returns:
+        A :class:`DictionaryReport`.
+
+    Raises:
+        InterpError: as :func:`check_dictionary` and :func:`interp.checks.check_tokens`;
+            ``skip_columns`` leaving no column.
+    """
+    from interp.checks import check_int
+    from interp.errors import InterpError
+
+    check_dictionary(model, D)
+    tokens = check_tokens(model, tokens, chunked=True)
+    skip = check_int(skip_columns, "skip_columns", minimum=0)
+    if skip >= tokens.shape[1]:
+        raise InterpError(f"skip_columns={skip} leaves none of the {tokens.shape[1]} columns")
+    losses = is_causal(model) and logits_meaningful(model) and tokens.shape[1] > 1
+    pos = tokens.shape[1]
+    per = forward_bytes(model, 1, pos) + 3 * stream_bytes(model, pos, element=4)
+    foot = Footprint(fixed=4 * D.d_sae * pos, per_prompt=per + 4 * D.d_sae * pos)
+    run = plan(
+        model, tokens.shape[0], pos, foot, memory_budget=memory_budget,
+        analysis="dictionary_report", forward_equivalents=3.0 if losses else 1.0,
+        progress=progress,
+    )  # fmt: skip
+    sse = sx = sxx = 0.0
+    n = active = 0
+    ever = torch.zeros(D.d_sae, dtype=torch.bool, device=D.device)
+    nll = {"clean": 0.0, "with": 0.0, "without": 0.0}
+    for rows in chunk_bar(run.chunks, progress=progress, desc="dictionary report"):
+        t = tokens[rows]
+        with torch.no_grad():
+            s = Splice(model, D)
+            with_error = model.run_with_hooks(t, fwd_hooks=s.hooks)
+            x = (s.error + D.decode(s.acts))[:, skip:].double()  # x itself, to rounding
+            err, acts = s.error[:, skip:].double(), s.acts[:, skip:]
+            sse += float(err.pow(2).sum())
+            sx = sx + x.sum((0, 1))
+            sxx += float(x.pow(2).sum())
+            n += x.shape[0] * x.shape[1]
+            on = acts != 0
+            active += int(on.sum())
+            ever |= on.flatten(0, -2).any(0)
+            if losses:
+                nll["with"] += float(next_token_nll(with_error, t).double().sum())
+                nll["clean"] += float(next_token_nll(model(t), t).double().sum())
+                without = model.run_with_hooks(
+                    t, fwd_hooks=Splice(model, D, keep_error=False).hooks
+                )
+                nll["without"] += float(next_token_nll(without, t).double().sum())
+    sst = sxx - float((sx * sx).sum()) / n
+    preds = tokens.shape[0] * (pos - 1)
+    loss = {key: v / preds if losses else None for key, v in nll.items()}
+    return DictionaryReport(
+        fraction_variance_explained=1.0 - sse / sst if sst > 0 else float("nan"),
+        l0=active / n,
+        dead_fraction=float((~ever).float().mean()),
+        clean_loss=loss["clean"],
+        loss_with_error=loss["with"],
+        loss_without_error=loss["without"],
+        n_tokens=n,
+        skipped_columns=skip,
+    )

@@ -1,0 +1,293 @@
+"""Training a TopK dictionary on a hook's activations (Gao et al. 2024).
+
+"Scaling and evaluating sparse autoencoders" (Gao et al. 2024): the encoder keeps the
+``k`` largest pre-activations, ``z = TopK(W_enc (x - b_dec) + b_enc)``, the decoder is
+``x_hat = z W_dec + b_dec``, and the loss is the normalised reconstruction error
+``||x - x_hat||^2 / ||x - mean(x)||^2`` plus ``aux_coefficient`` times the AuxK loss: the
+``aux_k`` largest pre-activations of the *dead* features (none active in the last
+``dead_after`` positions) reconstruct the residual ``x - x_hat``, which gives them a
+gradient again. As there, ``b_dec`` starts at the data's mean, ``W_enc`` at ``W_dec``'s
+transpose, decoder rows are kept at unit norm with the gradient along them removed, and the
+learning rate decays linearly to 0 over the last fifth of the steps.
+
+The activations are scaled by one constant (``sqrt(d_in) / mean ||x||``, from the first
+chunk) so one learning rate suits every model, and the constant is folded into the weights
+at the end (sae-lens' ``fold_activation_norm_scaling_factor``): the dictionary reads the
+model's own activations. They stream in chunks planned under ``memory_budget``; each
+chunk's passes stop at the hook (:mod:`interp.dictionaries.activations`) and its positions
+are shuffled (seeded) into mini-batches.
+
+Example:
+    >>> from interp.models import load_model
+    >>> from interp.datasets import repeated_tokens
+    >>> model = load_model("induction-2l")
+    >>> tokens = repeated_tokens(32, d_vocab=64, seq_len=48, seed=0).tokens
+    >>> fit = train_dictionary(model, tokens, hook="blocks.1.hook_resid_pre", n_features=64,
+    ...                        k=4, epochs=2)
+    >>> fit.dictionary.d_sae, fit.report.l0 <= 4
+    (64, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+from interp.checks import check_bool, check_finite, check_int, check_seed, check_tokens
+from interp.dictionaries.activations import hook_activations
+from interp.dictionaries.dictionary import Dictionary
+from interp.dictionaries.report import DictionaryReport, dictionary_report
+from interp.dictionaries.splice import check_hook, hook_width
+from interp.engine.chunks import Footprint, plan
+from interp.errors import InterpError
+from interp.memory import forward_bytes
+from interp.protocol import HookedModel, model_device, model_name
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedDictionary:
+    """A trained dictionary and its figures.
+
+    Attributes:
+        dictionary: the :class:`Dictionary` (its ``metadata['training']`` holds ``training``).
+        report: its :class:`DictionaryReport` on the evaluation tokens.
+        training: how it was trained: options, steps, positions seen, the final losses and
+            the dead share at the end of training.
+    """
+
+    dictionary: Dictionary
+    report: DictionaryReport
+    training: dict[str, Any]
+
+
+def default_lr(n_features: int) -> float:
+    """Gao et al.'s learning rate for ``n_features`` features: ``2e-4 / sqrt(n / 2**14)``.
+
+    Args:
+        n_features: the dictionary's width.
+
+    Returns:
+        The Adam learning rate.
+    """
+    return 2e-4 / math.sqrt(n_features / 2**14)
+
+
+def _check(model: HookedModel, tokens: Any, hook: Any, n_features: Any, k: Any) -> torch.Tensor:
+    check_hook(model, hook)
+    tokens = check_tokens(model, tokens, chunked=True)
+    n = check_int(n_features, "n_features", minimum=1)
+    if check_int(k, "k", minimum=1) > n:
+        raise InterpError(f"k={k} is more than n_features={n}: pick k <= n_features")
+    return tokens
+
+
+def _depth(model: HookedModel, hook: str) -> float:
+    """The share of the model's blocks a pass stopped at ``hook`` runs."""
+    n = max(1, int(model.cfg.n_layers))
+    parts = hook.split(".")
+    if parts[0] != "blocks" or not parts[1].isdigit():
+        return 1.0 if hook.startswith(("ln_final", "unembed")) else 0.0
+    return min(1.0, (int(parts[1]) + (0 if parts[-1] == "hook_resid_pre" else 1)) / n)
+
+
+def train_dictionary(
+    model: HookedModel,
+    tokens: torch.Tensor,
+    *,
+    hook: str,
+    n_features: int,
+    k: int,
+    seed: int = 0,
+    epochs: int = 1,
+    batch_size: int = 1024,
+    lr: float | None = None,
+    aux_k: int | None = None,
+    aux_coefficient: float = 1 / 32,
+    dead_after: int | None = None,
+    skip_columns: int = 0,
+    eval_tokens: torch.Tensor | None = None,
+    memory_budget: int | None = None,
+    progress: bool = False,
+) -> TrainedDictionary:
+    """Train a TopK dictionary at ``hook`` on the activations of ``tokens``.
+
+    Args:
+        model: a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights.
+        tokens: ``[batch, pos]`` integer ids, the training set.
+        hook: the hook name it reads, e.g. ``'blocks.1.hook_resid_pre'``.
+        n_features: the dictionary's width ``d_sae``.
+        k: features active per position.
+        seed: every random draw; the same seed gives the same numbers.
+        epochs: passes over ``tokens``.
+        batch_size: positions per optimiser step.
+        lr: Adam's learning rate (default :func:`default_lr`).
+        aux_k: dead features the AuxK loss uses (default ``min(d_in // 2, n_features)``).
+        aux_coefficient: the AuxK loss's weight.
+        dead_after: positions without activating after which a feature counts as dead
+            (default a twentieth of all training positions, at least one batch).
+        skip_columns: leading columns not trained on (a BOS column, whose norm dwarfs the
+            rest in pretrained models; the splice still covers it, through its error).
+        eval_tokens: the tokens the report is computed on (default ``tokens``).
+        memory_budget: bytes the passes may hold (default: a quarter of free memory).
+        progress: show a progress bar over the steps.
+
+    Returns:
+        A :class:`TrainedDictionary`.
+
+    Raises:
+        InterpError: bad tokens, a hook the model lacks, ``k`` above ``n_features``, a bad
+            option, or a budget one prompt does not fit.
+    """
+    tokens = _check(model, tokens, hook, n_features, k)
+    seed, epochs = check_seed(seed), check_int(epochs, "epochs", minimum=1)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    lr = default_lr(n_features) if lr is None else check_finite(lr, "lr", positive=True)
+    aux_coefficient = check_finite(aux_coefficient, "aux_coefficient")
+    skip = check_int(skip_columns, "skip_columns", minimum=0)
+    check_bool(progress, "progress")
+    batch, pos = tokens.shape
+    if skip >= pos:
+        raise InterpError(f"skip_columns={skip} leaves none of the {pos} columns to train on")
+    d_in = hook_width(model, hook)
+    aux_k = (
+        min(max(1, d_in // 2), n_features)
+        if aux_k is None
+        else check_int(aux_k, "aux_k", minimum=1)
+    )
+    total = batch * (pos - skip) * epochs
+    dead_after = (
+        max(batch_size, total // 20)
+        if dead_after is None
+        else check_int(dead_after, "dead_after", minimum=1)
+    )
+    # held: the dictionary, its gradient and Adam's two moments, and one batch's tensors
+    fixed = 4 * (4 * (2 * d_in * n_features) + 6 * batch_size * n_features)
+    foot = Footprint(fixed=fixed, per_prompt=forward_bytes(model, 1, pos, rows=()) + 8 * pos * d_in)
+    run = plan(
+        model, batch, pos, foot, memory_budget=memory_budget, analysis="train_dictionary",
+        forward_equivalents=epochs * _depth(model, hook),
+        progress=progress,
+    )  # fmt: skip
+    device = model_device(model)
+    g = torch.Generator().manual_seed(seed)
+
+    def chunk(rows: slice) -> torch.Tensor:  # [n, d_in] float32, scaled
+        x = hook_activations(model, tokens[rows], hook)[:, skip:].float()
+        return x.reshape(-1, d_in)
+
+    first = chunk(run.chunks[0])
+    scale = math.sqrt(d_in) / float(first.norm(dim=-1).mean().clamp(min=1e-12))
+    W_dec = torch.randn(n_features, d_in, generator=g).to(device)
+    W_dec /= W_dec.norm(dim=-1, keepdim=True)
+    params = {
+        "W_enc": W_dec.T.clone(),
+        "b_enc": torch.zeros(n_features, device=device),
+        "W_dec": W_dec,
+        "b_dec": (first * scale).mean(0),
+    }
+    for p in params.values():
+        p.requires_grad_(True)
+    opt = torch.optim.Adam(params.values(), lr=lr)
+    since = torch.zeros(n_features, dtype=torch.long, device=device)  # positions since active
+    steps_per_epoch = sum(
+        math.ceil((c.stop - c.start) * (pos - skip) / batch_size) for c in run.chunks
+    )
+    n_steps, step = steps_per_epoch * epochs, 0
+    last: dict[str, float] = {}
+    bar = _bar(n_steps, progress)
+    for _ in range(epochs):
+        for i, rows in enumerate(run.chunks):
+            reuse = i == 0 and (epochs == 1 or len(run.chunks) == 1)
+            x_all = (first if reuse else chunk(rows)) * scale
+            order = torch.randperm(x_all.shape[0], generator=g).to(device)
+            for start in range(0, x_all.shape[0], batch_size):
+                x = x_all[order[start : start + batch_size]]
+                frac = step / max(1, n_steps)
+                for group in opt.param_groups:
+                    group["lr"] = lr * min(1.0, (1 - frac) / 0.2)
+                last = _step(params, opt, x, k, aux_k, aux_coefficient, since, dead_after)
+                step += 1
+                bar.update(1)
+                if step % 50 == 0:
+                    bar.set_postfix(loss=f"{last['loss']:.4f}", dead=f"{last['dead']:.2f}")
+    bar.close()
+    D = _folded(params, scale, hook=hook, k=k)
+    training = dict(
+        model_name=model_name(model), hook=hook, n_features=n_features, k=k, seed=seed,
+        epochs=epochs, batch_size=batch_size, lr=lr, aux_k=aux_k, aux_coefficient=aux_coefficient,
+        dead_after=dead_after, skip_columns=skip, steps=step, positions_seen=total,
+        train_sequences=batch, seq_len=pos, input_scale=scale, final_loss=last.get("loss"),
+        final_dead_fraction=last.get("dead"),
+    )  # fmt: skip
+    report = dictionary_report(
+        model, tokens if eval_tokens is None else eval_tokens, D, skip_columns=skip,
+        memory_budget=memory_budget, progress=progress,
+    )  # fmt: skip
+    D.metadata.update(model_name=model_name(model), training=training, report=report.as_dict())
+    return TrainedDictionary(D, report, training)
+
+
+def _bar(total: int, progress: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="train dictionary", unit="step", disable=not progress)
+
+
+def _step(
+    p: dict[str, torch.Tensor],
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    k: int,
+    aux_k: int,
+    aux_coefficient: float,
+    since: torch.Tensor,
+    dead_after: int,
+) -> dict[str, float]:
+    """One optimiser step on the positions ``x`` ``[n, d_in]`` (scaled)."""
+    pre = (x - p["b_dec"]) @ p["W_enc"] + p["b_enc"]  # [n, d_sae]
+    top = pre.topk(k, dim=-1)
+    acts = torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
+    recon = acts @ p["W_dec"] + p["b_dec"]
+    var = (x - x.mean(0)).pow(2).sum(-1).mean().clamp(min=1e-12)
+    err = x - recon
+    loss = err.pow(2).sum(-1).mean() / var
+    dead = since >= dead_after
+    total = loss
+    if aux_coefficient > 0 and bool(dead.any()):
+        n_aux = min(aux_k, int(dead.sum()))
+        masked = pre.masked_fill(~dead, float("-inf"))
+        atop = masked.topk(n_aux, dim=-1)
+        aux_acts = torch.zeros_like(pre).scatter(-1, atop.indices, atop.values.relu())
+        residual = err.detach()
+        aux = (residual - aux_acts @ p["W_dec"]).pow(2).sum(-1).mean() / var
+        total = loss + aux_coefficient * torch.nan_to_num(aux, nan=0.0)
+    opt.zero_grad(set_to_none=True)
+    total.backward()
+    with torch.no_grad():
+        W, G = p["W_dec"], p["W_dec"].grad
+        G -= (G * W).sum(-1, keepdim=True) * W  # keep unit norm: no gradient along a row
+        opt.step()
+        W /= W.norm(dim=-1, keepdim=True)
+        fired = (acts > 0).any(0)
+        since += x.shape[0]
+        since[fired] = 0
+    return {"loss": float(loss.detach()), "dead": float(dead.float().mean())}
+
+
+def _folded(p: dict[str, torch.Tensor], scale: float, *, hook: str, k: int) -> Dictionary:
+    """The dictionary on the unscaled activations: trained on ``scale * x``,
+    ``pre = (x - b_dec / s) (s W_enc) + b_enc`` and ``x_hat = acts (W_dec / s) + b_dec / s``."""
+    with torch.no_grad():
+        return Dictionary(
+            p["W_enc"] * scale,
+            p["b_enc"].clone(),
+            p["W_dec"] / scale,
+            p["b_dec"] / scale,
+            architecture="topk",
+            hook_name=hook,
+            k=k,
+            apply_b_dec_to_input=True,
+        )
