@@ -30,12 +30,21 @@ def add_parsers(sub: Any) -> None:
     lab.add_argument("--seed", type=seed_arg, default=0, help="seed of every random draw")
     lab.add_argument("--quiet", action="store_true", help="no progress bar")
     lab.set_defaults(func=run_lab)
-    train = sub.add_parser("train", help="train a model from scratch")
-    train.add_argument("what", choices=("induction",))
-    train.add_argument("--out", default="checkpoints/induction-2l", help="checkpoint folder")
+    train = sub.add_parser(
+        "train", help="train a model from scratch, or a dictionary at a hook of a model"
+    )
+    train.add_argument("what", choices=("induction", "dictionary"))
+    train.add_argument(
+        "--out",
+        help="checkpoint folder (induction; default checkpoints/induction-2l) or the "
+        "dictionary's sae-lens folder (dictionary; required)",
+    )
     train.add_argument("--seed", type=seed_arg, default=0)
-    train.add_argument("--steps", type=count_arg(1), default=1200)
+    train.add_argument("--steps", type=count_arg(1), default=1200, help="induction: steps")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    from interp.cli.dictionaries import add_dictionary_options
+
+    add_dictionary_options(train)
     train.set_defaults(func=run_train)
     models = sub.add_parser("models", help="list built-in model aliases and their cache state")
     models.set_defaults(func=run_models)
@@ -62,7 +71,13 @@ def run_lab(args: argparse.Namespace) -> int:
 def run_train(args: argparse.Namespace) -> int:
     from interp.files import check_output_dir
 
-    out = check_output_dir(args.out, "--out")  # before importing torch, let alone training
+    if args.what == "dictionary":
+        from interp.cli.dictionaries import run_train_dictionary
+
+        return run_train_dictionary(args)
+    out = check_output_dir(
+        args.out or "checkpoints/induction-2l", "--out"
+    )  # before importing torch, let alone training
     from interp.training import InductionTrainConfig, save_result, train_induction
 
     cfg = InductionTrainConfig(seed=args.seed, steps=args.steps)

@@ -3,7 +3,9 @@
 * :mod:`interp.datasets.repeated`: the induction probe (a segment of random length
   repeated after a random prefix) and ARENA's fixed probe;
 * :mod:`interp.datasets.ambiguous`: the bank-sense sentences;
-* :mod:`interp.datasets.ioi`: name-mover prompts with their corrupted twins.
+* :mod:`interp.datasets.ioi`: name-mover prompts with their corrupted twins;
+* :mod:`interp.datasets.python_text`: real text offline, the Python standard library's
+  source, tokenized for a model (dictionaries are trained on it).
 
 Example:
     >>> data = repeated_tokens(4, d_vocab=64, seq_len=48, segment_lengths=(6, 12), seed=0)
@@ -23,6 +25,7 @@ from interp.datasets.ioi import (
     name_mover_prompts,
     name_mover_templates,
 )
+from interp.datasets.python_text import TextCorpus, python_text, stdlib_files
 from interp.datasets.repeated import (
     BOS,
     HELD_OUT_LENGTHS,
@@ -42,10 +45,13 @@ __all__ = [
     "RepeatedTokens",
     "SPLITS",
     "TRAIN_LENGTHS",
+    "TextCorpus",
     "ambiguous_words",
     "first_names",
     "name_mover_prompts",
     "name_mover_templates",
+    "python_text",
     "repeated_random_tokens",
     "repeated_tokens",
+    "stdlib_files",
 ]

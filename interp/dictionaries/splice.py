@@ -63,12 +63,18 @@ def hook_width(model: HookedModel, hook: str) -> int:
     return int(math.prod(shape[1:]))
 
 
-def check_hook(model: HookedModel, hook: Any) -> str:
+def check_hook(
+    model: HookedModel,
+    hook: Any,
+    *,
+    fix: str = "the dictionary was made for another model, or set D.hook_name",
+) -> str:
     """Refuse a hook a dictionary cannot sit at: one the model lacks, or a pattern.
 
     Args:
         model: a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights.
         hook: the hook name.
+        fix: what the message tells the caller to do about a hook the model lacks.
 
     Returns:
         ``hook``.
@@ -82,12 +88,11 @@ def check_hook(model: HookedModel, hook: Any) -> str:
         leaf = str(hook).rsplit(".", 1)[-1]
         near = sorted(n for n in names if n.endswith(leaf))[:3] or sorted(names)[:3]
         raise InterpError(
-            f"hook_name {hook!r} is not a hook of this model (e.g. {', '.join(near)}): "
-            "the dictionary was made for another model, or set D.hook_name"
+            f"hook {hook!r} is not a hook of this model (e.g. {', '.join(near)}): {fix}"
         )
     if hook.rsplit(".", 1)[-1] in ("hook_pattern", "hook_attn_scores"):
         raise InterpError(
-            f"hook_name {hook!r} holds attention patterns: a dictionary reads a "
+            f"hook {hook!r} holds attention patterns: a dictionary reads a "
             "residual, MLP or per-head vector hook"
         )
     return hook
@@ -227,8 +232,13 @@ def spliced(
         InterpError: as :func:`check_dictionary`.
 
     Example:
-        >>> with spliced(model, D, keep_error=False) as s:  # doctest: +SKIP
-        ...     logits = model(tokens)
+        >>> from interp.models import load_model
+        >>> model = load_model("induction-2l")
+        >>> D = Dictionary.random(d_in=128, d_sae=8, hook_name="blocks.1.hook_resid_pre")
+        >>> with spliced(model, D, keep_error=False) as s:
+        ...     logits = model(torch.zeros(1, 4, dtype=torch.long))
+        >>> tuple(s.acts.shape)
+        (1, 4, 8)
     """
     s = Splice(model, D, keep_error=keep_error, edit_acts=edit_acts, edit_error=edit_error)
     with model.hooks(fwd_hooks=s.hooks):

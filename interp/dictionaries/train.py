@@ -76,7 +76,7 @@ def default_lr(n_features: int) -> float:
 
 
 def _check(model: HookedModel, tokens: Any, hook: Any, n_features: Any, k: Any) -> torch.Tensor:
-    check_hook(model, hook)
+    check_hook(model, hook, fix="pick one of the model's hooks")
     tokens = check_tokens(model, tokens, chunked=True)
     n = check_int(n_features, "n_features", minimum=1)
     if check_int(k, "k", minimum=1) > n:
