@@ -87,8 +87,8 @@ def case(name, model, tokens, heads, metric, min_seconds):
 
 
 def main() -> None:
+    from interp.core.metrics import loss_metric
     from interp.datasets import repeated_random_tokens
-    from interp.metrics import loss_metric
     from interp.models import load_model
     from interp.models.hf import random_gpt2
 

@@ -56,8 +56,8 @@ def main() -> None:
     from interp.analysis.components.attribution import attribute_heads
     from interp.analysis.components.patching import patch_heads
     from interp.analysis.senses.words import ordinary_word_ids
+    from interp.core.metrics import logit_diff_metric, loss_metric
     from interp.datasets import name_mover_prompts, repeated_random_tokens
-    from interp.metrics import logit_diff_metric, loss_metric
     from interp.models import load_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -63,9 +63,9 @@ def main() -> None:
     )
     from interp.analysis.circuits.edge_attribution import score_matrix
     from interp.analysis.circuits.pruning import top_edges
+    from interp.core.hooks import hook_name
+    from interp.core.metrics import logit_diff_metric
     from interp.datasets import name_mover_prompts
-    from interp.hooks import hook_name
-    from interp.metrics import logit_diff_metric
     from interp.models import load_model
 
     parser = argparse.ArgumentParser()
@@ -100,7 +100,7 @@ def main() -> None:
         f"[{n_s} x {width:,}] @ [{width:,} x {n_r}] {product:.2f} s = {product / fwd:.2f} fwd-eq"
     )
 
-    from interp.engine.tasks import begin, check
+    from interp.engine.edges.task import begin, check
 
     base = timed(lambda: begin(check(model, clean, ablation="patch", **kw), base_pass="metric"), 2)[
         0

@@ -32,8 +32,8 @@ def main() -> None:
     from transformer_lens import patching as tlp
 
     from interp.analysis import direct_logit_attribution, patch_components
+    from interp.core.metrics import logit_diff_metric
     from interp.datasets import name_mover_prompts
-    from interp.metrics import logit_diff_metric
     from interp.models import load_model
 
     parser = argparse.ArgumentParser()

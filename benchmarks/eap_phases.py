@@ -9,7 +9,7 @@ engine's once-per-model exactness probe; the second call, timed here, does not.
 
     python benchmarks/eap_phases.py FOLDER [--batch 4] [--pos 64]
 
-``FOLDER``: a model folder or name ``load_model`` reads (``scale.py --keep DIR`` keeps the
+``FOLDER``: a model folder or name ``load_model`` reads (``scale/run.py --keep DIR`` keeps the
 random-weight folders of the real shapes).
 """
 
@@ -28,7 +28,7 @@ from _util import best_time  # noqa: E402
 
 def main() -> None:
     import torch
-    from scale_calls import _task
+    from scale.calls import _task
 
     import interp.analysis as A
     import interp.analysis.circuits.edge_attribution as E

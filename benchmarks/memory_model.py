@@ -33,10 +33,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import scale  # noqa: E402
-import scale_calls  # noqa: E402
-import scale_child  # noqa: E402
-import scale_table  # noqa: E402
+from scale import calls as scale_calls  # noqa: E402
+from scale import child as scale_child  # noqa: E402
+from scale import run as scale  # noqa: E402
+from scale import table as scale_table  # noqa: E402
 
 TOLERANCE = 0.25  # the estimate must be within 25% of the measured peak
 MODEL = "llama-1b"

@@ -2,17 +2,17 @@
 
 Each model is built from its published configuration on PyTorch's ``meta``
 device (shapes only, no memory), so its parameter count is exact. Then the
-same functions the analyses plan their chunks with (:mod:`interp.memory`,
-:func:`interp.engine.tasks.eap_bytes`, :func:`interp.engine.chunks.plan_chunks`;
+same functions the analyses plan their chunks with (:mod:`interp.core.memory`,
+:func:`interp.engine.edges.task.eap_bytes`, :func:`interp.engine.chunks.plan_chunks`;
 ``benchmarks/memory_model.py`` checks them against measured peaks on the
 Llama-3.2-1B shape) give, in float32 and in bfloat16:
 
 * the weights;
-* one forward pass's peak per prompt (:func:`interp.memory.forward_bytes`; logits at
+* one forward pass's peak per prompt (:func:`interp.core.memory.forward_bytes`; logits at
   the last position, as a logit-difference metric reads);
 * edge attribution's (EAP's) peak per prompt: the senders' outputs and their
   difference, every receiver's gradient, a backward pass's activations
-  (senders and receivers counted as :func:`interp.engine.graph.build_graph`
+  (senders and receivers counted as :func:`interp.engine.edges.graph.build_graph`
   counts them);
 * how many prompts an EAP chunk holds under a budget, and the chunks of a
   dataset of ``--prompts`` prompts.
@@ -63,9 +63,9 @@ def config_model(shape: tuple, dtype: str) -> types.SimpleNamespace:
 
 
 def row(name: str, shape: tuple, args: argparse.Namespace, dtype: str) -> dict:
+    from interp.core.memory import forward_bytes
     from interp.engine.chunks import Footprint, plan_chunks
-    from interp.engine.tasks import eap_bytes
-    from interp.memory import forward_bytes
+    from interp.engine.edges.task import eap_bytes
 
     h, i, L, H, kv, V, _ = shape
     model = config_model(shape, dtype)

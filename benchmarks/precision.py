@@ -12,7 +12,7 @@ Printed in one run:
   parameters, 4.9 GB on disk, about a minute) and also measures the exactness
   gaps below on it; the default is a scaled-down shape (155M, the same share of
   weights in the embedding, 21%).
-* **Exactness gaps.** Every claim of :mod:`interp.precision` measured in units of
+* **Exactness gaps.** Every claim of :mod:`interp.core.precision` measured in units of
   ``eps(dtype) * magnitude`` (the rule allows ``ULPS = 16``): the edge engine's
   probes (every receiver recomputed with a zero edit; every edge corrupted
   against the corrupted run), the resumed sweep against the plain loop, DLA rows
@@ -159,11 +159,12 @@ def llama_pair(layers: int, init: float = 0.02):
 def gaps(model, vocab: int) -> dict[str, float]:
     """Each claim's gap in units of eps(dtype) * its magnitude (module docstring)."""
     from interp.analysis import direct_logit_attribution, qk_attribution
-    from interp.engine import edges, sweep
-    from interp.engine.edge_run import EdgeRun
-    from interp.engine.graph import build_graph
-    from interp.engine.sites import site
-    from interp.precision import ULPS
+    from interp.core.precision import ULPS
+    from interp.engine.edges import passes as edges
+    from interp.engine.edges.graph import build_graph
+    from interp.engine.edges.run import EdgeRun
+    from interp.engine.sweeps import sweep
+    from interp.engine.sweeps.sites import site
     from interp.runtime import runtime_of
 
     eps = torch.finfo(next(model.parameters()).dtype).eps
@@ -228,10 +229,10 @@ def compare(name: str, pair, tokens, corrupted, metric) -> None:
 
 
 def main() -> None:
+    from interp.core.metrics import logit_diff_metric, loss_metric
+    from interp.core.precision import ULPS
     from interp.datasets import name_mover_prompts, repeated_tokens
-    from interp.metrics import logit_diff_metric, loss_metric
     from interp.models import load_model
-    from interp.precision import ULPS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=list(SIZES), default="small")

@@ -40,7 +40,7 @@ HEADS = ((18, 6), (29, 0))
 
 def main() -> None:
     from interp.analysis import qk_attribution
-    from interp.analysis.heads.qk_inputs import head_inputs
+    from interp.analysis.heads.qk.inputs import head_inputs
     from interp.datasets import name_mover_prompts
     from interp.models import load_model
 

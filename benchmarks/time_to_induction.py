@@ -15,7 +15,7 @@ import torch
 
 from interp.datasets import repeated_tokens
 from interp.models.attn_only import AttnOnlyTransformer
-from interp.training import InductionTrainConfig, train_induction
+from interp.training.induction import InductionTrainConfig, train_induction
 
 
 def plain_loop(cfg: InductionTrainConfig, steps: int) -> float:

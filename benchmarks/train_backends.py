@@ -15,7 +15,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from interp.datasets import repeated_tokens  # noqa: E402
 from interp.models.attn_only import AttnOnlyTransformer  # noqa: E402
-from interp.training import InductionTrainConfig  # noqa: E402
+from interp.training.induction import InductionTrainConfig  # noqa: E402
 
 
 def steps_per_second(model, batches, loss_fn) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from interp.errors import CheckpointError, InterpError
+from interp.core.errors import CheckpointError, InterpError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
@@ -33,7 +33,7 @@ def export(
     """Export a table and how it was computed, format chosen by extension.
 
     ``.csv`` (with a ``<stem>.meta.json`` sidecar), ``.parquet``, ``.json``, ``.md``,
-    ``.html``: :func:`interp.tables.export`, which this calls; pandas loads only when this
+    ``.html``: :func:`interp.outputs.tables.export`, which this calls; pandas loads only when this
     is called.
 
     Args:
@@ -53,7 +53,7 @@ def export(
         InterpError: for a non-DataFrame, an unknown extension, or a destination that
             cannot be written.
     """
-    from interp.tables import export as _export
+    from interp.outputs.tables import export as _export
 
     return _export(df, path, colour=colour, decimals=decimals, meta=meta)
 
@@ -61,7 +61,7 @@ def export(
 def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Read a table written by :func:`export` (CSV, Parquet, JSON) with its ``attrs``.
 
-    :func:`interp.tables.read_table`, which this calls.
+    :func:`interp.outputs.tables.read_table`, which this calls.
 
     Args:
         path: A ``.csv`` (with its sidecar, when there is one), ``.parquet`` or ``.json``
@@ -74,6 +74,6 @@ def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
         InterpError: for a missing file, another format, an unreadable file, or a CSV
             whose metadata sidecar describes another version of it.
     """
-    from interp.tables import read_table as _read
+    from interp.outputs.tables import read_table as _read
 
     return _read(path)

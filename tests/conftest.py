@@ -166,7 +166,7 @@ def lab_run(tmp_path_factory):
     def run(lab: str) -> Path:
         if lab not in _RUNS:
             cwd = tmp_path_factory.mktemp(f"nb-{lab}")
-            # Notebooks write to interp.labs.reports_dir(): here, the session's folder.
+            # Notebooks write to interp.experiments.reports_dir(): here, the session's folder.
             os.environ["INTERP_REPORTS"] = str(cwd / "reports")
             try:
                 execute_notebook(NOTEBOOKS[lab], cwd)

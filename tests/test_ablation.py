@@ -7,9 +7,9 @@ import torch
 
 from interp import InterpError
 from interp.analysis.components.ablation import ablate_head_groups, ablate_heads, sweep_plan
+from interp.core.metrics import logit_diff_metric, loss_metric
 from interp.datasets import repeated_random_tokens
 from interp.engine.ablations import resample_index
-from interp.metrics import logit_diff_metric, loss_metric
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from interp.models.hf import random_gpt2, random_llama
 from interp.models.toy import toy_model
@@ -188,7 +188,7 @@ def test_a_path_that_fails_its_check_falls_back_to_the_loop_and_says_so():
 
 
 def test_eval_mode_is_enforced_and_mixed_modes_restored(induction_model):
-    from interp.protocol import eval_no_grad
+    from interp.core.protocol import eval_no_grad
 
     induction_model.blocks[1].train()  # a user left one block in training mode
     try:

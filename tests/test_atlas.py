@@ -15,9 +15,9 @@ import torch
 import transformers as T
 
 import interp.analysis as A
-from interp.analysis.heads import atlas_probe
-from interp.analysis.heads.circuit_scores import ordinal_runs, sample_ids
-from interp.errors import InterpError
+from interp.analysis.heads.atlas import probe as atlas_probe
+from interp.analysis.heads.ov_scores import ordinal_runs, sample_ids
+from interp.core.errors import InterpError
 from interp.models.hf import bridge_from_hf
 
 RTOL = 1e-5

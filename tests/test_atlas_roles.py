@@ -1,7 +1,7 @@
 """Atlas roles against interventions on the real models: a label must say what the head does.
 
 A role is a score that beats its shuffled control and reaches an effect-size floor
-(:mod:`interp.analysis.heads.atlas_roles`). Here a seeded sample of the heads that hold each
+(:mod:`interp.analysis.heads.atlas.roles`). Here a seeded sample of the heads that hold each
 role on SmolLM2 (and on the induction model, where that is where the role shows), and of
 heads that hold none, is put through an intervention on the model, on tokens the atlas never
 saw:
@@ -29,13 +29,13 @@ import pytest
 import torch
 
 import interp.analysis as A
-from interp.analysis.heads.atlas_roles import assign_roles, effect_sizes, role_counts
+from interp.analysis.heads.atlas.roles import assign_roles, effect_sizes, role_counts
+from interp.core.hooks import hook_name
+from interp.core.metrics import Metric
+from interp.core.protocol import bos_token_id
 from interp.datasets import repeated_random_tokens, repeated_tokens
 from interp.engine.cache import cache_of, run_until
-from interp.hooks import hook_name
-from interp.metrics import Metric
 from interp.models import load_model
-from interp.protocol import bos_token_id
 
 SAMPLE = 3  # heads drawn per role, and as many unlabelled ones
 

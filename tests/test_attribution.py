@@ -8,8 +8,8 @@ from interp import InterpError
 from interp.analysis.components.ablation import ablate_heads
 from interp.analysis.components.attribution import attribute_heads
 from interp.analysis.components.patching import patch_heads
+from interp.core.metrics import logit_diff_metric, loss_metric
 from interp.datasets import repeated_random_tokens
-from interp.metrics import logit_diff_metric, loss_metric
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from interp.models.hf import random_gpt2
 

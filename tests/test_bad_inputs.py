@@ -19,8 +19,8 @@ import torch
 
 import interp.analysis as A
 from interp import InterpError
+from interp.core.metrics import logit_diff_metric, loss_metric
 from interp.datasets import repeated_random_tokens
-from interp.metrics import logit_diff_metric, loss_metric
 from interp.models import load_model
 from interp.models.hf import random_gpt2, random_llama
 
@@ -295,7 +295,7 @@ def test_11_unbounded_work_is_refused_with_its_estimate(model, monkeypatch):
         model,
     )
     monkeypatch.delenv("INTERP_WORK_LIMIT")
-    import interp.memory as M
+    import interp.core.memory as M
 
     monkeypatch.setattr(M, "available_memory", lambda device=None: 256 << 10)  # 256 KiB free
     refused(

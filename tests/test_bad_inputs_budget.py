@@ -20,11 +20,11 @@ from test_bad_inputs import _NoPasses, refused
 from test_signatures import CHUNKED
 
 import interp.analysis as A
-import interp.memory as M
+import interp.core.memory as M
 from interp import InterpError
+from interp.core.errors import CheckpointError
+from interp.core.metrics import logit_diff_metric
 from interp.engine.chunks import Estimate
-from interp.errors import CheckpointError
-from interp.metrics import logit_diff_metric
 from interp.models import load_model
 from interp.models.hf import random_gpt2
 

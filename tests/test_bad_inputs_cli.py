@@ -20,7 +20,7 @@ import torch
 
 from interp import InterpError
 from interp.cli import main
-from interp.paths import INDUCTION_CHECKPOINT, data_dir
+from interp.core.paths import INDUCTION_CHECKPOINT, data_dir
 
 PROMPT = "0 5 6 7 8 5 6 7"
 
@@ -72,7 +72,7 @@ def test_dla_figure_needs_by_head_before_anything_is_written(tmp_path, capsys):
 
 def test_a_figure_that_fails_leaves_no_table(tmp_path, capsys, monkeypatch):
     """Drawing fails after the analysis: the table is not written without its figure."""
-    import interp.labs.common as common
+    import interp.experiments.common as common
 
     def broken(*args, **kwargs):
         raise InterpError("cannot draw this")
@@ -85,7 +85,7 @@ def test_a_figure_that_fails_leaves_no_table(tmp_path, capsys, monkeypatch):
 
 
 def test_circuit_outputs_are_checked_distinct_and_written_together(tmp_path, capsys, monkeypatch):
-    import interp.figures as figures
+    import interp.outputs.figures as figures
 
     out, table = tmp_path / "c.json", tmp_path / "c.csv"
     one_line(capsys, ["circuit", "--out", out, "--table", out], "would write the same file")
@@ -139,7 +139,7 @@ def test_circuit_interrupted_while_computing_keeps_the_old_files(old_outputs, mo
 def test_circuit_interrupted_while_writing_keeps_the_old_files(old_outputs, monkeypatch, capsys):
     """Ctrl-C as the last file (the figure) is written: the circuit and its table, written
     just before, do not replace the old ones (before: a new circuit and table, an old figure)."""
-    import interp.files as files
+    import interp.outputs.files as files
 
     real = files.write_text
 
@@ -184,7 +184,7 @@ def test_an_uninterrupted_circuit_replaces_every_file(old_outputs, capsys):
 
 
 def test_write_files_is_all_or_nothing(tmp_path):
-    from interp.files import atomic_files, write_files
+    from interp.outputs.files import atomic_files, write_files
 
     (tmp_path / "a.txt").write_text("old a")
 

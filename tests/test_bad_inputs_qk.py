@@ -21,11 +21,11 @@ from test_bad_inputs import refused
 
 import interp.analysis as A
 from interp import InterpError
-from interp.analysis.heads.circuit_scores import OVCircuits
-from interp.hooks import hook_name
+from interp.analysis.heads.ov_scores import OVCircuits
+from interp.core.hooks import hook_name
+from interp.core.protocol import logits_meaningful
 from interp.models import load_model
 from interp.models.hf import random_gpt2
-from interp.protocol import logits_meaningful
 from interp.runtime import runtime_of
 
 T3 = torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7], [0, 9, 3, 4, 11, 9, 3, 4], [0, 2, 3, 4, 5, 2, 3, 4]])

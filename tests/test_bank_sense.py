@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from interp import InterpError
-from interp.labs.bank_sense import causal_masking as cm
-from interp.labs.bank_sense import qk_split as qs
-from interp.labs.bank_sense import toy_heads as bs
+from interp.experiments.bank_sense import causal_masking as cm
+from interp.experiments.bank_sense import qk_split as qs
+from interp.experiments.bank_sense import toy_heads as bs
 
 
 def r2(x):
@@ -216,7 +216,7 @@ def test_data_files_come_from_interp_data(tmp_path, monkeypatch):
     import shutil
 
     from interp import InterpError
-    from interp.paths import data_dir
+    from interp.core.paths import data_dir
 
     src = data_dir() / "tired_cat_attention.csv"
     monkeypatch.setenv("INTERP_DATA", str(tmp_path))

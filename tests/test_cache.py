@@ -19,7 +19,7 @@ def test_a_damaged_cache_is_reported_and_repaired(tmp_path, monkeypatch, capsys,
     GGUF's metadata to the manifest's hashes; the verified weights are not converted again.
     (A missing or damaged weights file takes the full conversion, which builds the session's
     cache on a fresh machine.)"""
-    from interp.paths import cache_dir
+    from interp.core.paths import cache_dir
 
     real = cache_dir() / "smollm2-135m-f32"
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
@@ -44,7 +44,7 @@ def test_a_damaged_cache_is_reported_and_repaired(tmp_path, monkeypatch, capsys,
 @pytest.fixture
 def damaged(tmp_path, smollm):
     """A fresh copy of the verified cache (the session model is loaded, so it exists)."""
-    from interp.paths import cache_dir
+    from interp.core.paths import cache_dir
 
     real = cache_dir() / "smollm2-135m-f32"
     dst = tmp_path / "copy"

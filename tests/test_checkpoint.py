@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from interp import CheckpointError
+from interp.core.paths import INDUCTION_CHECKPOINT, data_dir
 from interp.models.checkpoints import CONFIG, WEIGHTS, load_checkpoint, save_checkpoint
-from interp.paths import INDUCTION_CHECKPOINT, data_dir
 
 SHIPPED = data_dir() / INDUCTION_CHECKPOINT
 

@@ -18,9 +18,9 @@ from conftest import jitter
 
 import interp.analysis as A
 from interp import InterpError
+from interp.core.metrics import Metric, logit_diff_metric, loss_metric
 from interp.datasets import repeated_tokens
 from interp.engine.chunks import Estimate, Footprint, plan_chunks
-from interp.metrics import Metric, logit_diff_metric, loss_metric
 from interp.models import load_model
 from interp.models.hf import random_llama
 

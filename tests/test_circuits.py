@@ -10,7 +10,7 @@ from interp.analysis.heads.composition import (
     composition_tensor,
     random_baseline,
 )
-from interp.analysis.heads.weights import (
+from interp.analysis.heads.weight_circuits import (
     copying_score,
     copying_scores,
     diagonal_fraction,
@@ -144,7 +144,7 @@ def test_fold_ln_false_uses_the_raw_weights(bridge):
 
 
 def test_previous_position_attention_of_the_induction_models_previous_token_head(induction_model):
-    from interp.analysis.heads.weights import previous_position_attention
+    from interp.analysis.heads.weight_circuits import previous_position_attention
 
     folded = previous_position_attention(
         qk_circuit(induction_model, layer=0, head=1, embedding="positional")

@@ -20,7 +20,7 @@ TWIN = "When Mary and John went to the store, Mary gave a drink to"
 
 def test_circuit_on_the_default_task(tmp_path, capsys):
     from interp.analysis import evaluate_circuit, load_circuit
-    from interp.labs.circuits import circuit_task
+    from interp.experiments.circuits import circuit_task
     from interp.models import load_model
 
     out, table, fig = tmp_path / "c.json", tmp_path / "edges.csv", tmp_path / "c.svg"
@@ -45,7 +45,7 @@ def test_circuit_on_the_default_task(tmp_path, capsys):
 
 def test_paths_with_typed_prompts_match_the_function(tmp_path):
     from interp.analysis import path_patch
-    from interp.metrics import loss_metric
+    from interp.core.metrics import loss_metric
     from interp.models import load_model
 
     clean, corrupted = "0 5 6 7 8 5 6 7 8", "0 9 10 11 12 5 6 7 8"

@@ -177,7 +177,7 @@ def test_repeated_pairs_on_patch_are_one_batch(tmp_path, capsys):
     batch of both pairs, as ``patch_heads`` on both gives it, with one answer pair per
     prompt pair (``--logit-diff`` once per pair, as on ``circuit``)."""
     from interp.analysis import patch_heads
-    from interp.metrics import logit_diff_metric
+    from interp.core.metrics import logit_diff_metric
     from interp.models import load_model
 
     pairs = [("0 5 6 7 5 6", "0 5 6 7 8 9"), ("0 9 3 4 9 3", "0 9 3 4 2 8")]
@@ -232,7 +232,7 @@ def printed_estimate(out: str) -> str:
 
 def test_dla_lens_and_atlas_estimate_runs_nothing_and_writes_nothing(tmp_path, capsys, forwards):
     from interp.analysis import direct_logit_attribution, logit_lens, probe_tokens
-    from interp.analysis.heads.atlas import measure_atlas
+    from interp.analysis.heads.atlas.table import measure_atlas
     from interp.models import load_model
 
     model = load_model("induction-2l")

@@ -12,8 +12,8 @@ from transformer_lens import patching as tlp
 
 from interp import InterpError
 from interp.analysis import ablate_layers, ablate_mlps, patch_components
-from interp.hooks import hook_name
-from interp.metrics import logit_diff_metric, loss_metric
+from interp.core.hooks import hook_name
+from interp.core.metrics import logit_diff_metric, loss_metric
 from interp.models import load_model
 from interp.models.hf import random_gpt2, random_llama
 

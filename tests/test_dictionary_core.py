@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from interp.core.errors import InterpError
 from interp.dictionaries import Dictionary
-from interp.errors import InterpError
 
 
 @pytest.mark.parametrize("arch", ["relu", "topk", "jumprelu"])

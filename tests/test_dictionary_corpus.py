@@ -8,9 +8,9 @@ import sys
 import pytest
 import torch
 
+from interp.core.errors import InterpError
 from interp.datasets import python_text, stdlib_files
 from interp.dictionaries import load_dictionary
-from interp.errors import InterpError
 from interp.models import load_model
 
 

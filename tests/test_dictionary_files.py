@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from interp.core.errors import InterpError
 from interp.dictionaries import Dictionary, load_dictionary
-from interp.errors import InterpError
 
 
 def _dictionary(arch):

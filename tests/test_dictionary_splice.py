@@ -6,8 +6,8 @@ import pytest
 import torch
 from model_kinds import KINDS, kind_model
 
+from interp.core.errors import InterpError
 from interp.dictionaries import Dictionary, Splice, check_dictionary, spliced
-from interp.errors import InterpError
 
 
 def _tokens(model, batch=2, pos=10):

@@ -4,10 +4,10 @@ figures consistent with the splice, bad options refused before any work."""
 import pytest
 import torch
 
+from interp.core.errors import InterpError
 from interp.datasets import repeated_tokens
 from interp.dictionaries import Dictionary, dictionary_report, train_dictionary
 from interp.dictionaries.activations import hook_activations
-from interp.errors import InterpError
 from interp.models import load_model
 
 HOOK = "blocks.1.hook_resid_pre"

@@ -69,7 +69,7 @@ def test_the_generated_pages_follow_the_code(site):
     the command line every command's help, the labs every notebook."""
     import interp.analysis
     from interp.cli import build_parser
-    from interp.glossary import words
+    from interp.core.glossary import words
 
     ids = set()
     for page in (site / "reference").glob("*.html"):

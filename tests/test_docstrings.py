@@ -1,8 +1,8 @@
 """Every public callable has a Google-style docstring a reference can be generated from.
 
 For each public function, class and public method of the user-facing modules
-(``interp.analysis``, ``interp.metrics``, ``interp.models``, ``interp.datasets``, the
-exporters, ``interp.render``, ``interp.figures``, ``interp.training``):
+(``interp.analysis``, ``interp.core.metrics``, ``interp.models``, ``interp.datasets``, the
+exporters, ``interp.outputs.render``, ``interp.outputs.figures``, ``interp.training.induction``):
 
 * a one-line summary, then a blank line;
 * ``Args:`` naming every parameter of its signature (``*args`` / ``**kwargs`` as such) and
@@ -10,7 +10,7 @@ exporters, ``interp.render``, ``interp.figures``, ``interp.training``):
 * ``Returns:`` (or ``Yields:``) unless it returns ``None``;
 * ``Raises:`` naming every exception its own code raises (helpers' raises are the
   docstring's to add; this checks the ones that can be read off the source);
-* a parameter named after a glossary word (:mod:`interp.glossary`) is explained in the
+* a parameter named after a glossary word (:mod:`interp.core.glossary`) is explained in the
   glossary's own words: its ``Args:`` entry quotes :data:`WORDING`, each a phrase of the
   glossary's meaning of the word, so one word reads the same in every ``help()``.
 """
@@ -25,13 +25,13 @@ import re
 
 import pytest
 
-from interp.glossary import GLOSSARY
+from interp.core.glossary import GLOSSARY
 
 # The modules and names whose docstrings make the API reference.
 MODULES = {
     "interp": ["export", "read_table"],
     "interp.analysis": None,  # its __all__
-    "interp.metrics": ["loss_metric", "logit_diff_metric", "Metric"],
+    "interp.core.metrics": ["loss_metric", "logit_diff_metric", "Metric"],
     "interp.models": [
         "load_model",
         "list_models",
@@ -45,10 +45,10 @@ MODULES = {
         "OneHeadSense",
     ],
     "interp.datasets": None,
-    "interp.tables": ["export", "read_table"],
-    "interp.render": ["circuitsvis_bundle", "Report"],
-    "interp.figures": None,
-    "interp.training": [
+    "interp.outputs.tables": ["export", "read_table"],
+    "interp.outputs.render": ["circuitsvis_bundle", "Report"],
+    "interp.outputs.figures": None,
+    "interp.training.induction": [
         "InductionTrainConfig",
         "TrainResult",
         "head_norm_penalty",
@@ -123,9 +123,9 @@ OTHER_MEANING = {
     ("interp.analysis.subspaces", "convention"),  # 'column' or 'row': how a matrix maps
     ("interp.analysis.null_space_dimension", "convention"),
     ("interp.models.OneHeadSense.encode", "tokens"),  # words, not ids
-    ("interp.training.InductionTrainConfig", "batch_size"),  # sequences per training step
-    ("interp.figures.dla_heatmap", "heads"),  # a [layer, head] grid of values
-    ("interp.render.Report.attention", "tokens"),  # token strings, one per position
+    ("interp.training.induction.InductionTrainConfig", "batch_size"),  # sequences per training step
+    ("interp.outputs.figures.dla_heatmap", "heads"),  # a [layer, head] grid of values
+    ("interp.outputs.render.Report.attention", "tokens"),  # token strings, one per position
 }
 SECTIONS = ("Args", "Attributes", "Returns", "Yields", "Raises", "Example", "Examples", "Note")
 

@@ -22,9 +22,9 @@ from interp.analysis import (
     load_circuit,
     path_patch,
 )
+from interp.core.hooks import hook_name
+from interp.core.metrics import logit_diff_metric, loss_metric
 from interp.datasets import repeated_random_tokens
-from interp.hooks import hook_name
-from interp.metrics import logit_diff_metric, loss_metric
 from interp.models import load_model
 from interp.models.hf import random_gpt2, random_llama
 

@@ -3,7 +3,7 @@ that skip the senders a receiver cannot read, equals the dense product on a real
 
 import torch
 
-import interp.engine.gradients as gradients
+import interp.engine.edges.gradients as gradients
 from interp.analysis import circuit_graph
 from interp.models import load_model
 

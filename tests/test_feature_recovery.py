@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from interp import InterpError
-from interp.labs.feature_recovery import feature_task as fr
+from interp.experiments.feature_recovery import feature_task as fr
 
 
 @pytest.fixture(scope="module")

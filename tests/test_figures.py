@@ -4,7 +4,15 @@ import numpy as np
 import pytest
 
 from interp import InterpError
-from interp.figures import bars, grouped_bars, heatmap, line_panels, lines, scatter, trace_2d
+from interp.outputs.figures import (
+    bars,
+    grouped_bars,
+    heatmap,
+    line_panels,
+    lines,
+    scatter,
+    trace_2d,
+)
 
 
 def all_plots():

@@ -7,11 +7,11 @@ import sys
 import pytest
 
 from interp import InterpError
-from interp.files import LAB_MARKER, atomic_dir, check_output_dir, write_text
+from interp.outputs.files import LAB_MARKER, atomic_dir, check_output_dir, write_text
 
 KILLED = """
 import sys, time
-from interp.files import atomic_path
+from interp.outputs.files import atomic_path
 with atomic_path(sys.argv[1]) as tmp:
     tmp.write_text("new, half written")
     print("writing", flush=True)
@@ -87,9 +87,9 @@ def test_output_checks_before_any_work(tmp_path):
 LAB = """
 import sys, time, types
 import pandas as pd
-from interp.figures import lines
-from interp.labs.writer import write_lab
-from interp.render import Report
+from interp.outputs.figures import lines
+from interp.experiments.writer import write_lab
+from interp.outputs.render import Report
 
 def tables(f):
     return {f"t{i}": pd.DataFrame({"layer": [0], "head": [i], "value": [f]}) for i in range(3)}
@@ -100,7 +100,7 @@ lab = types.SimpleNamespace(
     report=lambda f: Report("tiny").text(str(f)),
 )
 if len(sys.argv) > 2:  # interrupted after the first table
-    import interp.tables as t
+    import interp.outputs.tables as t
     real = t.export
     def slow(df, path, **kw):
         real(df, path, **kw)

@@ -28,7 +28,7 @@ def _loaded_after(code: str) -> list[str]:
 
 
 def test_import_loads_no_heavy_modules():
-    assert _loaded_after("import interp, interp.models, interp.analysis, interp.labs") == []
+    assert _loaded_after("import interp, interp.models, interp.analysis, interp.experiments") == []
 
 
 def test_help_loads_no_torch():

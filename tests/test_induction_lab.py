@@ -80,7 +80,7 @@ def test_qk_attribution_says_why_the_induction_head_attends(lab, induction_model
     import torch
     from conftest import scores_without_key_piece, written_by, written_hook
 
-    from interp.labs import induction
+    from interp.experiments import induction
 
     per = table(lab, "qk_per_prompt")
     data = induction.eval_data(induction_model)
@@ -126,8 +126,8 @@ def test_every_format_and_every_entry_point_writes_the_same_files(lab, lab_run, 
     folder is byte-identical to the console script's run and to the notebook's (report.html
     with its Styler ids, tables, their metadata sidecars, figures): identical runs, identical
     files, whichever way the lab is run."""
-    from interp.labs import induction
-    from interp.labs.writer import write_lab
+    from interp.experiments import induction
+    from interp.experiments.writer import write_lab
 
     f = induction.analyse("induction-2l")
     names = set(induction.tables(f))
@@ -169,7 +169,7 @@ def test_report_renders_offline_with_its_figures(lab, chromium_paths):
 
 def test_the_seed_moves_the_held_out_data(lab, induction_model):
     """--seed is used, not silently ignored: another seed, other sequences, other numbers."""
-    from interp.labs import induction
+    from interp.experiments import induction
 
     other = induction.analyse(induction_model, seed=1)
     seed0 = table(lab, "head_scores")

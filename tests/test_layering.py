@@ -1,11 +1,13 @@
 """Dependencies point one way, and no module reaches into another package's private parts.
 
-Layers, lowest first: errors / paths / files / tables / glossary, then hooks / head_checks /
-protocol / memory / precision / checks / metrics, then models, then the runtime (the one
-place that knows model kinds), then the engine, then analysis / datasets, then
-training / render / figures / labs, then the CLI. Every ``import`` in the package
-(module-level or inside a function) is parsed; one that points upward fails, as does importing a
-private module (``_x``) from another package or a private name from another module.
+Layers, lowest first: core errors / paths / glossary / shapes and the outputs' files /
+tables, then core hooks / head_checks / protocol / memory / precision / checks / metrics and
+the outputs' frames, then models, then the runtime (the one place that knows model kinds),
+then the engine (its shared core, the sweep engine, the edge engine), then analysis /
+datasets, then training / the outputs' render and figures / experiments, then the CLI.
+Every ``import`` in the package (module-level or inside a function) is parsed; one that
+points upward fails, as does importing a private module (``_x``) from another package or a
+private name from another module.
 """
 
 import ast
@@ -14,21 +16,32 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "interp"
 
 LAYERS = [
-    ("interp", "interp.errors", "interp.paths", "interp.files", "interp.tables", "interp.glossary"),
     (
-        "interp.hooks",
-        "interp.protocol",
-        "interp.memory",
-        "interp.precision",
-        "interp.checks",
-        "interp.head_checks",
-        "interp.metrics",
+        "interp",
+        "interp.core",
+        "interp.outputs",
+        "interp.core.errors",
+        "interp.core.paths",
+        "interp.core.glossary",
+        "interp.core.shapes",
+        "interp.outputs.files",
+        "interp.outputs.tables",
+    ),
+    (
+        "interp.core.hooks",
+        "interp.core.protocol",
+        "interp.core.memory",
+        "interp.core.precision",
+        "interp.core.checks",
+        "interp.core.head_checks",
+        "interp.core.metrics",
+        "interp.outputs.frames",
     ),
     ("interp.models",),
     ("interp.runtime",),
     ("interp.engine",),
     ("interp.analysis", "interp.analysis.generation", "interp.datasets", "interp.dictionaries"),
-    ("interp.training", "interp.render", "interp.figures", "interp.labs"),
+    ("interp.training", "interp.outputs.render", "interp.outputs.figures", "interp.experiments"),
     ("interp.cli",),
 ]
 

@@ -13,10 +13,7 @@ import pytest
 import torch
 
 from interp import analysis as A
-from interp.engine.sites import head_edits
-from interp.engine.sweep import footprint
-from interp.engine.tasks import check, edge_footprint
-from interp.memory import (
+from interp.core.memory import (
     HEAP_KEPT,
     Dims,
     backward_bytes,
@@ -26,7 +23,10 @@ from interp.memory import (
     saved_bytes,
     stream_bytes,
 )
-from interp.metrics import logit_diff_metric
+from interp.core.metrics import logit_diff_metric
+from interp.engine.edges.task import check, edge_footprint
+from interp.engine.sweeps.sites import head_edits
+from interp.engine.sweeps.sweep import footprint
 from interp.models import load_model
 from interp.models.hf import random_llama
 from interp.runtime import runtime_of

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from interp import CheckpointError, InterpError
+from interp.core.paths import INDUCTION_CHECKPOINT, data_dir
 from interp.models import load_model
 from interp.models.loader import classify
-from interp.paths import INDUCTION_CHECKPOINT, data_dir
 
 
 def test_aliases_and_kinds():

@@ -71,7 +71,7 @@ def test_the_name_attention_caption_states_its_own_numbers(out):
     import html
     import re
 
-    from interp.labs.name_movers import attention_caption
+    from interp.experiments.name_movers import attention_caption
 
     na = table(out, "name_attention")
     caption = attention_caption(na)

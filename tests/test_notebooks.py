@@ -29,7 +29,7 @@ def test_notebooks_are_thin():
 
 def test_notebooks_write_where_make_run_writes(monkeypatch, tmp_path):
     """Opened from labs/ (Jupyter's working folder) or run from the root, one reports/ folder."""
-    from interp.labs import default_out, reports_dir
+    from interp.experiments import default_out, reports_dir
 
     root = LABS.parent
     monkeypatch.delenv("INTERP_REPORTS", raising=False)

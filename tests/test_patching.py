@@ -6,8 +6,8 @@ import torch
 
 from interp import InterpError
 from interp.analysis.components.patching import patch_heads
+from interp.core.metrics import logit_diff_metric
 from interp.datasets import repeated_random_tokens
-from interp.metrics import logit_diff_metric
 from interp.models.hf import random_gpt2
 
 

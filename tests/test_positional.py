@@ -15,7 +15,7 @@ import torch
 import transformers as T
 
 import interp.analysis as A
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 from interp.models import load_model
 from interp.models.hf import bridge_from_hf
 

@@ -1,7 +1,7 @@
 """Lower precision that stays right, and models split over devices.
 
 Every exactness claim states its tolerance through one rule
-(:mod:`interp.precision`): a float32 claim keeps its own; in bfloat16 it is
+(:mod:`interp.core.precision`): a float32 claim keeps its own; in bfloat16 it is
 ``ULPS * eps`` (16 * 2**-7 = 0.125) of the magnitude the claim names. Each test
 below holds one claim on a random grouped-query Llama (2 layers, 4 query and 2
 key/value heads) in bfloat16, the twin of a float32 one with the same weights.
@@ -25,12 +25,12 @@ from interp.analysis import (
     evaluate_circuit,
     qk_attribution,
 )
-from interp.errors import CheckpointError
-from interp.hooks import hook_name
-from interp.metrics import logit_diff_metric, loss_metric
+from interp.core.errors import CheckpointError
+from interp.core.hooks import hook_name
+from interp.core.metrics import logit_diff_metric, loss_metric
+from interp.core.precision import ULPS, rtol, tolerance
 from interp.models import load_model
 from interp.models.hf import bridge_from_hf
-from interp.precision import ULPS, rtol, tolerance
 
 B16 = torch.bfloat16
 EPS = torch.finfo(B16).eps

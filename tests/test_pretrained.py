@@ -13,8 +13,8 @@ from conftest import run_cli
 from interp import InterpError
 from interp.analysis.components.ablation import ablate_heads
 from interp.analysis.heads.scores import head_scores, probe_tokens
+from interp.core.metrics import logit_diff_metric, loss_metric
 from interp.datasets import repeated_random_tokens
-from interp.metrics import logit_diff_metric, loss_metric
 
 pytestmark = pytest.mark.slow
 

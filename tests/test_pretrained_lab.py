@@ -164,7 +164,7 @@ def test_minilm_bidirectional_stripes_find_its_previous_token_head(minilm):
 
 
 def test_lab_refuses_a_model_without_a_tokenizer():
-    from interp.labs import pretrained_heads
+    from interp.experiments import pretrained_heads
 
     with pytest.raises(InterpError, match="induction-2l has no Hugging Face tokenizer"):
         pretrained_heads.analyse(["induction-2l"])
@@ -172,7 +172,7 @@ def test_lab_refuses_a_model_without_a_tokenizer():
 
 def test_every_model_name_is_checked_before_any_loads(tmp_path, monkeypatch):
     """A bad folder given as a Path, after a good alias, fails before SmolLM2 loads."""
-    from interp.labs import pretrained_heads
+    from interp.experiments import pretrained_heads
     from interp.models import pretrained as weights
 
     loads = []

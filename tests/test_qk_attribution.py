@@ -11,7 +11,7 @@ import torch
 from model_kinds import IDS, KINDS, SMALL, build  # noqa: F401  (KINDS: every kind QK tools support)
 
 import interp.analysis as A
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 from interp.models import load_model
 from interp.runtime import runtime_of
 

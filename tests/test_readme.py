@@ -32,9 +32,9 @@ def test_the_python_example_prints_the_numbers_the_readme_quotes(tmp_path):
 
 
 def test_one_glossary_for_the_readme_and_help():
-    """The README's vocabulary table is interp.glossary, as help(interp.analysis) shows it."""
+    """The README's vocabulary table is interp.core.glossary, as help(interp.analysis) shows it."""
     import interp.analysis
-    from interp.glossary import GLOSSARY, markdown, rst
+    from interp.core.glossary import GLOSSARY, markdown, rst
 
     assert markdown() in README.read_text()
     assert rst() in interp.analysis.__doc__

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from interp import InterpError
-from interp.render import Report
+from interp.outputs.render import Report
 
 
 def _report(n_widgets=3):
@@ -38,7 +38,7 @@ def test_write_checks_its_folder(tmp_path):
 def test_widgets_and_figures_render_offline_in_chromium(tmp_path, chromium_paths):
     from browser import render_page
 
-    from interp.figures import lines
+    from interp.outputs.figures import lines
 
     report = _report(3)
     report.figure(lines([0, 1], {"a": [1.0, 2.0]}, xlabel="x", ylabel="y", caption="A line."), "f1")
@@ -54,7 +54,7 @@ def test_widgets_and_figures_render_offline_in_chromium(tmp_path, chromium_paths
 def test_report_displays_in_notebooks_as_an_iframe():
     import html as html_lib
 
-    from interp.render import Report
+    from interp.outputs.render import Report
 
     report = Report("x").attention(["a", "b"], [[1.0, 0.0], [0.5, 0.5]])
     frame = report._repr_html_()

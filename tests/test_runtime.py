@@ -17,9 +17,9 @@ from conftest import native_bridge
 
 import interp.analysis as A
 from interp import runtime as R
+from interp.core.errors import InterpError
+from interp.core.metrics import logit_diff_metric, loss_metric
 from interp.datasets import repeated_random_tokens
-from interp.errors import InterpError
-from interp.metrics import logit_diff_metric, loss_metric
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from interp.models.hf import random_gpt2, random_llama
 from interp.runtime import Runtime, repeat_copies, runtime_of

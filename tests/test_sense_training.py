@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from interp import InterpError
-from interp.labs.bank_sense import sense_training as st
+from interp.experiments.bank_sense import sense_training as st
 from interp.models.toy import OneHeadSense
 
 

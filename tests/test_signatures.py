@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import interp.analysis as A
-from interp.glossary import GLOSSARY, RETIRED, words
+from interp.core.glossary import GLOSSARY, RETIRED, words
 
 
 def _is_function(f):
@@ -150,8 +150,9 @@ def test_no_submodule_shadows_an_export():
 
 
 def test_the_lab_table_matches_each_labs_analyse():
-    """``interp.labs.LABS`` (options checked without importing torch) agrees with ``analyse``."""
-    from interp.labs import LABS, lab_module
+    """``interp.experiments.LABS`` (options checked without importing torch) agrees with
+    ``analyse``."""
+    from interp.experiments import LABS, lab_module
 
     for name, (_, kind, defaults) in LABS.items():
         lab = lab_module(name)

@@ -1,6 +1,6 @@
 """Training the induction model: the shipped checkpoint is reproducible from its seed and config.
 
-Training runs on one torch thread (interp.training.deterministic_algorithms),
+Training runs on one torch thread (interp.training.induction.deterministic_algorithms),
 so the result does not depend on how many threads the machine or a test
 worker gives torch.
 """
@@ -8,8 +8,8 @@ worker gives torch.
 import pytest
 from conftest import run_cli
 
+from interp.core.paths import INDUCTION_CHECKPOINT, data_dir
 from interp.models.checkpoints import load_checkpoint
-from interp.paths import INDUCTION_CHECKPOINT, data_dir
 
 
 @pytest.mark.slow
@@ -18,7 +18,7 @@ def test_retraining_with_the_same_seed_reproduces_the_shipped_checkpoint():
     import torch
 
     from interp.analysis.heads.scores import head_scores
-    from interp.training import InductionTrainConfig, train_induction
+    from interp.training.induction import InductionTrainConfig, train_induction
 
     shipped, meta = load_checkpoint(data_dir() / INDUCTION_CHECKPOINT)
     result = train_induction(InductionTrainConfig.from_dict(meta["training"]), progress=False)
@@ -45,7 +45,7 @@ def test_retraining_with_the_same_seed_reproduces_the_shipped_checkpoint():
 def test_training_is_deterministic_by_seed():
     import torch
 
-    from interp.training import InductionTrainConfig, train_induction
+    from interp.training.induction import InductionTrainConfig, train_induction
 
     cfg = InductionTrainConfig(steps=40, eval_every=20, eval_size=16, batch_size=16)
     a, b = (train_induction(cfg, progress=False) for _ in range(2))

@@ -304,9 +304,9 @@ def test_every_table_function_is_in_the_schema_test():
 
 @pytest.mark.parametrize("name", sorted(set(CASES) | set(TABLES_WITHOUT_CACHE)))
 def test_every_table_follows_the_schema(name, induction_model, gpt2):
-    """One attrs schema (interp.analysis.frames.SCHEMA) for every table of every function."""
+    """One attrs schema (interp.outputs.frames.SCHEMA) for every table of every function."""
     import interp
-    from interp.analysis.frames import METHODS, SCHEMA
+    from interp.outputs.frames import METHODS, SCHEMA
 
     if name in TABLES_WITHOUT_CACHE:
         kind, call = TABLES_WITHOUT_CACHE[name]

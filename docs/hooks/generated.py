@@ -1,6 +1,6 @@
 """Pages, or parts of pages, written at build time from the code, so they cannot drift.
 
-* ``<!-- interp:glossary -->`` in a page becomes :func:`interp.glossary.markdown` (the
+* ``<!-- interp:glossary -->`` in a page becomes :func:`interp.core.glossary.markdown` (the
   vocabulary table), ``<!-- interp:retired -->`` the retired words;
 * ``<!-- interp:help -->`` becomes every command's ``--help``, from the parser itself;
 * every notebook in ``labs/`` becomes a page ``labs/<notebook>.md``: its prose and code, as
@@ -26,13 +26,13 @@ HELP_WIDTH = "100"
 
 
 def glossary_table() -> str:
-    from interp.glossary import markdown
+    from interp.core.glossary import markdown
 
     return markdown()
 
 
 def retired_table() -> str:
-    from interp.glossary import RETIRED
+    from interp.core.glossary import RETIRED
 
     rows = ["| retired word | use instead |", "| --- | --- |"]
     rows += [f"| `{old}` | {new} |" for old, new in RETIRED.items()]
@@ -71,9 +71,9 @@ MARKERS = {
 
 # ------------------------------------------------------------------------------- the labs
 def _labs() -> list[tuple[str, str]]:
-    """``(lab name, notebook stem)`` in the order ``interp.labs.LABS`` lists the labs; a
+    """``(lab name, notebook stem)`` in the order ``interp.experiments.LABS`` lists the labs; a
     notebook of no lab is listed last, under its own name."""
-    from interp.labs import LABS
+    from interp.experiments import LABS
 
     stems = {p.stem for p in (ROOT / "labs").glob("*.ipynb")}
     order = [(name, pkg.rsplit(".", 1)[-1]) for name, (pkg, *_rest) in LABS.items()]

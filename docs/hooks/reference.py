@@ -6,7 +6,7 @@ functions and classes. Every public name is rendered (by mkdocstrings) from the 
 *defines* it, found by griffe's static analysis, without importing the package. So moving a
 function to another module, or adding one to an ``_EXPORTS`` table, changes the reference
 with no edit here. ``interp.analysis`` is split into one page per subpackage (heads,
-components, circuits, senses); names it re-exports from elsewhere (``interp.metrics``) get
+components, circuits, senses); names it re-exports from elsewhere (``interp.core.metrics``) get
 a page named after their module. Pages link to the reference by public name
 (``[`head_scores`][]``), never by the module that defines it today; ``griffe_docstrings.py``
 turns the docstrings' own cross-references into links to these pages.
@@ -33,8 +33,8 @@ PACKAGES = (
     "interp.models",
     "interp.datasets",
     "interp",
-    "interp.figures",
-    "interp.labs",
+    "interp.outputs.figures",
+    "interp.experiments",
     "interp.runtime",
 )
 SPLIT = "interp.analysis"  # one page per subpackage of this package
@@ -84,8 +84,8 @@ PAGES = {
         "The top level: writing and reading tables, and the "
         "errors every bad input raises (`interp`).",
     ),
-    "figures": ("Figures", "Deterministic inline-SVG figures (`interp.figures`)."),
-    "labs": ("Labs", "Running a lab and where it writes (`interp.labs`)."),
+    "figures": ("Figures", "Deterministic inline-SVG figures (`interp.outputs.figures`)."),
+    "labs": ("Labs", "Running a lab and where it writes (`interp.experiments`)."),
     "runtime": (
         "Runtime",
         "One runtime per model kind, the only code that knows model kinds; "
@@ -180,7 +180,7 @@ def _index_markdown(pages: list[Page]) -> str:
         "Generated from the docstrings of every public name (each package's `__all__` or",
         "its lazy exports), rendered from the module that defines it. Functions take",
         "`model` first, then their data, then keyword-only options ([vocabulary]"
-        "(../vocabulary.md)); tables follow `interp.analysis.frames.SCHEMA`.",
+        "(../vocabulary.md)); tables follow `interp.outputs.frames.SCHEMA`.",
         "",
         "| page | names |",
         "| --- | --- |",

@@ -17,7 +17,7 @@ graph of edges, path patching, edge attribution and circuit evaluation),
 :mod:`interp.engine`, which runs every kind of model through
 :mod:`interp.runtime`.
 
-Glossary (one word, one meaning, everywhere; :mod:`interp.glossary`):
+Glossary (one word, one meaning, everywhere; :mod:`interp.core.glossary`):
 
 GLOSSARY
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from interp.glossary import rst as _glossary
+from interp.core.glossary import rst as _glossary
 
 __doc__ = (__doc__ or "").replace("\nGLOSSARY\n", "\n" + _glossary() + "\n")
 
@@ -46,24 +46,24 @@ _EXPORTS = {
     "probe_tokens": "interp.analysis.heads.scores",
     "stripe_mask": "interp.analysis.heads.stripes",
     "attention_patterns": "interp.analysis.heads.patterns",
-    "qk_circuit": "interp.analysis.heads.weights",
-    "ov_circuit": "interp.analysis.heads.weights",
-    "k_composition_circuit": "interp.analysis.heads.weights",
-    "effective_embedding": "interp.analysis.heads.weights",
-    "copying_scores": "interp.analysis.heads.weights",
-    "diagonal_fraction": "interp.analysis.heads.weights",
-    "previous_position_attention": "interp.analysis.heads.weights",
+    "qk_circuit": "interp.analysis.heads.weight_circuits",
+    "ov_circuit": "interp.analysis.heads.weight_circuits",
+    "k_composition_circuit": "interp.analysis.heads.weight_circuits",
+    "effective_embedding": "interp.analysis.heads.weight_circuits",
+    "copying_scores": "interp.analysis.heads.weight_circuits",
+    "diagonal_fraction": "interp.analysis.heads.weight_circuits",
+    "previous_position_attention": "interp.analysis.heads.weight_circuits",
     "composition_scores": "interp.analysis.heads.composition",
-    "qk_attribution": "interp.analysis.heads.qk_attribution",
-    "qk_interventions": "interp.analysis.heads.qk_interventions",
-    "rotary_bands": "interp.analysis.heads.rotary",
+    "qk_attribution": "interp.analysis.heads.qk.attribution",
+    "qk_interventions": "interp.analysis.heads.qk.interventions",
+    "rotary_bands": "interp.analysis.heads.qk.bands",
     "positional_kernel": "interp.analysis.heads.positional",
-    "head_atlas": "interp.analysis.heads.atlas",
+    "head_atlas": "interp.analysis.heads.atlas.table",
     "per_token_loss": "interp.analysis.heads.icl",
     "in_context_learning_score": "interp.analysis.heads.icl",
-    "Metric": "interp.metrics",
-    "loss_metric": "interp.metrics",
-    "logit_diff_metric": "interp.metrics",
+    "Metric": "interp.core.metrics",
+    "loss_metric": "interp.core.metrics",
+    "logit_diff_metric": "interp.core.metrics",
     "ablate_heads": "interp.analysis.components.ablation",
     "ablate_head_groups": "interp.analysis.components.ablation",
     "zero_head_hooks": "interp.analysis.components.ablation",

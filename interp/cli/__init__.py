@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (see the module docstring)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from interp.errors import InterpError
+    from interp.core.errors import InterpError
 
     previous = warnings.showwarning
     warnings.showwarning = _one_line_warning

@@ -12,12 +12,12 @@ import re
 import sys
 from typing import Any, NoReturn
 
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 DEFAULT_BATCH = 16
 DEVICE_HELP = "device for the model: cpu (default), cuda, cuda:1, mps"
 DTYPE_HELP = "model precision: float32 (default), bfloat16, float16, float64"
-# The one rule for token ids, on the CLI as in the API (interp.checks.token_id).
+# The one rule for token ids, on the CLI as in the API (interp.core.checks.token_id).
 TOKEN_RULE = (
     "digits only (7, spaces around ignored) is a token id; any other text must be exactly "
     "one token, leading spaces counting (' Mary')"
@@ -247,7 +247,7 @@ def positions_arg(text: str | None, option: str = "--positions") -> list[int] | 
 
 
 def is_token_id(text: str) -> bool:
-    """Whether a typed token is an id, by the API's rule (:func:`interp.checks.token_id`): a
+    """Whether a typed token is an id, by the API's rule (:func:`interp.core.checks.token_id`): a
     string of digits (spaces around them ignored) is an id; anything else (``"-1"``,
     ``"7.0"``, ``"t7"``) is text.
 

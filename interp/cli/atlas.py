@@ -38,7 +38,7 @@ from interp.cli.args import (
     seed_arg,
 )
 from interp.cli.outputs import check_distinct, check_out, export_to, write_outputs
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 SHORT = {  # what a grid cell says
     "previous-token": "prev",
@@ -83,16 +83,16 @@ def run_atlas(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower() != ".html":
         raise InterpError(f"--out {args.out!r} must end in .html (a self-contained page)")
-    from interp.files import check_output_file
+    from interp.outputs.files import check_output_file
 
     check_output_file(out, "--out")
     table = check_out(args.table) if args.table is not None else None
     check_distinct({"--out": out, "--table": table})
     heads = heads_arg(args.heads)
     check_model_args(args)
-    from interp.analysis.heads.atlas import measure_atlas
+    from interp.analysis.heads.atlas.table import measure_atlas
     from interp.analysis.heads.scores import probe_tokens
-    from interp.head_checks import parse_heads
+    from interp.core.head_checks import parse_heads
 
     model = load(args)
     chosen = None if heads is None else parse_heads(model, heads)
@@ -126,7 +126,7 @@ def run_atlas(args: argparse.Namespace) -> int:
 def default_details(df: Any) -> list[tuple[int, int]]:
     """Every head of a small model, else the :data:`PER_ROLE` strongest of each role (by how
     far the role's score stands above its threshold)."""
-    from interp.analysis.heads.atlas_roles import ROLES
+    from interp.analysis.heads.atlas.roles import ROLES
 
     if len(df) <= ALL_HEADS:
         return list(zip(df["layer"].tolist(), df["head"].tolist(), strict=True))
@@ -150,11 +150,11 @@ def _token_text(model: Any, ids: list[int]) -> list[str]:
 
 
 def atlas_page(model: Any, atlas: Any, detail: list[tuple[int, int]], *, name: str) -> Any:
-    """The page (a :class:`interp.render.Report`) of ``atlas`` with ``detail`` heads in full."""
-    from interp.analysis.heads.circuit_scores import OVCircuits, top_token_pairs
-    from interp.figures import lines
-    from interp.protocol import is_causal
-    from interp.render import Report
+    """The page (an :class:`interp.outputs.render.Report`) of ``atlas``, ``detail`` in full."""
+    from interp.analysis.heads.ov_scores import OVCircuits, top_token_pairs
+    from interp.core.protocol import is_causal
+    from interp.outputs.figures import lines
+    from interp.outputs.render import Report
 
     df = atlas.table
     a = df.attrs
@@ -279,7 +279,7 @@ def _grid(df: Any, detailed: set[str]) -> str:
 def _counts(df: Any) -> str:
     """The page header's count of heads per role: by ``role`` (each head once) and by
     ``roles`` (every role a head holds)."""
-    from interp.analysis.heads.atlas_roles import role_counts
+    from interp.analysis.heads.atlas.roles import role_counts
 
     counts = role_counts(df)
     cells = "".join(

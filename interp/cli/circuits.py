@@ -2,7 +2,7 @@
 
 Both take a task: ``--clean`` and ``--corrupted`` prompts (each may be given
 several times, in pairs of equal token length: :mod:`interp.cli.pairs`) with a metric, or by default
-the model's default circuit task (:func:`interp.analysis.circuits.task.circuit_task`:
+the model's default circuit task (:func:`interp.analysis.circuits.prompts.circuit_task`:
 repeated tokens without a tokenizer, indirect-object prompts with one).
 
 ``interp circuit`` scores every edge with EAP or EAP-IG, finds the smallest
@@ -44,7 +44,7 @@ from interp.cli.outputs import (
     write_outputs,
 )
 from interp.cli.pairs import add_pairs, check_pairs, pair_task
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 
 def _add_task(p: argparse.ArgumentParser) -> None:
@@ -125,7 +125,7 @@ def _task(args: argparse.Namespace, model: Any) -> tuple[Any, Any, Any, str]:
     if args.clean:
         clean, corrupted, metric = pair_task(args, model)
         return clean, corrupted, metric, f"{len(args.clean)} prompt pair(s) from --clean"
-    from interp.analysis.circuits.task import circuit_task
+    from interp.analysis.circuits.prompts import circuit_task
 
     task = circuit_task(model, n=args.n, seed=args.seed)
     return task.clean, task.corrupted, task.metric, f"{task.name}: {task.description}"
@@ -133,7 +133,7 @@ def _task(args: argparse.Namespace, model: Any) -> tuple[Any, Any, Any, str]:
 
 # ------------------------------------------------------------------------ commands
 def run_circuit(args: argparse.Namespace) -> int:
-    from interp.files import check_output_file
+    from interp.outputs.files import check_output_file
 
     out = Path(args.out)
     if out.suffix.lower() != ".json":
@@ -186,7 +186,7 @@ def run_circuit(args: argparse.Namespace) -> int:
         scores.attrs.update(model=args.model, inputs=what)
         writers[table] = export_to(scores)
     if figure is not None:  # drawn before anything is written
-        from interp.figures import circuit_figure
+        from interp.outputs.figures import circuit_figure
 
         plot = circuit_figure(
             circuit.edges().to_dict("records"),

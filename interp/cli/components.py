@@ -39,7 +39,7 @@ from interp.cli.outputs import (
     text_to,
     write_outputs,
 )
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 
 def add_parsers(sub: Any) -> None:
@@ -130,7 +130,7 @@ def run_dla(args: argparse.Namespace) -> int:
     print_top(df, "value", args.top)
     writers = {out: export_to(df)}
     if figure is not None:  # drawn before anything is written
-        from interp.figures import dla_heatmap
+        from interp.outputs.figures import dla_heatmap
 
         grid, mlp = head_grid(df)
         writers[figure] = text_to(dla_heatmap(grid, mlp, caption=_dla_caption(df, args)).svg())
@@ -176,7 +176,7 @@ def run_lens(args: argparse.Namespace) -> int:
         )
     writers = {out: export_to(df)}
     if figure is not None:  # drawn before anything is written
-        from interp.labs.common import lens_figure
+        from interp.experiments.common import lens_figure
 
         writers[figure] = text_to(lens_figure(df).svg())
     write_outputs(writers)
@@ -190,7 +190,7 @@ def run_attention(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower() != ".html":
         raise InterpError(f"--out {args.out!r} must end in .html (a self-contained page)")
-    from interp.files import check_output_file
+    from interp.outputs.files import check_output_file
 
     check_output_file(out, "--out")
     heads = heads_arg(args.heads)
@@ -199,9 +199,9 @@ def run_attention(args: argparse.Namespace) -> int:
     answer, wrong = _prechecked(args, None)
     from interp.analysis.heads.patterns import attention_patterns
     from interp.analysis.heads.scores import head_scores
-    from interp.head_checks import parse_heads
-    from interp.protocol import is_causal
-    from interp.render import Report
+    from interp.core.head_checks import parse_heads
+    from interp.core.protocol import is_causal
+    from interp.outputs.render import Report
 
     model = load(args)
     tokens = encode(model, args.prompt)
@@ -236,7 +236,7 @@ def run_attention(args: argparse.Namespace) -> int:
     r.attention(strs, pats, head_names=chosen, causal=is_causal(model))
     if answer is not None:
         from interp.analysis.components.dla import direct_logit_attribution, head_grid
-        from interp.figures import dla_heatmap
+        from interp.outputs.figures import dla_heatmap
 
         df = direct_logit_attribution(model, tokens, answer=answer, wrong=wrong)
         grid, mlp = head_grid(df)

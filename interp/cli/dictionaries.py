@@ -83,8 +83,8 @@ def corpus_tokens(model: Any, args: argparse.Namespace, seq_len: int) -> tuple[A
 def run_train_dictionary(args: argparse.Namespace) -> int:
     """Check the options, train, write the folder, print the figures."""
     from interp.cli.args import check_model_args
-    from interp.errors import InterpError
-    from interp.files import check_output_dir
+    from interp.core.errors import InterpError
+    from interp.outputs.files import check_output_dir
 
     missing = [
         o

@@ -33,7 +33,7 @@ from interp.cli.args import (
 )
 from interp.cli.inputs import encode, token_id, tokenizer_of
 from interp.cli.outputs import check_distinct, check_out, export_to, write_outputs
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 STEER_FORM = "HOOK:VECTOR_FILE:SCALE, e.g. blocks.3.hook_resid_pre:v.npy:4"
 
@@ -155,7 +155,7 @@ def run_generate(args: argparse.Namespace) -> int:
         page = Path(args.page)
         if page.suffix.lower() != ".html":
             raise InterpError(f"--page {args.page!r} must end in .html (a self-contained page)")
-        from interp.files import check_output_file
+        from interp.outputs.files import check_output_file
 
         check_output_file(page, "--page")
     check_distinct({"--out": out, "--page": page})
@@ -232,7 +232,7 @@ def _print(df: Any) -> None:
 def continuation_page(df: Any, prompt: str, model_name: str) -> Any:
     """The page of ``interp generate``: the two continuations side by side, the first
     difference marked, then the whole table."""
-    from interp.render import Report
+    from interp.outputs.render import Report
 
     r = Report(f"What {model_name} writes, clean and edited")
     edits = "; ".join(df.attrs["interventions"])

@@ -48,7 +48,7 @@ from interp.cli.inputs import (
 )
 from interp.cli.outputs import check_out, export_to, print_top, write_outputs
 from interp.cli.pairs import add_pairs, check_pairs, describe_pairs, pair_task
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 
 def _add_metric(p: argparse.ArgumentParser, default: str) -> None:
@@ -186,7 +186,7 @@ def _tokenizer_checks(
 
 # ------------------------------------------------------------------ with the model
 def _metric(model: Any, args: argparse.Namespace, loss_mask: Any) -> Any:
-    from interp.metrics import logit_diff_metric, loss_metric
+    from interp.core.metrics import logit_diff_metric, loss_metric
 
     if args.metric == "loss":
         return loss_metric(loss_mask)
@@ -256,7 +256,7 @@ def run_ablate(args: argparse.Namespace) -> int:
 
 def _attribute(args: argparse.Namespace, out: Path, heads: Any, positions: Any, given: Any) -> int:
     from interp.analysis.components.attribution import attribute_heads
-    from interp.checks import check_token_pair
+    from interp.core.checks import check_token_pair
 
     model = load(args)
     corrupted = None
@@ -331,7 +331,7 @@ def run_patch(args: argparse.Namespace) -> int:
     clean, _, _ = pair_task(args, tokenizer_of(args.model))  # the tokenizer alone
     check_positions_fit(positions, clean.shape[1])
     from interp.analysis.components.patching import patch_heads
-    from interp.checks import check_token_pair
+    from interp.core.checks import check_token_pair
 
     model = load(args)
     clean, corrupted, metric = pair_task(args, model)

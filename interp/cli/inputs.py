@@ -23,7 +23,7 @@ from interp.cli.args import (
     is_token_id,
     seed_arg,
 )
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 
 def tokenizer_of(model_name: str) -> Any:
@@ -39,7 +39,7 @@ def tokenizer_of(model_name: str) -> Any:
 
 def token_id(tokenizer: Any, text: str, option: str = "--logit-diff") -> int:
     """A typed token as one id, by the one rule the API follows too
-    (:func:`interp.checks.token_id`): digits only (spaces around them ignored) is an id,
+    (:func:`interp.core.checks.token_id`): digits only (spaces around them ignored) is an id,
     anything else is text that must encode to exactly one token (leading spaces count).
 
     Raises:
@@ -47,7 +47,7 @@ def token_id(tokenizer: Any, text: str, option: str = "--logit-diff") -> int:
             text without a tokenizer, or text that is not one token (the message lists
             the pieces).
     """
-    from interp.checks import token_id as api_token_id
+    from interp.core.checks import token_id as api_token_id
 
     if is_token_id(text):
         digits = text.strip()
@@ -237,9 +237,9 @@ def inputs(model: Any, args: argparse.Namespace, given: Any) -> tuple[Any, Any]:
     """
     from interp.analysis.heads.scores import probe_tokens
     from interp.analysis.senses.words import ordinary_word_ids
+    from interp.core.memory import check_ids
+    from interp.core.protocol import bos_token_id, model_device
     from interp.datasets import repeated_random_tokens
-    from interp.memory import check_ids
-    from interp.protocol import bos_token_id, model_device
 
     if given is not None:
         return given, None

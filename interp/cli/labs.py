@@ -11,7 +11,7 @@ from interp.cli.args import DEVICE_HELP, DTYPE_HELP, count_arg, seed_arg
 
 def add_parsers(sub: Any) -> None:
     """Add ``lab``, ``train`` and ``models`` to ``sub``."""
-    from interp.labs import LABS, TABLE_FORMATS
+    from interp.experiments import LABS, TABLE_FORMATS
 
     lab = sub.add_parser("lab", help="run a lab and write its report, tables and figures")
     lab.add_argument("name", choices=list(LABS), help="which lab")
@@ -51,7 +51,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def run_lab(args: argparse.Namespace) -> int:
-    from interp.labs import default_out, run_lab
+    from interp.experiments import default_out, run_lab
 
     out = run_lab(  # checks every option and the output folder before any work
         args.name,
@@ -69,7 +69,7 @@ def run_lab(args: argparse.Namespace) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from interp.files import check_output_dir
+    from interp.outputs.files import check_output_dir
 
     if args.what == "dictionary":
         from interp.cli.dictionaries import run_train_dictionary
@@ -78,7 +78,7 @@ def run_train(args: argparse.Namespace) -> int:
     out = check_output_dir(
         args.out or "checkpoints/induction-2l", "--out"
     )  # before importing torch, let alone training
-    from interp.training import InductionTrainConfig, save_result, train_induction
+    from interp.training.induction import InductionTrainConfig, save_result, train_induction
 
     cfg = InductionTrainConfig(seed=args.seed, steps=args.steps)
     result = train_induction(cfg, progress=not args.quiet)

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 
 def check_out(path: str) -> Path:
-    """A table path checked before any work (:func:`interp.tables.check_export_path`)."""
-    from interp.tables import check_export_path
+    """A table path checked before any work (:func:`interp.outputs.tables.check_export_path`)."""
+    from interp.outputs.tables import check_export_path
 
     return check_export_path(path)
 
@@ -29,7 +29,7 @@ def check_svg(path: str | None) -> Path | None:
     p = Path(path)
     if p.suffix.lower() != ".svg":
         raise InterpError(f"--figure {path!r} must end in .svg")
-    from interp.files import check_output_file
+    from interp.outputs.files import check_output_file
 
     return check_output_file(p, "--figure")
 
@@ -40,7 +40,7 @@ def check_distinct(outputs: dict[str, Path | None]) -> None:
     Raises:
         InterpError: for two options that would write the same file.
     """
-    from interp.tables import sidecar
+    from interp.outputs.tables import sidecar
 
     seen: dict[str, str] = {}
     for option, path in outputs.items():
@@ -59,9 +59,9 @@ def check_distinct(outputs: dict[str, Path | None]) -> None:
 
 def write_outputs(writers: dict[Path, Callable[[Path], object]]) -> None:
     """Write every output of a command together, after all the work is done: each to a
-    temporary sibling, then all moved into place at once (:func:`interp.files.write_files`),
+    temporary sibling, then all moved into place at once (:func:`interp.outputs.files.write_files`),
     so Ctrl-C or a failure leaves every old file or every new one."""
-    from interp.files import write_files
+    from interp.outputs.files import write_files
 
     write_files(writers)
 
@@ -75,7 +75,7 @@ def export_to(df: Any) -> Callable[[Path], object]:
 
 def text_to(text: str) -> Callable[[Path], object]:
     """A writer (for :func:`write_outputs`) of ``text``."""
-    from interp.files import write_text
+    from interp.outputs.files import write_text
 
     return lambda path: write_text(path, text)
 

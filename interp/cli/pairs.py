@@ -23,7 +23,7 @@ from typing import Any
 
 from interp.cli.args import LOGIT_DIFF_PARTS, TOKEN_RULE, check_prompt, pair_arg
 from interp.cli.inputs import answer_ids, encode
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 
 def add_pairs(p: argparse.ArgumentParser, *, required: bool) -> None:
@@ -150,7 +150,7 @@ def pair_task(args: argparse.Namespace, source: Any) -> tuple[Any, Any, Any]:
     """
     import torch
 
-    from interp.metrics import logit_diff_metric, loss_metric
+    from interp.core.metrics import logit_diff_metric, loss_metric
 
     clean, corrupted = _twins(source, args.clean, args.corrupted)
     if (args.metric or "logit-diff") == "loss":

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 AMBIGUOUS_WORDS = "ambiguous_words.csv"
 _SENSE_COLUMNS = ("word", "sense", "clue", "sentence")
@@ -43,7 +43,7 @@ def ambiguous_words(path: str | None = None) -> Any:
     """
     import pandas as pd
 
-    from interp.paths import data_dir
+    from interp.core.paths import data_dir
 
     file = data_dir() / AMBIGUOUS_WORDS if path is None else Path(path)
     if not file.is_file():

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 NAME_MOVER_TEMPLATES = "name_mover_templates.csv"
 FIRST_NAMES = "first_names.txt"
@@ -79,7 +79,7 @@ def name_mover_templates(split: str = "train", path: str | None = None) -> list[
     """
     import pandas as pd
 
-    from interp.paths import data_dir
+    from interp.core.paths import data_dir
 
     if split not in SPLITS:
         raise InterpError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
@@ -108,7 +108,7 @@ def first_names(path: str | None = None) -> list[str]:
     Raises:
         InterpError: for a missing file.
     """
-    from interp.paths import data_dir
+    from interp.core.paths import data_dir
 
     file = data_dir() / FIRST_NAMES if path is None else Path(path)
     if not file.is_file():
@@ -150,7 +150,7 @@ def name_mover_prompts(
         InterpError: for ``n < 1``, a name that is several tokens, fewer than two
             names, or templates whose prompts differ in length.
     """
-    from interp.checks import check_int, check_seed
+    from interp.core.checks import check_int, check_seed
 
     n, seed = check_int(n, "n", minimum=1), check_seed(seed)
     if tokenizer is None:

@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
-from interp.checks import check_int
-from interp.errors import InterpError
-from interp.protocol import bos_token_id, model_cfg
+from interp.core.checks import check_int
+from interp.core.errors import InterpError
+from interp.core.protocol import bos_token_id, model_cfg
 
 SKIP_PARTS = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
 SPLITS = ("train", "test")

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 
 import torch
 
-from interp.checks import check_int
-from interp.errors import InterpError
+from interp.core.checks import check_int
+from interp.core.errors import InterpError
 
 BOS = 0
 # Segment lengths used for training vs held-out evaluation of the induction model.

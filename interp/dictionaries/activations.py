@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from interp.errors import InterpError
-from interp.protocol import HookedModel
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
 
 
 class _Stop(Exception):  # noqa: N818 - control flow, never seen by a caller

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 ARCHITECTURES = ("relu", "topk", "jumprelu")
 # sae-lens' names for the same encoders.

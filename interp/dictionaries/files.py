@@ -39,9 +39,9 @@ from typing import Any
 
 import torch
 
+from interp.core.errors import InterpError
 from interp.dictionaries.dictionary import Dictionary, architecture_name
-from interp.errors import InterpError
-from interp.files import check_output_dir, write_files
+from interp.outputs.files import check_output_dir, write_files
 
 CFG = "cfg.json"
 WEIGHTS = "sae_weights.safetensors"

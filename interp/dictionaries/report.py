@@ -30,13 +30,13 @@ from typing import Any
 
 import torch
 
-from interp.checks import check_tokens
+from interp.core.checks import check_tokens
+from interp.core.memory import forward_bytes, stream_bytes
+from interp.core.metrics import next_token_nll
+from interp.core.protocol import HookedModel, is_causal, logits_meaningful
 from interp.dictionaries.dictionary import Dictionary
 from interp.dictionaries.splice import Splice, check_dictionary
 from interp.engine.chunks import Footprint, chunk_bar, plan
-from interp.memory import forward_bytes, stream_bytes
-from interp.metrics import next_token_nll
-from interp.protocol import HookedModel, is_causal, logits_meaningful
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,11 +97,11 @@ def dictionary_report(
         A :class:`DictionaryReport`.
 
     Raises:
-        InterpError: as :func:`check_dictionary` and :func:`interp.checks.check_tokens`;
+        InterpError: as :func:`check_dictionary` and :func:`interp.core.checks.check_tokens`;
             ``skip_columns`` leaving no column.
     """
-    from interp.checks import check_int
-    from interp.errors import InterpError
+    from interp.core.checks import check_int
+    from interp.core.errors import InterpError
 
     check_dictionary(model, D)
     tokens = check_tokens(model, tokens, chunked=True)

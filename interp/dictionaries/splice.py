@@ -39,9 +39,9 @@ from typing import Any
 
 import torch
 
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, hook_names, model_cfg, model_device
 from interp.dictionaries.dictionary import Dictionary
-from interp.errors import InterpError
-from interp.protocol import HookedModel, hook_names, model_cfg, model_device
 from interp.runtime import runtime_of
 
 Edit = Callable[[torch.Tensor], torch.Tensor]

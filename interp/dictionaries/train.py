@@ -36,15 +36,15 @@ from typing import Any
 
 import torch
 
-from interp.checks import check_bool, check_finite, check_int, check_seed, check_tokens
+from interp.core.checks import check_bool, check_finite, check_int, check_seed, check_tokens
+from interp.core.errors import InterpError
+from interp.core.memory import forward_bytes
+from interp.core.protocol import HookedModel, model_device, model_name
 from interp.dictionaries.activations import hook_activations
 from interp.dictionaries.dictionary import Dictionary
 from interp.dictionaries.report import DictionaryReport, dictionary_report
 from interp.dictionaries.splice import check_hook, hook_width
 from interp.engine.chunks import Footprint, plan
-from interp.errors import InterpError
-from interp.memory import forward_bytes
-from interp.protocol import HookedModel, model_device, model_name
 
 
 @dataclasses.dataclass(frozen=True)

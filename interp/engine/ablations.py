@@ -10,7 +10,7 @@ One word for every engine and analysis (:data:`ABLATIONS`):
   direction: :mod:`interp.engine.direction`).
 
 :func:`values_for` builds the replacement tensors of single-activation edits
-(:mod:`interp.engine.sweep`); the edge engine makes its own for sender outputs.
+(:mod:`interp.engine.sweeps.sweep`); the edge engine makes its own for sender outputs.
 
 Example:
     >>> resample_index(4, None, seed=0).tolist()  # never a sequence's own row
@@ -24,11 +24,11 @@ from typing import Any, Literal
 
 import torch
 
+from interp.core.errors import InterpError
+from interp.core.metrics import Metric, scalar
+from interp.core.protocol import HookedModel
 from interp.engine.batching import Cost
 from interp.engine.cache import CheckedCache, blocks_before, cache_of
-from interp.errors import InterpError
-from interp.metrics import Metric, scalar
-from interp.protocol import HookedModel
 
 Ablation = Literal["zero", "mean", "resample", "patch"]
 ABLATIONS: tuple[str, ...] = ("zero", "mean", "resample", "patch")
@@ -80,7 +80,7 @@ def check_reference(
             without at least two reference sequences, a single reference
             sequence for a mean, or resampling one sequence without references.
     """
-    from interp.checks import check_tokens
+    from interp.core.checks import check_tokens
 
     if reference_tokens is not None:
         if ablation not in ("mean", "resample"):
@@ -271,7 +271,7 @@ def source_run(
     """The metric of the run on ``tokens`` (scored against ``score_tokens``, default
     ``tokens``) and its activations at ``names`` (the values a patch splices into the other
     run), read from ``cache`` (already checked against ``tokens``) when given; the metric
-    still needs one forward pass. Run under :func:`~interp.protocol.eval_no_grad`.
+    still needs one forward pass. Run under :func:`~interp.core.protocol.eval_no_grad`.
 
     Raises:
         InterpError: for a metric that returns a non-scalar.

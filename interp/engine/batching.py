@@ -3,7 +3,7 @@
 A pass carries ``k`` copies of the batch, one per edit. A pass has a fixed cost
 (reading every weight once, Python per block) that small batches do not
 amortise, so on a CPU a pass carries about :data:`CPU_TOKENS_PER_PASS` tokens;
-everywhere, the copies must fit the memory budget (:func:`interp.memory.budget`:
+everywhere, the copies must fit the memory budget (:func:`interp.core.memory.budget`:
 a quarter of the free memory unless the caller gives one), and at most
 :data:`MAX_COPIES` share a pass. A copy's bytes come from the caller's memory
 model: the activations of one forward copy, plus whatever the engine itself
@@ -49,8 +49,8 @@ def copies_per_pass(
     Raises:
         InterpError: for a non-positive or non-integer ``requested`` or ``memory_budget``.
     """
-    from interp.checks import check_int
-    from interp.memory import budget
+    from interp.core.checks import check_int
+    from interp.core.memory import budget
 
     most = MAX_COPIES if n is None else max(1, min(MAX_COPIES, n))
     if requested is not None:
@@ -126,7 +126,7 @@ def work_limit() -> float:
     """
     import os
 
-    from interp.checks import check_finite
+    from interp.core.checks import check_finite
 
     text = os.environ.get("INTERP_WORK_LIMIT")
     if text is None:
@@ -142,7 +142,7 @@ def check_work(forward_equivalents: float, *, what: str, fix: str) -> float:
         InterpError: naming the estimate, the limit, what shrinks the work (``fix``) and
             the variable that raises the limit.
     """
-    from interp.errors import InterpError
+    from interp.core.errors import InterpError
 
     limit = work_limit()
     if forward_equivalents > limit:

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from interp.errors import InterpError
-from interp.protocol import HookedModel, hook_names
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, hook_names
 
 # Hooks whose values do not depend on the token ids (only on positions): a cache that
 # holds only these cannot show which tokens it was built on.

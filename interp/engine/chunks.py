@@ -5,13 +5,13 @@ some bytes that do not grow with the number of prompts (``fixed``: a graph's
 masks, a gradient matrix per receiver) and some that do (``per_prompt``: the
 activations of a forward pass, the senders' outputs, the states a sweep resumes
 from): its :class:`Footprint`, computed from the model's config, the prompts'
-length and the analysis's options (:mod:`interp.memory` has the pieces). The
+length and the analysis's options (:mod:`interp.core.memory` has the pieces). The
 prompts are split into the fewest chunks of near-equal size whose peak,
 ``fixed + prompts_per_chunk * per_prompt``, stays under the budget
-(:func:`interp.memory.budget`: ``memory_budget`` bytes, else a quarter of the
+(:func:`interp.core.memory.budget`: ``memory_budget`` bytes, else a quarter of the
 memory free on the model's device). Each chunk runs as a batch of its own, and
 the metric's values on the chunks combine into its value on every prompt,
-``m(all) = sum_c w_c m(c) / sum_c w_c`` (:meth:`interp.metrics.Metric.chunk`):
+``m(all) = sum_c w_c m(c) / sum_c w_c`` (:meth:`interp.core.metrics.Metric.chunk`):
 exact for every metric that is a mean over prompts (or over the predictions a
 loss mask counts), because a mean of means with these weights is the mean, and
 so is the gradient of one (edge and head attribution). A metric that does not
@@ -41,7 +41,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +109,7 @@ class Estimate:
         return max(1, self.footprint.peak(prompts_per_chunk))
 
     def __str__(self) -> str:
-        from interp.memory import size_text
+        from interp.core.memory import size_text
 
         return (
             f"{self.analysis}: {self.prompts} prompts x {self.pos} tokens in {self.chunks} "
@@ -133,7 +133,7 @@ def plan_chunks(
         InterpError: when one prompt alone does not fit, naming its estimate, the
             budget and ``fix``.
     """
-    from interp.memory import sizes
+    from interp.core.memory import sizes
 
     one = footprint.peak(1)  # one prompt, one copy
     if one > budget:
@@ -158,7 +158,7 @@ def check_chunkable(metric: Any, n_chunks: int) -> None:
     """Refuse a metric whose chunks cannot be combined when the prompts need several.
 
     Raises:
-        InterpError: from :meth:`interp.metrics.Metric.chunk`, naming the fix.
+        InterpError: from :meth:`interp.core.metrics.Metric.chunk`, naming the fix.
     """
     if n_chunks > 1 and metric is not None and not metric.chunkable:
         try:
@@ -256,19 +256,19 @@ def plan(
     progress: Any = False,
 ) -> Plan:
     """The chunks of a run of ``n_prompts`` prompts of ``pos`` tokens under the budget on the
-    model's device (:func:`interp.memory.budget`), and its :class:`Estimate`. ``estimate``
+    model's device (:func:`interp.core.memory.budget`), and its :class:`Estimate`. ``estimate``
     and ``progress`` are the analysis's own options, checked here for every analysis
-    (:func:`interp.checks.check_bool`). The prompts' number is limited only by this plan
-    (each chunk's peak) and the token ids themselves (:func:`interp.memory.check_ids`, in
-    :func:`interp.checks.check_tokens`); the whole batch need never fit at once.
+    (:func:`interp.core.checks.check_bool`). The prompts' number is limited only by this plan
+    (each chunk's peak) and the token ids themselves (:func:`interp.core.memory.check_ids`, in
+    :func:`interp.core.checks.check_tokens`); the whole batch need never fit at once.
 
     Raises:
         InterpError: for a bad ``memory_budget``, ``estimate`` or ``progress``, or when one
             prompt does not fit.
     """
-    from interp.checks import check_bool
-    from interp.memory import budget
-    from interp.protocol import model_device
+    from interp.core.checks import check_bool
+    from interp.core.memory import budget
+    from interp.core.protocol import model_device
 
     check_bool(estimate, "estimate")
     check_bool(progress, "progress")

@@ -37,7 +37,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 Direction = Literal["noising", "denoising"]
 DIRECTIONS: tuple[str, ...] = ("noising", "denoising")
@@ -78,14 +78,14 @@ def clean_first(direction: str, base: Any, source: Any) -> tuple[Any, Any]:
 def check_span(base: float, source: float, what: str, dtype: Any = None) -> None:
     """Refuse a normalisation by ``source - base`` when the two runs agree, exactly or to
     within rounding (:data:`SPAN_RTOL` of their size in float32; ``SPAN_ULPS`` eps of it for
-    a model in float16 / bfloat16, ``dtype``: :mod:`interp.precision`): runs that agree
+    a model in float16 / bfloat16, ``dtype``: :mod:`interp.core.precision`): runs that agree
     in exact arithmetic are bit-equal on one CPU and a rounding apart on another, and a
     table normalised by rounding noise is not a result.
 
     Raises:
         InterpError: naming both values and what to change.
     """
-    from interp.precision import SPAN_ULPS, tolerance
+    from interp.core.precision import SPAN_ULPS, tolerance
 
     size = max(abs(base), abs(source))
     if abs(source - base) <= tolerance(dtype, size, float32=SPAN_RTOL, ulps=SPAN_ULPS):

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 from interp.models.kv_cache import LayerKV
 
 

@@ -43,8 +43,8 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
-from interp.checks import check_tokens
-from interp.errors import InterpError
+from interp.core.checks import check_tokens
+from interp.core.errors import InterpError
 from interp.models.attn_layers import AttnOnlyConfig, Block, Embed, LayerNorm, PosEmbed, Unembed
 from interp.models.kv_cache import KVCache
 
@@ -115,7 +115,7 @@ class AttnOnlyTransformer(HookedRootModule):
     def check_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Validate token ids and return them as a ``[batch, pos]`` long tensor.
 
-        The same checks every analysis runs (:func:`interp.checks.check_tokens`).
+        The same checks every analysis runs (:func:`interp.core.checks.check_tokens`).
 
         Args:
             tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
@@ -124,7 +124,7 @@ class AttnOnlyTransformer(HookedRootModule):
             ``[batch, pos]`` long ids.
 
         Raises:
-            InterpError: as :func:`interp.checks.check_tokens`.
+            InterpError: as :func:`interp.core.checks.check_tokens`.
         """
         return check_tokens(self, tokens)
 

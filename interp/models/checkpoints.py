@@ -6,7 +6,7 @@ settings, the seed, the training history and the SHA-256 of the weights.
 atomically, so an interrupted save never leaves a config that points at
 missing or partial weights. :func:`load_checkpoint` refuses anything that
 does not verify (missing file, bad JSON, hash mismatch, wrong tensors) with a
-:class:`~interp.errors.CheckpointError` naming the problem.
+:class:`~interp.core.errors.CheckpointError` naming the problem.
 
 Example:
     >>> model = load_induction_model()
@@ -21,10 +21,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from interp.errors import CheckpointError, InterpError
-from interp.files import check_output_dir, sha256_file, write_text, write_with
+from interp.core.errors import CheckpointError, InterpError
+from interp.core.paths import INDUCTION_CHECKPOINT, data_dir
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
-from interp.paths import INDUCTION_CHECKPOINT, data_dir
+from interp.outputs.files import check_output_dir, sha256_file, write_text, write_with
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"

@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from interp.errors import CheckpointError, InterpError
+from interp.core.errors import CheckpointError, InterpError
+from interp.core.precision import tolerance
 from interp.models.hf_tokenizers import folder_tokenizer, read_config, word_tokenizer
-from interp.precision import tolerance
 
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 VERDICT = "interp-bridge-verified.json"
@@ -123,7 +123,7 @@ def check_agreement(got: Any, reference: Any, *, arch: str, dtype: Any = None) -
 
     The tolerance is relative to the logits' size: 1e-3 in float32 (bridges
     agree to about 1e-6); in float16 / bfloat16 the precision's rule
-    (:func:`interp.precision.tolerance`).
+    (:func:`interp.core.precision.tolerance`).
 
     Raises:
         InterpError: for logits of another shape, or a difference beyond the tolerance.
@@ -170,7 +170,7 @@ def _read_verdict(path: Path) -> Any:
 
 
 def _write_verdict(path: Path, key: dict[str, str]) -> None:
-    from interp.files import write_text
+    from interp.outputs.files import write_text
 
     try:
         write_text(path, json.dumps(key, indent=1) + "\n")

@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from interp.errors import CheckpointError, InterpError
-from interp.paths import cache_dir
+from interp.core.errors import CheckpointError, InterpError
+from interp.core.paths import cache_dir
 
 # The files a saved Hugging Face tokenizer leaves in its folder (any one of them).
 TOKENIZER_FILES = (

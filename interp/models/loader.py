@@ -33,8 +33,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from interp.errors import InterpError
-from interp.paths import INDUCTION_CHECKPOINT, data_dir
+from interp.core.errors import InterpError
+from interp.core.paths import INDUCTION_CHECKPOINT, data_dir
 
 ALIASES: dict[str, str] = {
     "induction-2l": "our two-layer attention-only induction model (shipped in data/)",
@@ -218,7 +218,7 @@ def load_model(
             together with ``device_map``, a ``device_map`` that offloads weights to disk
             or to the CPU beside a GPU (:mod:`interp.models.placement`; checked before
             the weights load, or after for ``"auto"``), a precision this machine cannot
-            run (:func:`interp.precision.check_runs`), a hub id while the hub is unreachable
+            run (:func:`interp.core.precision.check_runs`), a hub id while the hub is unreachable
             (listing the offline aliases), an architecture TransformerLens cannot
             wrap, a bridge whose logits disagree with its Hugging Face model, or
             a Hugging Face folder (or hub model) without a usable tokenizer: no
@@ -237,8 +237,8 @@ def load_model(
     device = check_device(device)
     if device is not None and device_map is not None:
         raise InterpError("pass device or device_map, not both (device_map places every layer)")
+    from interp.core.precision import check_runs
     from interp.models.placement import check_device_map
-    from interp.precision import check_runs
 
     check_device_map(device_map)
     check_runs(torch_dtype, device)

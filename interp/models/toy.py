@@ -25,7 +25,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
-from interp.errors import InterpError
+from interp.core.errors import InterpError
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer, words_to_ids
 
 

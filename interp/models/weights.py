@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from interp.errors import CheckpointError
+from interp.core.errors import CheckpointError
 
 CHUNK_BYTES = 64 << 20  # the one read buffer: bytes of the file in memory at a time
 _DAMAGED = "damaged or incomplete: restore them"

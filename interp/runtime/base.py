@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from interp.errors import InterpError
-from interp.protocol import HookedModel, hook_names, is_causal
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, hook_names, is_causal
 from interp.runtime.attention import QKGeometry, default_scale
 from interp.runtime.norms import Norm
 
@@ -152,7 +152,7 @@ class Runtime:
 
     def unembedded(self, rows: Sequence[int] | None) -> Sequence[int] | None:
         """The rows :meth:`run` unembeds when asked for ``rows`` (``None``: every row), for
-        the memory model (:func:`interp.memory.logit_bytes`)."""
+        the memory model (:func:`interp.core.memory.logit_bytes`)."""
         return rows if self.rows_supported else None
 
     def activation_shape(self, name: str, pos: int) -> tuple[int, ...]:
@@ -181,7 +181,7 @@ class Runtime:
     def activation_bytes(self, name: str, pos: int) -> int:
         """Bytes of one prompt's activation at hook ``name`` (:meth:`activation_shape`), in
         the model's dtype."""
-        from interp.memory import element_bytes
+        from interp.core.memory import element_bytes
 
         n = 1
         for d in self.activation_shape(name, pos):
@@ -282,7 +282,7 @@ class Runtime:
             )
 
     def _readout_gap(self) -> float | None:
-        from interp.precision import tolerance
+        from interp.core.precision import tolerance
 
         n_ctx = getattr(self.cfg, "n_ctx", None) or 8
         probe = (torch.arange(min(8, int(n_ctx))) % int(self.cfg.d_vocab))[None]

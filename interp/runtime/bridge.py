@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from interp.errors import InterpError
-from interp.protocol import HookedModel, is_causal
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, is_causal
 from interp.runtime.attention import QKGeometry, default_scale, rotary_from_hf
 from interp.runtime.base import Hooks, Runtime, kept_rows, repeat_copies, scatter_rows
 from interp.runtime.norms import Norm
@@ -323,7 +323,7 @@ class BridgeRuntime(Runtime):
         return (logits[:, -1:] if last else logits), past
 
     def _check_decoding(self) -> str:
-        from interp.precision import tolerance
+        from interp.core.precision import tolerance
 
         vocab = int(self.cfg.d_vocab)
         device = self.head_device()

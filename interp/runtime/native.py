@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from interp.hooks import hook_name
-from interp.protocol import HookedModel
+from interp.core.hooks import hook_name
+from interp.core.protocol import HookedModel
 from interp.runtime.base import Hooks, Runtime, repeat_copies
 
 

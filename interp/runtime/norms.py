@@ -20,7 +20,7 @@ norm rounds where its own code rounds: Llama's normalises in float32, rounds
 to the model's dtype and multiplies by the weight there; a closed form in
 float32 would differ from it by a rounding); the gain and the VJP, which
 analyses and gradients use in float32, are checked against the module to the
-tolerance of the model's precision (:mod:`interp.precision`).
+tolerance of the model's precision (:mod:`interp.core.precision`).
 
 Example:
     >>> import torch
@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
-from interp.errors import InterpError
-from interp.precision import is_reduced, rtol
+from interp.core.errors import InterpError
+from interp.core.precision import is_reduced, rtol
 
 ATOL, RTOL = 1e-5, 1e-5  # the closed form must match the module this closely (float32) to be used
 VJP_ATOL, VJP_RTOL = 1e-6, 1e-4  # the closed-form VJP against autograd through the module

@@ -1,6 +1,6 @@
 """Circuits: sets of the graph's edges, the forms edges are given in, and circuit files.
 
-The graph (:mod:`interp.engine.graph`: senders, receivers, and which sender may
+The graph (:mod:`interp.engine.edges.graph`: senders, receivers, and which sender may
 feed which receiver) is the edge engine's; :func:`circuit_graph` gives it for a
 model. Edge labels read ``L0H1 -> L1H1.k``, ``embed -> L1H1.v``, ``L29H1 ->
 logits``; tables have ``sender, receiver, receiver_input`` (``q``, ``k``, ``v``,
@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interp.engine.graph import Graph, build_graph
-from interp.errors import InterpError
-from interp.protocol import HookedModel
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
+from interp.engine.edges.graph import Graph, build_graph
 
 
 def circuit_graph(model: HookedModel) -> Graph:
@@ -77,7 +77,7 @@ class Circuit:
     def to_json(self) -> dict[str, Any]:
         """The circuit as a JSON document (nodes, edges, scores, how it was found)."""
         from interp import __version__
-        from interp.tables import plain
+        from interp.outputs.tables import plain
 
         g = self.graph
         used_s = sorted({g.senders[i] for i in np.nonzero(self.mask)[0]})
@@ -107,7 +107,7 @@ class Circuit:
         Raises:
             InterpError: for a destination that cannot be written.
         """
-        from interp.files import write_text
+        from interp.outputs.files import write_text
 
         return write_text(path, json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")
 

@@ -27,7 +27,7 @@ forward pass is the model's own.
 
 Example:
     >>> from interp.models import load_model
-    >>> from interp.metrics import logit_diff_metric
+    >>> from interp.core.metrics import logit_diff_metric
     >>> model = load_model("induction-2l")
     >>> clean = torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]])
     >>> corrupted = torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]])
@@ -47,21 +47,21 @@ import pandas as pd
 import torch
 
 from interp.analysis.circuits.circuit import edge_mask, position_edge_mask
-from interp.analysis.frames import described, table_attrs
-from interp.analysis.shapes import Tokens
-from interp.checks import check_int
+from interp.core.checks import check_int
+from interp.core.errors import InterpError
+from interp.core.hooks import hook_name
+from interp.core.memory import check_table
+from interp.core.metrics import Metric
+from interp.core.protocol import HookedModel, eval_no_grad, positions_label
+from interp.core.shapes import Tokens
 from interp.engine.batching import check_work
 from interp.engine.cache import activation_of
 from interp.engine.chunks import Estimate, WeightedMean, plan
 from interp.engine.direction import Direction
-from interp.engine.edges import pass_shape, patch_cost, patch_edges
-from interp.engine.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
-from interp.engine.tasks import EdgeTask, begin, check, chunk_tasks, edge_footprint
-from interp.errors import InterpError
-from interp.hooks import hook_name
-from interp.memory import check_table
-from interp.metrics import Metric
-from interp.protocol import HookedModel, eval_no_grad, positions_label
+from interp.engine.edges.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
+from interp.engine.edges.passes import pass_shape, patch_cost, patch_edges
+from interp.engine.edges.task import EdgeTask, begin, check, chunk_tasks, edge_footprint
+from interp.outputs.frames import described, table_attrs
 
 Method = Literal["eap", "eap-ig", "exact"]
 METHODS = ("eap", "eap-ig", "exact")
@@ -355,7 +355,7 @@ def edge_agreement(exact: pd.Series, estimated: pd.Series, *, threshold: float) 
             series over different edges, a threshold that is not a finite number, or no
             edge (or every edge) above the threshold.
     """
-    from interp.checks import check_finite
+    from interp.core.checks import check_finite
 
     exact, estimated = _series(exact, "exact"), _series(estimated, "estimated")
     threshold = check_finite(threshold, "threshold")

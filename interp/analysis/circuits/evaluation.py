@@ -19,7 +19,7 @@ ablations, so ``df.attrs`` records which one was used.
 
 Example:
     >>> from interp.models import load_model
-    >>> from interp.metrics import logit_diff_metric
+    >>> from interp.core.metrics import logit_diff_metric
     >>> model = load_model("induction-2l")
     >>> clean = torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]])
     >>> corrupted = torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]])
@@ -42,18 +42,18 @@ import torch
 from interp.analysis.circuits.circuit import edge_mask, position_edge_mask
 from interp.analysis.circuits.edge_attribution import score_matrix
 from interp.analysis.circuits.pruning import top_edges
-from interp.analysis.frames import table_attrs
-from interp.analysis.shapes import Tokens
-from interp.checks import check_int, check_seed
+from interp.core.checks import check_int, check_seed
+from interp.core.errors import InterpError
+from interp.core.metrics import Metric
+from interp.core.precision import model_dtype
+from interp.core.protocol import HookedModel, positions_label
+from interp.core.shapes import Tokens
 from interp.engine.batching import check_work
 from interp.engine.chunks import Estimate, Plan, WeightedMean, plan
 from interp.engine.direction import check_span
-from interp.engine.edges import evaluate_masks
-from interp.engine.tasks import EdgeTask, begin, check, chunk_tasks, edge_footprint
-from interp.errors import InterpError
-from interp.metrics import Metric
-from interp.precision import model_dtype
-from interp.protocol import HookedModel, positions_label
+from interp.engine.edges.passes import evaluate_masks
+from interp.engine.edges.task import EdgeTask, begin, check, chunk_tasks, edge_footprint
+from interp.outputs.frames import table_attrs
 
 Ablation = Literal["patch", "zero", "mean", "resample"]
 

@@ -22,7 +22,7 @@ the same numbers (tested against a hooks-only computation of the definition).
 Example:
     >>> import torch
     >>> from interp.models import load_model
-    >>> from interp.metrics import logit_diff_metric
+    >>> from interp.core.metrics import logit_diff_metric
     >>> model = load_model("induction-2l")
     >>> clean = torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]])
     >>> corrupted = torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]])
@@ -40,17 +40,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interp.analysis.frames import table_attrs
-from interp.analysis.shapes import Tokens
+from interp.core.errors import InterpError
+from interp.core.metrics import Metric
+from interp.core.precision import model_dtype
+from interp.core.protocol import HookedModel, positions_label
+from interp.core.shapes import Tokens
 from interp.engine.batching import check_work
 from interp.engine.chunks import Estimate, WeightedMean, plan
 from interp.engine.direction import Direction, check_span, clean_first, effects, normalized
-from interp.engine.edges import pass_shape, patch_cost, patch_edges
-from interp.engine.tasks import begin, check, chunk_tasks, edge_footprint
-from interp.errors import InterpError
-from interp.metrics import Metric
-from interp.precision import model_dtype
-from interp.protocol import HookedModel, positions_label
+from interp.engine.edges.passes import pass_shape, patch_cost, patch_edges
+from interp.engine.edges.task import begin, check, chunk_tasks, edge_footprint
+from interp.outputs.frames import table_attrs
 
 
 def path_patch(
@@ -129,7 +129,7 @@ def path_patch(
     if estimate:
         return pl.estimate
     base_m, source_m, patched_m = WeightedMean(), WeightedMean(), WeightedMean()
-    dtype = model_dtype(model)  # runs equal to its rounding are refused (interp.precision)
+    dtype = model_dtype(model)  # runs equal to its rounding are refused (interp.core.precision)
     for sub, checked, w in chunk_tasks(task, pl, cache=cache, progress=progress, desc="paths"):
         prep = begin(sub, cache=checked)
         if not pl.split:  # one batch: refuse equal runs before the senders' passes

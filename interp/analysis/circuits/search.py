@@ -9,7 +9,7 @@ found by doubling, then bisection.
 Example:
     >>> import torch
     >>> from interp.models import load_model
-    >>> from interp.metrics import logit_diff_metric
+    >>> from interp.core.metrics import logit_diff_metric
     >>> model = load_model("induction-2l")
     >>> clean = torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]])
     >>> corrupted = torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]])
@@ -41,14 +41,14 @@ from interp.analysis.circuits.evaluation import (
     measure_circuits,
 )
 from interp.analysis.circuits.pruning import prune, top_edges
-from interp.analysis.shapes import Tokens
-from interp.checks import check_finite, check_int
+from interp.core.checks import check_finite, check_int
+from interp.core.errors import InterpError
+from interp.core.metrics import Metric
+from interp.core.protocol import HookedModel, model_name
+from interp.core.shapes import Tokens
 from interp.engine.chunks import Estimate, plan
-from interp.engine.edges import evaluate_masks
-from interp.engine.tasks import edge_footprint
-from interp.errors import InterpError
-from interp.metrics import Metric
-from interp.protocol import HookedModel, model_name
+from interp.engine.edges.passes import evaluate_masks
+from interp.engine.edges.task import edge_footprint
 
 
 def find_circuit(

@@ -5,8 +5,8 @@ head and component patching (:mod:`.patching`, :mod:`.component_patching`)
 differ only in their edits. Each checks every input before any pass
 (:func:`check_ablating`, :func:`check_patching`), builds the values its edits
 splice in (:func:`interp.engine.ablations.values_for` or the source run), runs
-the exact sweep (:func:`interp.engine.sweep.sweep`) and tabulates ``effect``
-with the attrs schema of :func:`interp.analysis.frames.table_attrs`. Private to
+the exact sweep (:func:`interp.engine.sweeps.sweep.sweep`) and tabulates ``effect``
+with the attrs schema of :func:`interp.outputs.frames.table_attrs`. Private to
 :mod:`interp.analysis.components`.
 """
 
@@ -20,9 +20,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.analysis.frames import table_attrs
-from interp.analysis.shapes import Tokens
-from interp.checks import check_seed, check_token_pair, check_tokens, position_mask
+from interp.core.checks import check_seed, check_token_pair, check_tokens, position_mask
+from interp.core.errors import InterpError
+from interp.core.metrics import Metric, prepare_metric
+from interp.core.precision import model_dtype
+from interp.core.protocol import HookedModel, check_model, eval_no_grad, positions_label
+from interp.core.shapes import Tokens
 from interp.engine.ablations import (
     Replacements,
     check_ablation,
@@ -41,12 +44,9 @@ from interp.engine.direction import (
     normalized,
     runs,
 )
-from interp.engine.sites import Site, mask_positions
-from interp.engine.sweep import check_sweep_work, footprint, sweep
-from interp.errors import InterpError
-from interp.metrics import Metric, prepare_metric
-from interp.precision import model_dtype
-from interp.protocol import HookedModel, check_model, eval_no_grad, positions_label
+from interp.engine.sweeps.sites import Site, mask_positions
+from interp.engine.sweeps.sweep import check_sweep_work, footprint, sweep
+from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
 
 ABLATING = ("zero", "mean", "resample")

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from interp.checks import token_id
-from interp.errors import InterpError
-from interp.hooks import hook_name
-from interp.protocol import HookedModel, logits_meaningful
+from interp.core.checks import token_id
+from interp.core.errors import InterpError
+from interp.core.hooks import hook_name
+from interp.core.protocol import HookedModel, logits_meaningful
 
 # Rows of logits unembedded at once: at most this many bytes of logits per chunk.
 CHUNK_BYTES = 64 << 20
@@ -41,7 +41,7 @@ def check_lm_head(model: HookedModel, what: str) -> None:
 def token_ids(model: HookedModel, value: Any, batch: int, name: str) -> torch.Tensor:
     """``value`` as ``[batch]`` token ids: one for every sequence or one per sequence (a
     list, or a ``[batch]`` tensor); each an id or one token by the one rule of
-    :func:`interp.checks.token_id` (a string of digits is an id).
+    :func:`interp.core.checks.token_id` (a string of digits is an id).
 
     Raises:
         InterpError: for a string that is not one token (its pieces are named),
@@ -76,9 +76,9 @@ def read_positions(at: Any, n: int, *, default_all: bool) -> list[int]:
     the positions whose logits are read.
 
     Raises:
-        InterpError: as :func:`interp.checks.position_mask`.
+        InterpError: as :func:`interp.core.checks.position_mask`.
     """
-    from interp.checks import position_mask
+    from interp.core.checks import position_mask
 
     if at is None:
         return list(range(n)) if default_all else [n - 1]

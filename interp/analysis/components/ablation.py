@@ -16,7 +16,7 @@ shared by the layer's heads and stays). The ``ablation``:
 ``positions`` restricts the ablation to some positions (all by default). The
 default metric is the mean next-token loss over ``loss_mask``. Each table has
 ``clean``, ``ablated`` and ``effect = ablated - clean``. All sweeps run on the
-exact engine (:mod:`interp.engine.sweep`); ``df.attrs["engine"]`` says which
+exact engine (:mod:`interp.engine.sweeps.sweep`); ``df.attrs["engine"]`` says which
 path ran, and every result equals one ``run_with_hooks`` per edit (to 1e-5).
 The model runs in eval mode under ``torch.no_grad()`` (its mode is restored).
 
@@ -39,17 +39,17 @@ import pandas as pd
 import torch
 
 from interp.analysis.components._pipeline import ablate, check_ablating
-from interp.analysis.frames import rows_frame
-from interp.analysis.shapes import Mask, Tokens
-from interp.checks import check_tokens
+from interp.core.checks import check_tokens
+from interp.core.errors import InterpError
+from interp.core.glossary import retired_words
+from interp.core.head_checks import parse_heads
+from interp.core.hooks import hook_name
+from interp.core.metrics import Metric
+from interp.core.protocol import HookedModel, check_model, eval_no_grad
+from interp.core.shapes import Mask, Tokens
 from interp.engine.chunks import Estimate
-from interp.engine.sites import head_edits, site
-from interp.errors import InterpError
-from interp.glossary import retired_words
-from interp.head_checks import parse_heads
-from interp.hooks import hook_name
-from interp.metrics import Metric
-from interp.protocol import HookedModel, check_model, eval_no_grad
+from interp.engine.sweeps.sites import head_edits, site
+from interp.outputs.frames import rows_frame
 
 Ablation = Literal["zero", "mean", "resample"]
 MetricArg = Metric | Callable[[torch.Tensor, torch.Tensor], Any] | None
@@ -108,7 +108,7 @@ def ablate_heads(
     the activations mean and resample ablation need. ``batch_size`` edits share
     a forward pass (default: as many as the memory budget and the CPU rule of
     :mod:`interp.engine.batching` allow; ``memory_budget`` in bytes).
-    ``df.attrs`` records how it was computed (:data:`interp.analysis.frames.SCHEMA`).
+    ``df.attrs`` records how it was computed (:data:`interp.outputs.frames.SCHEMA`).
 
     Raises:
         InterpError: for an unknown ablation, heads out of range, a ``loss_mask``
@@ -206,7 +206,7 @@ def sweep_plan(
 ) -> dict[str, Any]:
     """What a per-head sweep of ``heads`` on ``tokens`` will run, without running it.
 
-    Keys: ``path`` (the engine path, see :mod:`interp.engine.sweep`),
+    Keys: ``path`` (the engine path, see :mod:`interp.engine.sweeps.sweep`),
     ``note`` (why a slower path, if so), ``edits``, ``edits_per_pass`` and
     ``passes`` (forward passes, the clean one included). Choosing the path may
     run its one-time exactness check on a small slice of ``tokens``.
@@ -214,7 +214,7 @@ def sweep_plan(
     Raises:
         InterpError: for bad tokens or heads.
     """
-    from interp.engine.sweep import plan
+    from interp.engine.sweeps.sweep import plan
 
     check_model(model)
     tokens = check_tokens(model, tokens, chunked=True)

@@ -63,9 +63,15 @@ import torch
 
 from interp.analysis.components.ablation import MetricArg, ablate_heads
 from interp.analysis.components.patching import patch_heads
-from interp.analysis.frames import described, rows_frame, table_attrs
-from interp.analysis.shapes import Mask, Tokens
-from interp.checks import check_int, check_seed, check_token_pair, check_tokens, position_mask
+from interp.core.checks import check_int, check_seed, check_token_pair, check_tokens, position_mask
+from interp.core.errors import InterpError
+from interp.core.head_checks import parse_heads
+from interp.core.hooks import hook_name
+from interp.core.memory import backward_bytes
+from interp.core.metrics import prepare_metric
+from interp.core.precision import model_dtype
+from interp.core.protocol import HookedModel, check_model, eval_mode, eval_no_grad, positions_label
+from interp.core.shapes import Mask, Tokens
 from interp.engine.ablations import (
     Replacements,
     check_ablation,
@@ -77,16 +83,10 @@ from interp.engine.batching import CPU_TOKENS_PER_PASS, Cost
 from interp.engine.cache import cache_rows, cache_work, check_cache
 from interp.engine.chunks import Estimate, Footprint, WeightedMean, plan
 from interp.engine.direction import Direction, check_direction, check_span, clean_first, runs
-from interp.engine.gradients import FrozenParams, head_gradients, pattern_at
-from interp.engine.sites import head_edits
-from interp.engine.sweep import sweep_work
-from interp.errors import InterpError
-from interp.head_checks import parse_heads
-from interp.hooks import hook_name
-from interp.memory import backward_bytes
-from interp.metrics import prepare_metric
-from interp.precision import model_dtype
-from interp.protocol import HookedModel, check_model, eval_mode, eval_no_grad, positions_label
+from interp.engine.edges.gradients import FrozenParams, head_gradients, pattern_at
+from interp.engine.sweeps.sites import head_edits
+from interp.engine.sweeps.sweep import sweep_work
+from interp.outputs.frames import described, rows_frame, table_attrs
 from interp.runtime import Runtime, head_weight, runtime_of
 
 Ablation = Literal["zero", "mean", "resample", "patch"]
@@ -184,7 +184,7 @@ def attribute_heads(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``).
+            (``interp.core.protocol.HookedModel``).
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the
             clean prompt's.
         metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
@@ -234,7 +234,7 @@ def attribute_heads(
         ``exact``, the exact effect where ``verify`` computed it (NaN elsewhere; no column
         mixes the two). ``"patch"`` adds ``estimate_normalized`` and ``exact_normalized`` (as
         a fraction of ``m(source run) - m(base run)``). ``attrs`` follow
-        :data:`interp.analysis.frames.SCHEMA` (``method="attribution"``), plus
+        :data:`interp.outputs.frames.SCHEMA` (``method="attribution"``), plus
         ``correction``, ``verified`` and ``chunks``. With ``estimate=True``, the run's
         :class:`~interp.engine.chunks.Estimate` instead.
 
@@ -430,7 +430,7 @@ def estimate_agreement(
 
     Returns:
         A table with columns ``measure, value``: the Spearman row, then one row per ``k``.
-        ``attrs`` follow :data:`interp.analysis.frames.SCHEMA` (``model`` is ``None``).
+        ``attrs`` follow :data:`interp.outputs.frames.SCHEMA` (``model`` is ``None``).
 
     Example:
         >>> import pandas as pd

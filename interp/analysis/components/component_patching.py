@@ -27,12 +27,12 @@ patches (``layer``, ``head``). ``effect = patched - base run`` and
 way to the source run's.
 
 Every cell is exact (equal to one ``run_with_hooks`` per cell, to 1e-5) and runs
-on :mod:`interp.engine.sweep`: each cell resumes at its layer, the cells of a
+on :mod:`interp.engine.sweeps.sweep`: each cell resumes at its layer, the cells of a
 layer share passes, and only the metric's rows are unembedded.
 
 Example:
     >>> from interp.models import load_model
-    >>> from interp.metrics import logit_diff_metric
+    >>> from interp.core.metrics import logit_diff_metric
     >>> model = load_model("induction-2l")
     >>> clean = torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]])  # ... 7 8 ... 7 -> 8
     >>> corrupted = torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]])  # ... 7 9 ... 7 -> 9
@@ -52,14 +52,14 @@ import torch
 
 from interp.analysis.components._pipeline import check_patching, patch
 from interp.analysis.components.ablation import MetricArg
-from interp.analysis.shapes import Tokens
+from interp.core.errors import InterpError
+from interp.core.glossary import retired_words
+from interp.core.hooks import hook_name
+from interp.core.protocol import HookedModel, check_model, hook_names
+from interp.core.shapes import Tokens
 from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction
-from interp.engine.sites import Site, site
-from interp.errors import InterpError
-from interp.glossary import retired_words
-from interp.hooks import hook_name
-from interp.protocol import HookedModel, check_model, hook_names
+from interp.engine.sweeps.sites import Site, site
 
 LAYER_COMPONENTS = ("resid_pre", "resid_mid", "attn_out", "mlp_out")
 HEAD_COMPONENTS = ("z", "q", "k", "v", "pattern")
@@ -114,12 +114,12 @@ def patch_components(
     which ``component`` takes which ``by``). ``effect = m(patched) - m(base run)`` and
     ``normalized = effect / (m(source run) - m(base run))``: 1 moves the metric all the way
     to the source run's. Every cell is exact (equal to one ``run_with_hooks`` per cell, to
-    1e-5), on :mod:`interp.engine.sweep`; the prompts run in chunks under ``memory_budget``
+    1e-5), on :mod:`interp.engine.sweeps.sweep`; the prompts run in chunks under ``memory_budget``
     (:mod:`interp.engine.chunks`).
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``).
+            (``interp.core.protocol.HookedModel``).
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the
             clean prompt's.
         corrupted_tokens: The other prompt of a patching pair, the same shape as ``tokens``.
@@ -155,7 +155,7 @@ def patch_components(
         A table with one row per cell: ``layer``, then ``head`` (for head components) and
         ``position`` (for ``*_position`` grids), ``label``, then ``clean, corrupted,
         patched, effect, normalized`` (metric values). ``attrs`` follow
-        :data:`interp.analysis.frames.SCHEMA` (``ablation="patch"``, the direction, metric
+        :data:`interp.outputs.frames.SCHEMA` (``ablation="patch"``, the direction, metric
         and engine path), plus ``component``, ``by``, ``heads`` (query or key/value heads),
         ``engine_note`` and ``chunks``. With ``estimate=True``, the run's
         :class:`~interp.engine.chunks.Estimate` instead.

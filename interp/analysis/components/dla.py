@@ -51,23 +51,23 @@ from interp.analysis.components._readout import (
     read_positions,
     token_ids,
 )
-from interp.analysis.frames import table_attrs
-from interp.analysis.shapes import Tokens
-from interp.checks import check_not_padding, check_tokens
+from interp.core.checks import check_not_padding, check_tokens
+from interp.core.errors import InterpError
+from interp.core.glossary import retired_words
+from interp.core.hooks import head_label, hook_name
+from interp.core.memory import forward_bytes
+from interp.core.precision import is_reduced, tolerance
+from interp.core.protocol import HookedModel, check_model, eval_no_grad, hook_names
+from interp.core.shapes import Tokens
 from interp.engine.cache import cache_work, check_cache
 from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
-from interp.errors import InterpError
-from interp.glossary import retired_words
-from interp.hooks import head_label, hook_name
-from interp.memory import forward_bytes
-from interp.precision import is_reduced, tolerance
-from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
+from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
 
 By = Literal["head", "layer", "component"]
 BYS: tuple[str, ...] = ("head", "layer", "component")
 # of the largest share: below this the pieces add up and no row is shown (float32; in float16 /
-# bfloat16 the precision's rule of the larger of that and the logits read, interp.precision)
+# bfloat16 the precision's rule of the larger of that and the logits read, interp.core.precision)
 REMAINDER_TOL = 1e-5
 
 
@@ -126,7 +126,7 @@ def direct_logit_attribution(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``), with a language-model head.
+            (``interp.core.protocol.HookedModel``), with a language-model head.
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
         answer: The token(s) a metric, DLA or lens follows (one for all sequences or one per
             sequence): an int or a string of digits is a token id, any other string is text
@@ -152,7 +152,7 @@ def direct_logit_attribution(
     Returns:
         A table with one row per component: ``component, layer, head, label, value``, where
         ``value`` is the mean share over sequences and positions, in logits (before any
-        final soft cap). ``attrs`` follow :data:`interp.analysis.frames.SCHEMA`, plus
+        final soft cap). ``attrs`` follow :data:`interp.outputs.frames.SCHEMA`, plus
         ``total`` (the model's own mean logit difference, which the rows sum to),
         ``sum_of_rows``, ``remainder``, ``remainder_tol`` (and ``remainder_reason`` when
         a remainder row is shown), ``final_norm``, ``softcap``, ``notes``, ``at``, ``by``

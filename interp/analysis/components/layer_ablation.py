@@ -3,7 +3,7 @@
 The same ablations as for heads (:mod:`interp.analysis.components.ablation`):
 ``zero``, ``mean`` (over the batch or ``reference_tokens``), ``resample`` (a
 seeded draw of another sequence), at every position or at ``positions``, exact
-on the engine of :mod:`interp.engine.sweep` (each edit resumed at its layer).
+on the engine of :mod:`interp.engine.sweeps.sweep` (each edit resumed at its layer).
 
 * :func:`ablate_mlps`: each MLP's output (``blocks.{l}.hook_mlp_out``), or,
   with ``neuron_groups=g``, each of ``g`` contiguous groups of its hidden
@@ -29,15 +29,15 @@ import pandas as pd
 
 from interp.analysis.components._pipeline import ablate, check_ablating
 from interp.analysis.components.ablation import Ablation, MetricArg
-from interp.analysis.shapes import Mask, Tokens
-from interp.checks import check_int
+from interp.core.checks import check_int
+from interp.core.errors import InterpError
+from interp.core.glossary import retired_words
+from interp.core.head_checks import check_layer
+from interp.core.hooks import hook_name
+from interp.core.protocol import HookedModel, check_model, hook_names
+from interp.core.shapes import Mask, Tokens
 from interp.engine.chunks import Estimate
-from interp.engine.sites import Site, site
-from interp.errors import InterpError
-from interp.glossary import retired_words
-from interp.head_checks import check_layer
-from interp.hooks import hook_name
-from interp.protocol import HookedModel, check_model, hook_names
+from interp.engine.sweeps.sites import Site, site
 
 PARTS = ("attn", "mlp")
 
@@ -87,12 +87,12 @@ def ablate_mlps(
     Each MLP's output (``blocks.{l}.hook_mlp_out``), or each of ``neuron_groups``
     contiguous groups of its hidden neurons (``blocks.{l}.mlp.hook_post``), replaced by the
     ablation's values; ``effect = m(ablated) - m(clean)``. Exact, on
-    :mod:`interp.engine.sweep` (each edit resumed at its layer); the prompts run in chunks
+    :mod:`interp.engine.sweeps.sweep` (each edit resumed at its layer); the prompts run in chunks
     under ``memory_budget`` (:mod:`interp.engine.chunks`).
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``).
+            (``interp.core.protocol.HookedModel``).
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
         ablation: What replaces an activation: ``'zero'`` (default), ``'mean'`` (over the
             batch or ``reference_tokens``) or ``'resample'`` (another sequence's, seeded).
@@ -128,7 +128,7 @@ def ablate_mlps(
         A table with one row per MLP (or neuron group), layer-major: ``layer, neuron_group,
         label, neurons, clean, ablated, effect`` (``neuron_group`` and ``neurons`` are empty
         for whole MLPs; labels ``L3.mlp`` or ``L3.mlp[384:768]``). ``attrs`` follow
-        :data:`interp.analysis.frames.SCHEMA`, plus ``engine_note``, ``reference`` and
+        :data:`interp.outputs.frames.SCHEMA`, plus ``engine_note``, ``reference`` and
         ``chunks``. With ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate`
         instead.
 
@@ -208,12 +208,12 @@ def ablate_layers(
 
     A layer's attention is every head's ``hook_z`` (the output bias stays, as in head
     ablation), its MLP ``hook_mlp_out``; ``effect = m(ablated) - m(clean)``. Exact, on
-    :mod:`interp.engine.sweep`; the prompts run in chunks under ``memory_budget``
+    :mod:`interp.engine.sweeps.sweep`; the prompts run in chunks under ``memory_budget``
     (:mod:`interp.engine.chunks`).
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``).
+            (``interp.core.protocol.HookedModel``).
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
         ablation: What replaces an activation: ``'zero'`` (default), ``'mean'`` (over the
             batch or ``reference_tokens``) or ``'resample'`` (another sequence's, seeded).
@@ -248,7 +248,7 @@ def ablate_layers(
     Returns:
         A table with one row per layer and part: ``layer, part, label, clean, ablated,
         effect`` (labels ``L3.attn``, ``L3.mlp``). ``attrs`` follow
-        :data:`interp.analysis.frames.SCHEMA`, plus ``engine_note``, ``reference`` and
+        :data:`interp.outputs.frames.SCHEMA`, plus ``engine_note``, ``reference`` and
         ``chunks``. With ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate`
         instead.
 

@@ -39,16 +39,16 @@ from interp.analysis.components._readout import (
     read_positions,
     token_ids,
 )
-from interp.analysis.frames import table_attrs
-from interp.analysis.shapes import Tokens
-from interp.checks import check_int, check_not_padding, check_tokens
+from interp.core.checks import check_int, check_not_padding, check_tokens
+from interp.core.errors import InterpError
+from interp.core.glossary import retired_words
+from interp.core.hooks import hook_name, stage_names
+from interp.core.memory import element_bytes, forward_bytes
+from interp.core.protocol import HookedModel, check_model, eval_no_grad
+from interp.core.shapes import Tokens
 from interp.engine.cache import StopForward, cache_work, check_cache, pass_share
 from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
-from interp.errors import InterpError
-from interp.glossary import retired_words
-from interp.hooks import hook_name, stage_names
-from interp.memory import element_bytes, forward_bytes
-from interp.protocol import HookedModel, check_model, eval_no_grad
+from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
 
 
@@ -84,7 +84,7 @@ def logit_lens(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``), with a language-model head.
+            (``interp.core.protocol.HookedModel``), with a language-model head.
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
         at: Where logits are *read*: an int or ints, negative from the end; ``None`` (default)
             is every position.
@@ -108,7 +108,7 @@ def logit_lens(
         stage_name, position, token`` (the input token there), ``top1 .. top{k}`` (token
         strings, ids without a tokenizer) with ``p1 .. p{k}`` (probabilities), then
         ``target_id, target, target_p, target_logp, target_rank`` (rank 1 = top; NA where
-        there is no target). ``attrs`` follow :data:`interp.analysis.frames.SCHEMA`, plus
+        there is no target). ``attrs`` follow :data:`interp.outputs.frames.SCHEMA`, plus
         ``at``, ``k``, ``chunk_bytes`` and ``chunks``. With ``estimate=True``, the run's
         :class:`~interp.engine.chunks.Estimate` instead.
 

@@ -8,7 +8,7 @@ metric need this head?); ``"denoising"`` the clean run's into the corrupted run
 (is this head enough to restore the clean answer? TransformerLens's
 ``get_act_patch_attn_head_out_all_pos``, tested equal). ``effect = patched -
 base run`` and ``normalized = effect / (source run - base run)``: 1 means this
-head alone moves the metric all the way. Exact, on :mod:`interp.engine.sweep`.
+head alone moves the metric all the way. Exact, on :mod:`interp.engine.sweeps.sweep`.
 
 Example:
     >>> import torch
@@ -32,15 +32,15 @@ import torch
 
 from interp.analysis.components._pipeline import check_patching, patch
 from interp.analysis.components.ablation import MetricArg
-from interp.analysis.frames import rows_frame
-from interp.analysis.shapes import Tokens
+from interp.core.head_checks import parse_heads
+from interp.core.hooks import hook_name
+from interp.core.metrics import logit_diff_metric
+from interp.core.protocol import HookedModel
+from interp.core.shapes import Tokens
 from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction
-from interp.engine.sites import head_edits, mask_positions
-from interp.head_checks import parse_heads
-from interp.hooks import hook_name
-from interp.metrics import logit_diff_metric
-from interp.protocol import HookedModel
+from interp.engine.sweeps.sites import head_edits, mask_positions
+from interp.outputs.frames import rows_frame
 
 __all__ = ["logit_diff_metric", "patch_heads"]
 
@@ -64,12 +64,12 @@ def patch_heads(
 
     ``effect = m(patched) - m(base run)`` and ``normalized = effect / (m(source run) -
     m(base run))``: 1 means this head alone moves the metric all the way (module
-    docstring). Exact, on :mod:`interp.engine.sweep`; the prompts run in chunks under
+    docstring). Exact, on :mod:`interp.engine.sweeps.sweep`; the prompts run in chunks under
     ``memory_budget`` (:mod:`interp.engine.chunks`).
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``).
+            (``interp.core.protocol.HookedModel``).
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the
             clean prompt's.
         corrupted_tokens: The other prompt of a patching pair, the same shape as ``tokens``.
@@ -99,7 +99,7 @@ def patch_heads(
     Returns:
         A table with one row per head of ``heads`` (in layer, head order): ``layer, head,
         label, clean, corrupted, patched, effect, normalized`` (metric values).
-        ``attrs`` follow :data:`interp.analysis.frames.SCHEMA` (``ablation="patch"``,
+        ``attrs`` follow :data:`interp.outputs.frames.SCHEMA` (``ablation="patch"``,
         the direction, metric and engine path), plus ``engine_note`` and ``chunks``. With
         ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate` instead.
 

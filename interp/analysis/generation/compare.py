@@ -32,9 +32,9 @@ from interp.analysis.generation.generating import bind_all, plan_generation, run
 from interp.analysis.generation.interventions import Intervention, Window
 from interp.analysis.generation.prompts import Prompt
 from interp.analysis.generation.result import Generation
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.engine.chunks import Estimate
-from interp.errors import InterpError
-from interp.protocol import HookedModel, check_model, eval_no_grad
 
 
 def compare_generations(
@@ -58,7 +58,7 @@ def compare_generations(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``); a causal one.
+            (``interp.core.protocol.HookedModel``); a causal one.
         prompt: Text, a list of texts, ``[batch, pos]`` ids or a list of id lists, as
             :func:`~interp.analysis.generation.generate` takes it.
         interventions: The edits of the edited run (at least one).
@@ -146,7 +146,7 @@ def _score(model: HookedModel, g: Generation, edits: list[Any]) -> torch.Tensor:
     window = Window(0, tokens.shape[1], L, pads, torch.arange(tokens.shape[0]))
     hooks = [h for e in edits for h in e.hooks(window)]
     rt = runtime_of(model)
-    from interp.protocol import model_device
+    from interp.core.protocol import model_device
 
     dev = model_device(model)
     logits, _ = rt.extend(

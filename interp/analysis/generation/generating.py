@@ -38,17 +38,23 @@ from typing import Any
 
 import torch
 
-from interp.analysis.frames import table_attrs
 from interp.analysis.generation.interventions import Intervention
 from interp.analysis.generation.loop import continue_prompts
 from interp.analysis.generation.prompts import Prompt, Prompts, pad_id, prompts_of
 from interp.analysis.generation.result import Generation, token_pieces
 from interp.analysis.generation.sampling import Sampling, check_sampling, uniforms
-from interp.checks import check_bool, check_int, check_seed, token_id
+from interp.core.checks import check_bool, check_int, check_seed, token_id
+from interp.core.errors import InterpError
+from interp.core.memory import Dims, forward_bytes
+from interp.core.protocol import (
+    HookedModel,
+    check_model,
+    eval_no_grad,
+    is_causal,
+    logits_meaningful,
+)
 from interp.engine.chunks import Estimate, Footprint, Plan, plan
-from interp.errors import InterpError
-from interp.memory import Dims, forward_bytes
-from interp.protocol import HookedModel, check_model, eval_no_grad, is_causal, logits_meaningful
+from interp.outputs.frames import table_attrs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +169,7 @@ def stop_ids(model: HookedModel, stop: Any) -> list[int]:
     """``stop`` (a token, or a list of them, by the API's one rule for tokens) as ids.
 
     Raises:
-        InterpError: as :func:`interp.checks.token_id`, or for an id outside the vocabulary.
+        InterpError: as :func:`interp.core.checks.token_id`, or for an id outside the vocabulary.
     """
     if stop is None:
         return []
@@ -221,7 +227,7 @@ def generate(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``); a causal one (ours, a bridge, a Hugging Face
+            (``interp.core.protocol.HookedModel``); a causal one (ours, a bridge, a Hugging Face
             folder loaded by :func:`interp.models.load_model`).
         prompt: Text, a list of texts, ``[batch, pos]`` ids or a list of id lists,
             left-padded to one batch (:mod:`.prompts`).

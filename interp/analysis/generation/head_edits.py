@@ -54,13 +54,13 @@ from interp.analysis.generation.interventions import (
     along,
     check_hook,
 )
-from interp.checks import check_seed, check_tokens
+from interp.core.checks import check_seed, check_tokens
+from interp.core.errors import InterpError
+from interp.core.head_checks import parse_heads
+from interp.core.hooks import hook_name
+from interp.core.protocol import HookedModel
 from interp.engine.ablations import check_ablation
 from interp.engine.cache import StopForward
-from interp.errors import InterpError
-from interp.head_checks import parse_heads
-from interp.hooks import hook_name
-from interp.protocol import HookedModel
 
 
 def capture(

@@ -38,9 +38,9 @@ from typing import Any, Literal
 
 import torch
 
-from interp.checks import check_finite, check_int
-from interp.errors import InterpError
-from interp.protocol import HookedModel, hook_names
+from interp.core.checks import check_finite, check_int
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, hook_names
 
 Positions = Literal["prompt", "new", "all"] | Sequence[int]
 POSITION_WORDS = ("prompt", "new", "all")

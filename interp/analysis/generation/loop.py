@@ -35,7 +35,7 @@ import torch
 from interp.analysis.generation.interventions import Window
 from interp.analysis.generation.prompts import Prompts
 from interp.analysis.generation.sampling import Sampling, choose
-from interp.protocol import HookedModel
+from interp.core.protocol import HookedModel
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from interp.checks import check_int, check_tokens
-from interp.errors import InterpError
-from interp.protocol import HookedModel, model_device
+from interp.core.checks import check_int, check_tokens
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, model_device
 
 # What ``generate`` continues (module docstring).
 Prompt = str | Sequence[str] | torch.Tensor | Sequence[Sequence[int]]

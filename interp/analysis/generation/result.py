@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.protocol import HookedModel
+from interp.core.protocol import HookedModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Generation:
         logits: ``[batch, steps, d_vocab]`` when asked for (``keep_logits=True``), else None.
         stopped: ``[batch]`` bool: the prompt wrote a stop token.
         pieces: The new tokens as text, one list per prompt.
-        attrs: How they were computed (:data:`interp.analysis.frames.SCHEMA`, plus
+        attrs: How they were computed (:data:`interp.outputs.frames.SCHEMA`, plus
             ``sampling``, ``interventions`` and ``stop``).
     """
 

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from interp.checks import check_int
-from interp.errors import InterpError
+from interp.core.checks import check_int
+from interp.core.errors import InterpError
 
 
 @dataclasses.dataclass(frozen=True)

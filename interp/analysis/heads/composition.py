@@ -33,10 +33,10 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis.frames import described
-from interp.errors import InterpError
-from interp.hooks import head_label
-from interp.protocol import HookedModel, check_model
+from interp.core.errors import InterpError
+from interp.core.hooks import head_label
+from interp.core.protocol import HookedModel, check_model
+from interp.outputs.frames import described
 from interp.runtime import head_weight
 
 Component = Literal["Q", "K", "V"]
@@ -158,7 +158,7 @@ def composition_scores(model: HookedModel, *, component: Component = "K") -> pd.
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``). Only its weights are read.
+            (``interp.core.protocol.HookedModel``). Only its weights are read.
         component: A named part of the model: the later head's input that the earlier head's
             output feeds, ``'Q'``, ``'K'`` (default) or ``'V'``.
 
@@ -166,7 +166,7 @@ def composition_scores(model: HookedModel, *, component: Component = "K") -> pd.
         A table with one row per pair of heads in different layers: ``src_layer, src_head,
         src_label`` (the earlier head), ``layer, head, label`` (the later one), then
         ``component, score, baseline, ratio`` (``score / baseline``). ``attrs`` follow
-        :data:`interp.analysis.frames.SCHEMA`, plus ``component``.
+        :data:`interp.outputs.frames.SCHEMA`, plus ``component``.
 
     Raises:
         InterpError: for an unknown component or a model with a single layer.

@@ -25,14 +25,20 @@ from typing import Any
 
 import pandas as pd
 
-from interp.analysis.frames import described
-from interp.analysis.shapes import PerToken, Tokens
-from interp.checks import check_int, check_tokens
+from interp.core.checks import check_int, check_tokens
+from interp.core.errors import InterpError
+from interp.core.hooks import hook_name
+from interp.core.metrics import next_token_nll
+from interp.core.protocol import (
+    HookedModel,
+    check_model,
+    eval_no_grad,
+    is_causal,
+    logits_meaningful,
+)
+from interp.core.shapes import PerToken, Tokens
 from interp.engine.cache import check_cache
-from interp.errors import InterpError
-from interp.hooks import hook_name
-from interp.metrics import next_token_nll
-from interp.protocol import HookedModel, check_model, eval_no_grad, is_causal, logits_meaningful
+from interp.outputs.frames import described
 from interp.runtime import runtime_of
 
 
@@ -45,7 +51,7 @@ def per_token_loss(model: HookedModel, tokens: Tokens, *, cache: Any = None) -> 
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``), causal, with a language-model head.
+            (``interp.core.protocol.HookedModel``), causal, with a language-model head.
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence), at least 2 long.
         cache: An ActivationCache of ``tokens``; it is read only after its earliest
             token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
@@ -105,7 +111,7 @@ def in_context_learning_score(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``), causal, with a language-model head.
+            (``interp.core.protocol.HookedModel``), causal, with a language-model head.
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence), at least 3 long.
         early: The early prediction's position, in ``[0, pos - 2]``; ``None`` is
             ``max(1, pos // 10)``.
@@ -117,7 +123,7 @@ def in_context_learning_score(
 
     Returns:
         A one-row table: ``early_pos, late_pos, early_loss, late_loss, score`` (losses in
-        nats). ``attrs`` follow :data:`interp.analysis.frames.SCHEMA`.
+        nats). ``attrs`` follow :data:`interp.outputs.frames.SCHEMA`.
 
     Raises:
         InterpError: for positions outside ``[0, pos - 2]``, ``early >= late``,

@@ -37,16 +37,16 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from interp.analysis.frames import described, head_frame
 from interp.analysis.heads.subspace import head_subspaces
-from interp.analysis.shapes import Tokens
-from interp.checks import check_finite, check_int, check_seed, check_tokens, position_mask
+from interp.core.checks import check_finite, check_int, check_seed, check_tokens, position_mask
+from interp.core.errors import InterpError
+from interp.core.head_checks import check_layer_head
+from interp.core.hooks import head_label, hook_name
+from interp.core.protocol import HookedModel, check_model, eval_no_grad
+from interp.core.shapes import Tokens
 from interp.engine.batching import check_work
 from interp.engine.cache import cache_of, cache_work, check_cache, pass_share
-from interp.errors import InterpError
-from interp.head_checks import check_layer_head
-from interp.hooks import head_label, hook_name
-from interp.protocol import HookedModel, check_model, eval_no_grad
+from interp.outputs.frames import described, head_frame
 from interp.runtime import per_query_heads, runtime_of
 
 
@@ -114,7 +114,7 @@ def null_space_probe(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``).
+            (``interp.core.protocol.HookedModel``).
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
         layer: A block index: the head's layer.
         head: A head index within ``layer``.
@@ -142,7 +142,7 @@ def null_space_probe(
         keys free to change), ``d_pattern_fixed_keys`` (the same with every key and value
         held at its clean value, so only the query can move the pattern), ``d_output``
         (model output after the first probed position). ``attrs`` follow
-        :data:`interp.analysis.frames.SCHEMA`, plus ``hook``, ``rank``, ``nullity`` and
+        :data:`interp.outputs.frames.SCHEMA`, plus ``hook``, ``rank``, ``nullity`` and
         ``scale``.
 
     Raises:
@@ -304,7 +304,7 @@ def read_fraction(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``).
+            (``interp.core.protocol.HookedModel``).
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
         heads: An iterable of ``(layer, head)`` pairs or ``'L1H4'`` labels; ``None`` is every
             head; duplicates collapse with a warning.
@@ -318,12 +318,12 @@ def read_fraction(
     Returns:
         A table with one row per head of ``heads`` (in layer, head order): ``layer, head,
         label, component, rank, read_fraction, baseline``. ``attrs`` follow
-        :data:`interp.analysis.frames.SCHEMA`, plus ``component``.
+        :data:`interp.outputs.frames.SCHEMA`, plus ``component``.
 
     Raises:
         InterpError: for a head out of range, ``component`` not Q/K/V, or bad tokens.
     """
-    from interp.head_checks import parse_heads
+    from interp.core.head_checks import parse_heads
 
     cfg = check_model(model)
     _check_component(component)

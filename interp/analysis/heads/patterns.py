@@ -21,13 +21,13 @@ from typing import Any
 
 import torch
 
-from interp.analysis.shapes import Patterns, Tokens
-from interp.checks import check_tokens
+from interp.core.checks import check_tokens
+from interp.core.errors import InterpError
+from interp.core.head_checks import parse_heads
+from interp.core.hooks import hook_name
+from interp.core.protocol import HookedModel, check_model, eval_no_grad, hook_names
+from interp.core.shapes import Patterns, Tokens
 from interp.engine.cache import cache_of, check_cache, with_batch
-from interp.errors import InterpError
-from interp.head_checks import parse_heads
-from interp.hooks import hook_name
-from interp.protocol import HookedModel, check_model, eval_no_grad, hook_names
 
 
 def patterns(
@@ -69,7 +69,7 @@ def attention_patterns(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``).
+            (``interp.core.protocol.HookedModel``).
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
         heads: An iterable of ``(layer, head)`` pairs or ``'L1H4'`` labels; ``None`` is every
             head; duplicates collapse with a warning. The output keeps their order.

@@ -59,12 +59,12 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis.frames import table_attrs
-from interp.checks import check_int
-from interp.errors import InterpError
-from interp.head_checks import check_layer_head
-from interp.hooks import head_label
-from interp.protocol import HookedModel, check_model
+from interp.core.checks import check_int
+from interp.core.errors import InterpError
+from interp.core.head_checks import check_layer_head
+from interp.core.hooks import head_label
+from interp.core.protocol import HookedModel, check_model
+from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
 
 ROW_CHUNK = 4096  # token rows normalised at once (a [chunk, d_model] slab per step)
@@ -289,7 +289,7 @@ def positional_kernel(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``). Only its weights are read.
+            (``interp.core.protocol.HookedModel``). Only its weights are read.
         layer: A block index: the head's layer.
         head: A head index within ``layer``.
         distribution: The tokens a weight-based kernel averages over, query and key drawn
@@ -302,7 +302,7 @@ def positional_kernel(
     Returns:
         A table with one row per offset: ``layer, head, label, offset, score`` (the model's
         score units: after its scale, before any soft cap; NaN where a sliding window masks
-        the offset). ``attrs`` follow :data:`interp.analysis.frames.SCHEMA`, plus
+        the offset). ``attrs`` follow :data:`interp.outputs.frames.SCHEMA`, plus
         ``distribution``, ``position_kind`` and ``notes``.
 
     Raises:

@@ -60,7 +60,6 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis.frames import head_frame, table_attrs
 from interp.analysis.heads.patterns import patterns
 from interp.analysis.heads.stripes import (
     STRIPES,
@@ -70,14 +69,11 @@ from interp.analysis.heads.stripes import (
     chunk_reducers,
     reducers_for,
 )
-from interp.analysis.shapes import Mask, Tokens
-from interp.checks import check_int, check_seed, check_tokens
-from interp.engine.cache import run_until
-from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, plan
-from interp.errors import InterpError
-from interp.hooks import hook_name
-from interp.memory import check_ids, forward_bytes
-from interp.protocol import (
+from interp.core.checks import check_int, check_seed, check_tokens
+from interp.core.errors import InterpError
+from interp.core.hooks import hook_name
+from interp.core.memory import check_ids, forward_bytes
+from interp.core.protocol import (
     HookedModel,
     bos_token_id,
     check_model,
@@ -85,6 +81,10 @@ from interp.protocol import (
     is_causal,
     model_device,
 )
+from interp.core.shapes import Mask, Tokens
+from interp.engine.cache import run_until
+from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, plan
+from interp.outputs.frames import head_frame, table_attrs
 
 
 def probe_tokens(
@@ -96,7 +96,7 @@ def probe_tokens(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``). Only its config and tokenizer are read.
+            (``interp.core.protocol.HookedModel``). Only its config and tokenizer are read.
         n: How many probe sequences (at least 1).
         half_len: The length of the random segment that repeats (at least 2); ``None`` is 50,
             or less if the context is shorter.
@@ -107,8 +107,9 @@ def probe_tokens(
 
     Raises:
         InterpError: for ``n < 1``, ``half_len < 2``, a probe longer than the
-            context, or more probes than their ids fit in memory (:func:`interp.memory.check_ids`;
-            the analyses that read a probe run it in chunks).
+            context, or more probes than their ids fit in memory
+            (:func:`interp.core.memory.check_ids`; the analyses that read a probe run it in
+            chunks).
     """
     from interp.datasets import repeated_random_tokens
 
@@ -163,7 +164,7 @@ def pattern_scores(
 
     Returns:
         A table with one row per head (``layer, head, label``), then one column per stripe:
-        its score. ``attrs`` follow :data:`interp.analysis.frames.SCHEMA` (``model`` is
+        its score. ``attrs`` follow :data:`interp.outputs.frames.SCHEMA` (``model`` is
         ``None``), plus ``convention``.
 
     Example:
@@ -241,7 +242,7 @@ def head_scores(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``).
+            (``interp.core.protocol.HookedModel``).
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); ``None`` is
             :func:`probe_tokens` of the model.
         stripes: Which stripes to score: ``'induction'``, ``'previous_token'``,
@@ -269,7 +270,7 @@ def head_scores(
     Returns:
         A table with one row per head (``layer, head, label``), then one column per stripe:
         its score, the share of a query row's attention on the stripe. ``attrs`` follow
-        :data:`interp.analysis.frames.SCHEMA`, plus ``convention`` and ``chunks``. With
+        :data:`interp.outputs.frames.SCHEMA`, plus ``convention`` and ``chunks``. With
         ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:

@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 import torch
 
-from interp.analysis.shapes import Mask, Tokens
-from interp.checks import check_mask
-from interp.errors import InterpError
+from interp.core.checks import check_mask
+from interp.core.errors import InterpError
+from interp.core.shapes import Mask, Tokens
 
 Stripe = Literal["induction", "previous_token", "duplicate_token"]
 STRIPES: tuple[Stripe, ...] = ("induction", "previous_token", "duplicate_token")

@@ -32,8 +32,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from interp.errors import InterpError
-from interp.protocol import HookedModel
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,7 +257,7 @@ def head_subspaces(model: HookedModel, *, layer: int, head: int, component: str 
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``). Only its weights are read.
+            (``interp.core.protocol.HookedModel``). Only its weights are read.
         layer: A block index: the head's layer.
         head: A head index within ``layer``.
         component: A named part of the model: the head's map, ``'Q'`` (default), ``'K'``,
@@ -275,7 +275,7 @@ def head_subspaces(model: HookedModel, *, layer: int, head: int, component: str 
     Raises:
         InterpError: for a layer or head out of range, or an unknown ``component``.
     """
-    from interp.head_checks import check_layer_head
+    from interp.core.head_checks import check_layer_head
     from interp.runtime import head_weight
 
     layer, head = check_layer_head(model, layer, head)

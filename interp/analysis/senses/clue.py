@@ -31,13 +31,13 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis.frames import described, head_frame
 from interp.analysis.senses.states import batches_by_length
 from interp.analysis.senses.words import WordTokens
+from interp.core.errors import InterpError
+from interp.core.hooks import hook_name
+from interp.core.protocol import HookedModel, check_model, eval_no_grad, is_causal, model_device
 from interp.engine.cache import cache_work, check_cache, pass_share, run_until
-from interp.errors import InterpError
-from interp.hooks import hook_name
-from interp.protocol import HookedModel, check_model, eval_no_grad, is_causal, model_device
+from interp.outputs.frames import described, head_frame
 
 
 def _key_masks(model: HookedModel, item: WordTokens, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,7 +73,7 @@ def clue_attention(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``).
+            (``interp.core.protocol.HookedModel``).
         items: The sentences, each encoded with a clue (:func:`interp.analysis.encode_word`
             with ``clue=``).
         cache: An ActivationCache of ``tokens``; it is read only after its earliest
@@ -83,7 +83,7 @@ def clue_attention(
 
     Returns:
         A table with one row per head: ``layer, head, label, clue_attention,
-        other_per_token, lift``. ``attrs`` follow :data:`interp.analysis.frames.SCHEMA`.
+        other_per_token, lift``. ``attrs`` follow :data:`interp.outputs.frames.SCHEMA`.
 
     Raises:
         InterpError: for no items, an item encoded without a clue, or a cache

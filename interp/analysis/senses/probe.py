@@ -27,10 +27,10 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from interp.analysis.frames import described
 from interp.analysis.senses.states import by_word_sense, check_labels, state_names
-from interp.checks import check_int, check_seed
-from interp.errors import InterpError
+from interp.core.checks import check_int, check_seed
+from interp.core.errors import InterpError
+from interp.outputs.frames import described
 
 TIE = 1e-6
 
@@ -77,7 +77,7 @@ def nearest_neighbour_probe(
         A table with one row per stage: ``stage`` (0 = token embedding), ``stage_name``,
         ``accuracy`` (mean over splits), ``accuracy_std``, ``chance`` (1 / number of senses
         of a word, averaged) and ``n_test`` (test sentences per split). ``attrs`` follow
-        :data:`interp.analysis.frames.SCHEMA` (``model`` is ``None``).
+        :data:`interp.outputs.frames.SCHEMA` (``model`` is ``None``).
 
     Raises:
         InterpError: for mismatched labels, or a word with one sense or fewer

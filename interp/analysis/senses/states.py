@@ -35,17 +35,17 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis.frames import described
 from interp.analysis.senses.words import WordTokens
+from interp.core.errors import InterpError
+from interp.core.hooks import hook_name, stage_names
+from interp.core.protocol import HookedModel, check_model, eval_no_grad, model_device
 from interp.engine.cache import check_cache, run_until
-from interp.errors import InterpError
-from interp.hooks import hook_name, stage_names
-from interp.protocol import HookedModel, check_model, eval_no_grad, model_device
+from interp.outputs.frames import described
 
 
 def state_names(n_layers: int) -> list[str]:
     """``["token embedding", "L0", ...]``: the rows of :func:`word_states` (stage ``l + 1`` is
-    the word's vector after block ``l``; :func:`interp.hooks.stage_names`)."""
+    the word's vector after block ``l``; :func:`interp.core.hooks.stage_names`)."""
     return stage_names(n_layers, first="token embedding")
 
 
@@ -74,7 +74,7 @@ def word_states(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``).
+            (``interp.core.protocol.HookedModel``).
         items: The sentences, as :func:`interp.analysis.encode_word` gives them.
         fwd_hooks: ``(hook name, hook)`` pairs applied to every run (e.g.
             :func:`interp.analysis.components.ablation.zero_head_hooks`); not with ``cache``.
@@ -207,7 +207,7 @@ def sense_similarity(
         ``cross_sense`` and ``same_sense`` (mean raw cosine), the same two ``_centred``,
         and ``gap_centred`` = same minus cross (how far the senses have separated beyond
         what a change of context does). ``attrs`` follow
-        :data:`interp.analysis.frames.SCHEMA` (``model`` is ``None``).
+        :data:`interp.outputs.frames.SCHEMA` (``model`` is ``None``).
 
     Raises:
         InterpError: for mismatched labels or a word with a single sense.

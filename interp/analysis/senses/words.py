@@ -22,9 +22,9 @@ import re
 
 import torch
 
-from interp.checks import check_int
-from interp.errors import InterpError
-from interp.protocol import HookedModel, check_model, is_causal, model_n_ctx
+from interp.core.checks import check_int
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, check_model, is_causal, model_n_ctx
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +90,7 @@ def encode_word(
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``), with a fast Hugging Face tokenizer. It is not
+            (``interp.core.protocol.HookedModel``), with a fast Hugging Face tokenizer. It is not
             run.
         text: The sentence.
         word: The target word to find.
@@ -194,7 +194,7 @@ def ordinary_word_ids(model: HookedModel, *, min_chars: int = 3) -> torch.Tensor
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
-            (``interp.protocol.HookedModel``), with a tokenizer. It is not run.
+            (``interp.core.protocol.HookedModel``), with a tokenizer. It is not run.
         min_chars: The fewest letters a word token has, its space marker aside (default 3).
 
     Returns:

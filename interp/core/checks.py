@@ -1,0 +1,380 @@
+"""The input checks every analysis runs before its first forward pass.
+
+A bad call fails at once with an :class:`~interp.core.errors.InterpError` that says
+what is wrong and how to fix it, never with a traceback from inside torch or a
+silently wrong number. These checks need at most the model's config and
+device; nothing here runs the model.
+
+Vocabulary (the same meaning in every function):
+
+* ``tokens``: ``[batch, pos]`` integer ids (a ``[pos]`` tensor is one sequence).
+* ``heads``: an iterable of ``(layer, head)`` pairs or ``"L1H4"`` labels.
+* ``positions``: where an intervention applies: ints (negative counts from
+  the end) or a ``[pos]`` bool mask; ``None`` means every position.
+* ``loss_mask``: ``[batch, pos]`` bool (``[pos]`` for one sequence), which
+  positions count in a loss or score.
+
+Heads are checked in :mod:`interp.core.head_checks`.
+
+Example:
+    >>> position_mask(6, [0, -1]).tolist()
+    [True, False, False, False, False, True]
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from interp.core.errors import InterpError
+from interp.core.memory import check_ids, check_memory
+from interp.core.protocol import model_device, model_n_ctx
+
+if TYPE_CHECKING:  # pragma: no cover - typing only; torch loads lazily
+    import torch
+
+
+def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    """``value`` as a Python int (numpy and torch integers accepted; bools and floats refused).
+
+    Raises:
+        InterpError: for a non-integer, or one below ``minimum``.
+    """
+    if isinstance(value, bool) or value is None:
+        raise InterpError(f"{name} must be an integer, got {value!r}")
+    try:
+        out = operator.index(value)
+    except TypeError:
+        raise InterpError(f"{name} must be an integer, got {value!r}") from None
+    if minimum is not None and out < minimum:
+        raise InterpError(f"{name} must be >= {minimum}, got {out}")
+    return out
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a Python bool: ``True`` or ``False`` (numpy and torch bools accepted);
+    anything else (``"yes"``, ``"no"``, ``1``, ``None``) is refused, never read as truthy.
+
+    Example:
+        >>> import numpy as np
+        >>> check_bool(True, "estimate"), check_bool(np.False_, "progress")
+        (True, False)
+
+    Raises:
+        InterpError: naming the option and what it got.
+    """
+    if isinstance(value, bool):
+        return value
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and getattr(value, "ndim", None) == 0 and str(dtype) in _BOOL_DTYPES:
+        return bool(value)
+    raise InterpError(f"{name} must be True or False, got {value!r}")
+
+
+_BOOL_DTYPES = ("bool", "torch.bool")  # numpy's and torch's, as str(dtype) names them
+
+
+def check_finite(value: Any, name: str, *, positive: bool = False) -> float:
+    """``value`` as a finite float (positive when asked).
+
+    Raises:
+        InterpError: for a non-number, NaN, infinity, or a non-positive value when
+            ``positive``.
+    """
+    if isinstance(value, bool):
+        raise InterpError(f"{name} must be a number, got {value!r}")
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise InterpError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(out):
+        raise InterpError(f"{name} must be finite, got {out}")
+    if positive and out <= 0:
+        raise InterpError(f"{name} must be positive, got {out}")
+    return out
+
+
+def check_seed(seed: Any) -> int:
+    """A seed usable by ``torch.manual_seed`` and numpy: an int in ``[0, 2**63)``.
+
+    Raises:
+        InterpError: for a non-integer or out-of-range seed.
+    """
+    s = check_int(seed, "seed", minimum=0)
+    if s >= 2**63:
+        raise InterpError(f"seed must be below 2**63, got {s}")
+    return s
+
+
+def check_tokens(
+    model: Any, tokens: Any, *, min_len: int = 1, name: str = "tokens", chunked: bool = False
+) -> torch.Tensor:
+    """Validate ``tokens`` for ``model`` and return a ``[batch, pos]`` long tensor.
+
+    ``chunked``: the caller runs the prompts in chunks it plans under the memory budget
+    (:func:`interp.engine.chunks.plan`, which refuses a chunk that cannot fit), so only the
+    ids themselves must fit (:func:`interp.core.memory.check_ids`); otherwise the whole batch's
+    forward pass must (:func:`interp.core.memory.check_memory`).
+
+    Raises:
+        InterpError: for a non-tensor, tokens on the meta device, wrong rank or
+            dtype, an empty batch, a sequence shorter than ``min_len`` or longer
+            than ``n_ctx``, ids too many to hold, a batch whose forward pass cannot fit
+            in memory (unless ``chunked``), or ids outside the vocabulary.
+    """
+    import torch
+
+    if not isinstance(tokens, torch.Tensor):
+        raise InterpError(
+            f"{name} must be a [batch, pos] tensor of ids, got {type(tokens).__name__}; "
+            "use model.to_tokens(...) for text or words"
+        )
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise InterpError(f"{name} must be integer ids, got dtype {tokens.dtype}")
+    if tokens.device.type == "meta":
+        raise InterpError(
+            f"{name} are on the meta device, which holds shapes but no values; create them on "
+            "a real device (e.g. torch.tensor(ids) or model.to_tokens(text))"
+        )
+    if tokens.ndim == 1:
+        tokens = tokens[None]
+    if tokens.ndim != 2:
+        raise InterpError(f"{name} must be [batch, pos], got shape {tuple(tokens.shape)}")
+    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        raise InterpError(
+            f"empty batch: {name} have shape {tuple(tokens.shape)}; pass at least one token"
+        )
+    if tokens.shape[1] < min_len:
+        raise InterpError(f"sequences need at least {min_len} tokens, got {tokens.shape[1]}")
+    n_ctx = model_n_ctx(model)
+    if n_ctx is not None and tokens.shape[1] > n_ctx:
+        raise InterpError(
+            f"sequence length {tokens.shape[1]} exceeds the model's context n_ctx={n_ctx}; "
+            "shorten or split the input"
+        )
+    batch, pos = tokens.shape
+    check_ids(model_device(model), batch, pos, what=name)
+    if not chunked:
+        check_memory(model, batch, pos, what=f"{name} of shape")
+    d_vocab = getattr(model.cfg, "d_vocab", None)
+    lo, hi = int(tokens.min()), int(tokens.max())
+    if lo < 0 or (d_vocab is not None and hi >= d_vocab):
+        raise InterpError(
+            f"token id {lo if lo < 0 else hi} is outside the vocabulary [0, {d_vocab}); "
+            "check the tokenizer or d_vocab"
+        )
+    return tokens.long().to(model_device(model))
+
+
+def check_token_pair(
+    model: Any, clean: Any, corrupted: Any, *, chunked: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean and corrupted tokens, checked and of one shape (compared position by position);
+    ``chunked`` as :func:`check_tokens`.
+
+    Raises:
+        InterpError: for bad tokens, shapes that differ, or corrupted tokens equal to
+            the clean ones (every activation is the same in both runs: nothing to patch).
+    """
+    import torch
+
+    clean = check_tokens(model, clean, name="clean tokens", chunked=chunked)
+    corrupted = check_tokens(model, corrupted, name="corrupted tokens", chunked=chunked)
+    if clean.shape != corrupted.shape:
+        raise InterpError(
+            f"clean tokens {tuple(clean.shape)} and corrupted tokens "
+            f"{tuple(corrupted.shape)} must have the same shape (same length prompts)"
+        )
+    if torch.equal(clean, corrupted):
+        raise InterpError(
+            "corrupted tokens are the clean tokens: every activation is the same in both runs, "
+            "so there is nothing to patch; pass prompts that change the answer"
+        )
+    return clean, corrupted
+
+
+def check_mask(
+    mask: Any, tokens: torch.Tensor, name: str = "loss_mask", *, drop_last: bool = False
+) -> torch.Tensor:
+    """``mask`` as a ``[batch, pos]`` bool tensor on the tokens' device.
+
+    ``drop_last`` is for loss masks: the last position predicts nothing, so a
+    mask that selects only it selects nothing.
+
+    Raises:
+        InterpError: for a non-tensor, a non-bool dtype, a shape other than the
+            tokens', or a mask that selects nothing.
+    """
+    import torch
+
+    if not isinstance(mask, torch.Tensor):
+        raise InterpError(f"{name} must be a [batch, pos] bool tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise InterpError(f"{name} must be a bool tensor, got dtype {mask.dtype}")
+    if mask.ndim == 1 and tokens.shape[0] == 1:
+        mask = mask[None]
+    if tuple(mask.shape) != tuple(tokens.shape):
+        raise InterpError(
+            f"{name} has shape {tuple(mask.shape)} but tokens are {tuple(tokens.shape)}"
+        )
+    selected = mask[:, :-1] if drop_last else mask
+    if not bool(selected.any()):
+        raise InterpError(
+            f"{name} selects no position" + (" that predicts a next token" if drop_last else "")
+        )
+    return mask.to(tokens.device)
+
+
+def position_index(value: Any, n: int, name: str = "position") -> int:
+    """One position (an int, negative from the end) as an index into ``n`` positions, by the
+    one integer rule (:func:`check_int`: numpy and torch integers accepted; floats, bools and
+    strings refused, never rounded).
+
+    Example:
+        >>> position_index(-1, 6), position_index(2, 6)
+        (5, 2)
+
+    Raises:
+        InterpError: for a non-integer, or a position outside ``-n .. n - 1``.
+    """
+    if isinstance(value, (str, bytes)):
+        raise InterpError(f"{name} must be an integer position, got the string {value!r}")
+    if isinstance(value, Iterable) and not _zero_dim(value):
+        raise InterpError(f"{name} must be one integer position, got {value!r}")
+    p = check_int(value, name)
+    if not -n <= p < n:
+        raise InterpError(f"{name} {p} is out of range for {n} positions (use -{n}..{n - 1})")
+    return p % n
+
+
+def _zero_dim(value: Any) -> bool:
+    return getattr(value, "ndim", None) == 0
+
+
+def warn_duplicates(given: Sequence[int], name: str) -> None:
+    """Warn (as for duplicate heads) when positions name one index more than once."""
+    dupes = sorted(p for p, count in Counter(given).items() if count > 1)
+    if dupes:
+        warnings.warn(
+            f"duplicate {name} {dupes} were given more than once (after counting negative "
+            "positions from the end); each is used once",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+def position_mask(n: int, positions: Any, *, name: str = "positions") -> Any:
+    """``positions`` (ints, negative from the end, or a ``[pos]`` bool mask) as a ``[pos]`` mask.
+
+    ``None`` stays ``None`` (every position); duplicates collapse with a warning.
+
+    Raises:
+        InterpError: for an empty selection, non-integers, out-of-range
+            positions, or a mask of the wrong length.
+    """
+    import torch
+
+    if positions is None:
+        return None
+    if isinstance(positions, torch.Tensor) and positions.dtype == torch.bool:
+        if tuple(positions.shape) != (n,):
+            raise InterpError(f"{name} mask must have shape ({n},), got {tuple(positions.shape)}")
+        if not bool(positions.any()):
+            raise InterpError(f"{name} mask selects no position")
+        return positions.cpu()
+    if isinstance(positions, (str, bytes)):
+        raise InterpError(f"{name} must be integers or a bool mask, got {positions!r}")
+    if isinstance(positions, torch.Tensor):
+        items = positions.reshape(-1).tolist()
+    elif isinstance(positions, Iterable):
+        items = list(positions)
+    else:
+        items = [positions]  # a single position
+    if not items:
+        raise InterpError(f"{name} is empty; pass at least one position, or None for all")
+    idx = [check_int(p, "each position") for p in items]
+    bad = [p for p in idx if not -n <= p < n]
+    if bad:
+        raise InterpError(f"{name} {bad} out of range for sequences of length {n}")
+    warn_duplicates([p % n for p in idx], name)
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[[p % n for p in idx]] = True
+    return mask
+
+
+def token_id(value: Any, tokenizer: Any, *, name: str = "token") -> int:
+    """One token id, by the one rule of the API and the CLI: an int, or a string of ASCII
+    digits (spaces around them ignored), is a token id; any other string is text that must be
+    exactly one token of ``tokenizer`` (leading spaces count: ``" Mary"`` is not ``"Mary"``).
+
+    Example:
+        >>> token_id(7, None), token_id("7", None), token_id(" 12 ", None)
+        (7, 7, 12)
+
+    Raises:
+        InterpError: for a negative or non-integer id, text without a tokenizer, or text
+            that is not one token (its pieces are named).
+    """
+    if isinstance(value, str):
+        digits = value.strip()
+        if digits.isascii() and digits.isdigit():
+            return int(digits)
+        if tokenizer is None:
+            raise InterpError(
+                f"{name} {value!r} is text (not a token id), and this model has no tokenizer; "
+                "give its id"
+            )
+        ids = tokenizer.encode(value, add_special_tokens=False)
+        if len(ids) != 1:
+            pieces = [tokenizer.decode([i]) for i in ids]
+            raise InterpError(
+                f"{name} {value!r} is {len(ids)} tokens for this tokenizer {pieces}; give a string "
+                "that is one token (a leading space often matters, e.g. ' Mary') or its id"
+            )
+        return int(ids[0])
+    return check_int(value, name, minimum=0)
+
+
+def check_not_padding(
+    model: Any, tokens: torch.Tensor, read: Sequence[int], name: str, *, first: int = 0
+) -> None:
+    """Refuse reading a position that is right padding: a run of the tokenizer's pad token
+    at the end of a sequence (no attention mask is passed to the model, so what it
+    predicts there is the padding's, not the prompt's). When the pad token is also the
+    end-of-text token, one such token at the end may be content: that is warned about,
+    two or more are refused.
+
+    ``first`` is the index of ``tokens``' first sequence in the caller's batch (for the
+    message).
+
+    Raises:
+        InterpError: naming the sequence, the position and the fix.
+    """
+    tok = getattr(model, "tokenizer", None)
+    pad = getattr(tok, "pad_token_id", None) if tok is not None else None
+    if pad is None:
+        return
+    shared = pad in (getattr(tok, "eos_token_id", None), getattr(tok, "bos_token_id", None))
+    n = tokens.shape[1]
+    is_pad = (tokens == int(pad)).cpu()
+    for row in range(tokens.shape[0]):
+        run = 0
+        while run < n and bool(is_pad[row, n - 1 - run]):
+            run += 1
+        hit = [p % n for p in read if p % n >= n - run]
+        if not 0 < run < n or not hit:
+            continue
+        message = (
+            f"sequence {first + row} is right-padded: {name} reads position {hit[0]}, which "
+            f"holds the pad token ({pad}); pad on the left (tokenizer.padding_side = 'left') or "
+            "give prompts of one length"
+        )
+        if shared and run == 1:
+            warnings.warn(message + " (it is also the end-of-text token: ignore this if it is "
+                          "the prompt's own)", UserWarning, stacklevel=3)  # fmt: skip
+            continue
+        raise InterpError(message)

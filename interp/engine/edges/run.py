@@ -1,0 +1,328 @@
+"""One batched pass of the edge engine: each receiver reads its own input.
+
+A receiver's input is the residual stream it reads: the sum of every earlier
+sender's output (plus biases). To change one *edge* ``s -> r`` without touching
+``s``'s other edges, ``r`` alone must read a different sum. Heads read through
+their layer's norm and their own ``W_Q`` / ``W_K`` / ``W_V``, so for each edited
+layer :class:`EdgeRun`'s hooks recompute the queries, keys and values from
+per-receiver inputs with the model's own norm (:class:`interp.runtime.Norm`) and
+weights, the MLP's input through its second norm, and the logits' input
+directly. Rotary embeddings, grouped keys and masks are applied by the model
+after these hooks, as in any run. Unedited receivers keep the model's own
+values, bit for bit.
+
+For copy ``c`` of the batch (several edits share a pass) and receiver ``r``:
+
+    input_r = input_r (as it is in this pass) + sum_s mask[c, s, r] * (alt_s - ref_s)
+
+where ``alt`` are the senders' replacement outputs (the source run's, zero or a
+mean), and ``ref`` either the senders' outputs in this very pass (``ref=None``,
+EAP-IG's ``evaluate_graph``: edges outside a circuit carry the replacement,
+every other edge what its sender computes now) or fixed base-run outputs (path
+patching and single-edge effects: the sender's source minus base output reaches
+only the edited receivers; everything else runs as usual, so a receiver
+downstream of another edited receiver also reads what that one now writes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from interp.core.errors import InterpError
+from interp.core.hooks import hook_name
+from interp.engine.edges.graph import Graph, Index
+from interp.runtime import Layer
+
+
+def sender_hooks(
+    graph: Graph, index: Index, parts: list[Layer], store: Callable[[int, torch.Tensor], None]
+) -> list[tuple[str, Callable]]:
+    """Hooks that hand every sender's output (``[batch, pos, d_model]``) to ``store(s, x)``."""
+    hooks: list[tuple[str, Callable]] = []
+
+    def at(s: int) -> Callable:
+        def hook(x: torch.Tensor, hook: Any) -> None:
+            store(s, x)
+
+        return hook
+
+    hooks.append((hook_name("embed"), at(index.embed)))
+    if index.pos_embed >= 0:
+        hooks.append((hook_name("pos_embed"), at(index.pos_embed)))
+    for l in range(graph.n_layers):
+
+        def heads(z: torch.Tensor, hook: Any, l: int = l) -> None:
+            # in float32 whatever the model's precision: the outputs are summed, never rounded
+            out = torch.einsum("bphe,hed->hbpd", z.float(), parts[l].W_O.to(z.device).float())
+            for h, s in enumerate(index.heads[l]):
+                store(s, out[h])
+
+        hooks.append((hook_name("z", l), heads))
+        if index.mlp_sender[l] >= 0:
+            hooks.append((hook_name("mlp_out", l), at(index.mlp_sender[l])))
+    return hooks
+
+
+GATHER = 16  # senders gathered at a time when a sum reads only a few (EdgeRun._sum)
+
+
+def _product(
+    mt: torch.Tensor,
+    src: torch.Tensor,
+    used: torch.Tensor | None,
+    n: int,
+    out: torch.Tensor,
+    sign: float,
+) -> None:
+    """``out (+)= sign * mt @ src[senders]`` in place: ``mt`` ``[receiver, sender]`` (over
+    ``used`` when given, else the first ``n`` senders), ``src`` ``[sender, ...]``, ``out``
+    ``[receiver, ...]`` (written when ``sign`` is 1, subtracted from when -1)."""
+    flat = out.view(out.shape[0], -1)
+    if used is None:
+        rows = src[:n].reshape(n, -1)
+        if sign > 0:
+            torch.mm(mt, rows, out=flat)
+        else:
+            flat.addmm_(mt, rows, alpha=sign)
+        return
+    if sign > 0:
+        flat.zero_()
+    for lo in range(0, used.numel(), GATHER):
+        part = used[lo : lo + GATHER]
+        rows = src.index_select(0, part).reshape(part.numel(), -1)
+        flat.addmm_(mt[:, lo : lo + GATHER], rows, alpha=sign)
+
+
+class EdgeRun:
+    """The hooks of one batched pass of ``k`` copies in which receivers' inputs are edited
+    (module docstring). ``masks [k, sender, receiver]`` (float) says which edges of each copy
+    carry ``alt - ref``, or ``[k, sender, receiver, pos]`` with one edge per position
+    (``positions="each"``); ``positions`` (a ``[pos]`` bool mask) restricts the edits."""
+
+    def __init__(
+        self,
+        graph: Any,
+        parts: list[Layer],
+        masks: torch.Tensor,
+        alt: torch.Tensor,
+        ref: torch.Tensor | None,
+        b: int,
+        positions: torch.Tensor | None = None,
+        cum: dict[str, torch.Tensor] | None = None,
+    ):
+        self.graph = graph
+        self.index = Index.of(graph)
+        self.parts = parts
+        self.masks = masks
+        self.alt = alt  # [sender, batch, pos, d_model]
+        self.ref = ref
+        self.k = masks.shape[0]
+        self.by_pos = masks.ndim == 4  # [k, sender, receiver, pos]: edges per position
+        self.b = b
+        self.pos = None if positions is None else positions.float()
+        # In a running pass (ref None): alt_s - (sender s's output in this pass), per copy.
+        self.running: torch.Tensor | None = None  # [sender, k, batch, pos, d_model], filled
+        self.run_total: torch.Tensor | None = None  # the sum of those stored so far
+        self.layer_delta: dict[int, torch.Tensor | None] = {}  # a layer's q/k/v edits
+        self.n_stored = 0
+        self.cum: dict[str, torch.Tensor] = cum if cum is not None else {}  # prefix sums
+        self.resid: dict[str, torch.Tensor] = {}
+
+    # ----------------------------------------------------------------- the edit
+    def edited(self, receivers: Sequence[int]) -> torch.Tensor:
+        """``[k, receiver]`` bool: which of these receivers any edge of each copy edits."""
+        m = self.masks[:, :, receivers]
+        return (m.flatten(3).any(-1) if self.by_pos else m).any(1)
+
+    def delta(self, receivers: Sequence[int], n_senders: int) -> torch.Tensor | None:
+        """``[k, receiver, batch, pos, d_model]`` added to these receivers' inputs, or None.
+
+        Summed over whichever is fewer: the edited edges, or the unedited ones subtracted
+        from the edit of every edge (``sum over all s < n of (alt_s - ref_s)``, one prefix
+        sum). A circuit of a few edges then costs a few edges' work per receiver, not the
+        whole graph's, and so does editing nearly every edge."""
+        m = self.masks[:, :n_senders][:, :, receivers]  # [k, sender, receiver]
+        edited = int(torch.count_nonzero(m))
+        if edited == 0:
+            return None
+        if edited <= m.numel() - edited:
+            out = self._sum(m)
+        else:
+            total = self._all_edited(n_senders)  # [k, batch, pos, d_model]
+            out = total[:, None].expand(m.shape[0], m.shape[2], *total.shape[1:]).clone()
+            rest = self._sum(1.0 - m)
+            if rest is not None:
+                out -= rest
+        if self.pos is not None:
+            out.mul_(self.pos.to(out.device)[:, None])  # in place: out is this call's own
+        return out
+
+    def _sum(self, m: torch.Tensor) -> torch.Tensor | None:
+        """``sum_s m[k, s, r] * (alt_s - ref_s)`` over the senders ``m`` covers, as matrix
+        products that read each sender's output once, written into the result. In a running
+        pass the store already holds ``alt_s - running_s`` (one product per copy); with a fixed
+        ``ref``, two products (no ``alt - ref`` is built). A few senders (under a quarter) are
+        gathered :data:`GATHER` at a time, so no copy of the store grows with the graph."""
+        k, n, R = m.shape[:3]
+        used = torch.nonzero(m.flatten(2).sum(dim=(0, 2)) != 0).flatten()
+        if used.numel() == 0:
+            return None
+        few = used.numel() < n // 4  # a few senders: gather them; else read the prefix in place
+        if few:
+            m = m[:, used]
+        if self.by_pos:
+            return self._sum_by_position(m, used if few else None, n)
+        mt = m.transpose(1, 2)  # [k, receiver, sender]
+        if self.ref is None:  # this pass's differences, [sender, k, batch, pos, d_model]
+            src = self.running
+            out = src.new_empty((k, R, *src.shape[2:]))
+            for c in range(k):
+                _product(mt[c].to(src.dtype), src[:, c], used if few else None, n, out[c], 1.0)
+            return out
+        out = self.alt.new_empty((k, R, *self.alt.shape[1:]))
+        mt = mt.reshape(k * R, -1).to(self.alt.dtype)  # every copy in one product
+        flat = out.view(k * R, *self.alt.shape[1:])
+        _product(mt, self.alt, used if few else None, n, flat, 1.0)
+        _product(mt, self.ref, used if few else None, n, flat, -1.0)
+        return out
+
+    def _sum_by_position(self, m: torch.Tensor, used: torch.Tensor | None, n: int) -> Any:
+        """``_sum`` for masks with a position axis: ``sum_s m[k, s, r, p] * (alt_s - ref_s)[p]``,
+        one batched product over positions per copy."""
+        if self.ref is None:
+            diff = self.running.index_select(0, used) if used is not None else self.running[:n]
+            mm = m.to(diff.dtype)
+            return torch.stack(
+                [torch.einsum("srp,sbpd->rbpd", mm[c], diff[:, c]) for c in range(m.shape[0])]
+            )
+        alt = self.alt.index_select(0, used) if used is not None else self.alt[:n]
+        ref = self.ref.index_select(0, used) if used is not None else self.ref[:n]
+        mm = m.to(alt.dtype)
+        return torch.einsum("ksrp,sbpd->krbpd", mm, alt) - torch.einsum("ksrp,sbpd->krbpd", mm, ref)
+
+    def _all_edited(self, n: int) -> torch.Tensor:
+        """``sum over s < n of (alt_s - ref_s)``, ``[k, batch, pos, d_model]``."""
+        alt = self._prefix("alt", self.alt, n)
+        if self.ref is None:
+            if self.n_stored != n:  # senders arrive in graph order; a hook fired out of it
+                raise InterpError(f"edge engine: {self.n_stored} senders seen, {n} expected")
+            return self.run_total
+        return (alt - self._prefix("ref", self.ref, n))[None].expand(self.k, *alt.shape)
+
+    def _prefix(self, key: str, x: torch.Tensor, n: int) -> torch.Tensor:
+        if key not in self.cum:
+            self.cum[key] = x.cumsum(0)  # [sender, batch, pos, d_model], once per run
+        return self.cum[key][n - 1]
+
+    # ----------------------------------------------------------------- hooks
+    def hooks(self, start: int = 0) -> list[tuple[str, Callable]]:
+        """The pass's hooks; ``start`` is the first block that runs (earlier ones are stubs)."""
+        g, ix = self.graph, self.index
+        hooks: list[tuple[str, Callable]] = []
+        if self.ref is None:
+
+            def store(s: int, x: torch.Tensor) -> None:
+                x = x.float().view(self.k, self.b, *x.shape[1:])  # the layer's device
+                if self.running is None:
+                    shape = (len(g.senders), *x.shape)
+                    buf = self.cum.get("running buffer")  # reused across passes: no new pages
+                    if buf is None or tuple(buf.shape) != shape or buf.dtype != x.dtype:
+                        buf = self.cum["running buffer"] = x.new_empty(shape)
+                    self.running = buf
+                d = self.running[s]
+                torch.sub(self.alt[s], x.to(d.device), out=d)  # alt_s - running_s, each copy
+                self.run_total = d.clone() if self.run_total is None else self.run_total + d
+                self.n_stored += 1
+
+            hooks += [
+                h
+                for h in sender_hooks(g, ix, self.parts, store)
+                if start == 0 or not h[0].startswith(("hook_embed", "hook_pos_embed"))
+            ]
+        for l in range(start, g.n_layers):
+            hooks.append((hook_name("resid_pre", l), self._keep(f"pre{l}")))
+            for kind in ("q", "k", "v"):
+                hooks.append((hook_name(kind, l), self._attn_input(l, kind)))
+            if ix.mlp[l] >= 0:
+                hooks.append((hook_name("resid_mid", l), self._keep(f"mid{l}")))
+                hooks.append((f"blocks.{l}.mlp.hook_in", self._mlp_input(l)))
+        hooks.append((hook_name("resid_post", g.n_layers - 1), self._final()))
+        return hooks
+
+    def _keep(self, key: str) -> Callable:
+        def hook(x: torch.Tensor, hook: Any) -> None:
+            if key.startswith("pre"):  # a new layer: the earlier ones' inputs and edits are
+                self.resid.clear()  # read no more (held, they would grow with every layer)
+                self.layer_delta.clear()
+            self.resid[key] = x
+
+        return hook
+
+    def _attn_input(self, l: int, kind: str) -> Callable:
+        ix = self.index
+        every = ix.q[l] + ix.k[l] + ix.v[l]  # one delta for the layer's q, k and v receivers
+        lo = {"q": 0, "k": len(ix.q[l]), "v": len(ix.q[l]) + len(ix.k[l])}[kind]
+        width = len(getattr(ix, kind)[l])
+
+        def hook(x: torch.Tensor, hook: Any) -> torch.Tensor | None:
+            if l not in self.layer_delta:
+                self.layer_delta[l] = self.delta(every, ix.before_attn[l])
+            d = self.layer_delta[l]
+            if d is None:
+                return None
+            edited = self.edited(every[lo : lo + width])  # [k, receiver]
+            if not edited.any():
+                return None  # none of these receivers is edited: the model's own values
+            d = d[:, lo : lo + width]
+            part = self.parts[l]
+            pre = self._base(f"pre{l}")  # [k, batch, pos, d_model]
+            inp = pre[:, None] + d.to(pre.device, pre.dtype)  # [k, receiver, batch, pos, d_model]
+            normed = inp if part.ln1 is None else part.ln1(inp)
+            # accumulated in float32 and rounded once to the model's precision, as the model's
+            # own projection is (per head here, fused there: equal up to that rounding)
+            W = part.W[kind].to(normed.device).float()
+            new = torch.einsum("krbpd,rde->kbpre", normed.float(), W)
+            if part.b[kind] is not None:
+                new = new + part.b[kind].to(new.device).float()
+            own = x.view(new.shape)  # unedited receivers keep the model's values, bit for bit
+            keep = edited.to(x.device)[:, None, None, :, None]
+            return torch.where(keep, new.to(x.dtype), own).reshape(x.shape)
+
+        return hook
+
+    def _mlp_input(self, l: int) -> Callable:
+        receiver = [self.index.mlp[l]]
+
+        def hook(x: torch.Tensor, hook: Any) -> torch.Tensor | None:
+            d = self.delta(receiver, self.index.before_mlp[l])
+            if d is None:
+                return None
+            mid = self._base(f"mid{l}")
+            inp = mid + d[:, 0].to(mid.device, mid.dtype)
+            ln2 = self.parts[l].ln2
+            new = (inp if ln2 is None else ln2(inp)).to(x.dtype)
+            edited = self.edited(receiver)[:, 0].to(x.device)  # [k]
+            own = x.view(new.shape)
+            return torch.where(edited.view(-1, *[1] * (new.ndim - 1)), new, own).reshape(x.shape)
+
+        return hook
+
+    def _final(self) -> Callable:
+        def hook(x: torch.Tensor, hook: Any) -> torch.Tensor | None:
+            d = self.delta([self.index.logits], len(self.graph.senders))
+            if d is None:
+                return None
+            self.resid["final"] = x
+            base = self._base("final")
+            return (base + d[:, 0].to(base.device, base.dtype)).reshape(x.shape).to(x.dtype)
+
+        return hook
+
+    def _base(self, key: str) -> torch.Tensor:
+        """The input an edited receiver reads in this pass, ``[k, batch, pos, d_model]``: what
+        it would read unedited (upstream edits included), to which its edit is added."""
+        x = self.resid[key]
+        return x.view(self.k, self.b, *x.shape[1:])

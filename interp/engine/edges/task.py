@@ -1,0 +1,410 @@
+"""An edge task: every input of a circuit analysis checked, and the passes it starts from.
+
+Path patching, edge attribution and circuit evaluation all start the same way:
+check the model, the tokens (and the corrupted tokens for ``ablation="patch"``),
+the metric and the positions before any forward pass, then the cache; verify once
+that this model's receivers can be given their own inputs exactly
+(:func:`interp.engine.edges.passes.check_exact`); then run the base run (recording
+every sender's output and every receiver layer's input) and the source run.
+:func:`check` checks the inputs and builds the graph, so a caller can refuse
+work it cannot do before any pass; :func:`begin` then checks the cache (its one
+stopped pass) and runs the first passes.
+
+The base run is the one whose edges are edited (:mod:`interp.engine.direction`):
+the clean run when noising (and for zero and mean ablation, and every circuit
+evaluation), the corrupted run when denoising.
+
+Example:
+    >>> import torch
+    >>> from interp.core.metrics import logit_diff_metric
+    >>> from interp.models import load_model
+    >>> task = check(load_model("induction-2l"), torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]]),
+    ...              corrupted_tokens=torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]]),
+    ...              metric=logit_diff_metric(8, 9), ablation="patch")
+    >>> task = begin(task)
+    >>> task.base_value > 0 > task.source_value
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import torch
+
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
+from interp.engine.batching import Cost
+from interp.engine.chunks import Footprint
+from interp.engine.edges.graph import Graph, build_graph
+from interp.engine.edges.passes import check_exact, input_hooks, layer_parts, sender_outputs
+from interp.engine.edges.run import EdgeRun
+from interp.runtime import Layer, Runtime, runtime_of
+
+EDGE_ABLATIONS = ("patch", "zero", "mean", "resample")
+
+
+@dataclasses.dataclass
+class EdgeTask:
+    """Checked inputs and the senders' outputs every circuit analysis starts from."""
+
+    graph: Graph
+    parts: list[Layer]
+    tokens: torch.Tensor  # the clean tokens: the metric is scored against them
+    corrupted: torch.Tensor | None
+    base: torch.Tensor  # the tokens of the run whose edges are edited
+    metric: Any
+    ablation: str
+    direction: str
+    base_out: torch.Tensor | None  # [sender, batch, pos, d_model] of the base run
+    alt: torch.Tensor | None  # the replacement outputs: the source run's, zero or a mean
+    base_value: float
+    positions: torch.Tensor | None
+    base_inputs: dict[str, torch.Tensor]  # every receiver layer's base input (input_hooks)
+    source_value: float | None = None  # the metric of the source run (ablation="patch")
+    each: bool = False  # positions="each": one edge per position (masks [sender, receiver, pos])
+    seed: int = 0  # of the resample ablation's draw
+    cum: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # shared prefix sums
+    cost: Cost = dataclasses.field(default_factory=lambda: Cost(1))
+    rt: Runtime | None = None  # the model's runtime: every pass of the task runs through it
+    # a chunk of a larger batch (interp.engine.chunks): the whole batch's mean outputs (mean
+    # ablation), the sequences this chunk's rows resample from (resample ablation)
+    mean_out: torch.Tensor | None = None  # [sender, 1, pos, d_model]
+    resample_tokens: torch.Tensor | None = None
+    resample_index: torch.Tensor | None = None  # the whole batch's draw (chunked resample)
+    memory_budget: Any = None  # bytes the task's passes may use (None: the default budget)
+
+    @property
+    def clean_value(self) -> float:
+        """The clean run's metric."""
+        return self.base_value if self.direction == "noising" else float(self.source_value)
+
+    def edge_run(self, masks: torch.Tensor, *, ref: torch.Tensor | None) -> EdgeRun:
+        """The :class:`EdgeRun` for stacked ``masks``: ``ref=None`` edits against each pass's
+        own sender outputs (circuits), ``base_out`` against the base run's (edge patches)."""
+        return EdgeRun(
+            self.graph,
+            self.parts,
+            masks,
+            self.alt,
+            ref,
+            self.tokens.shape[0],
+            self.positions,
+            self.cum,
+        )
+
+    def replacement(self, outputs: torch.Tensor) -> torch.Tensor:
+        """The senders' replacement outputs for this task's zero, mean or resample ablation,
+        from the base run's ``outputs``; in a chunk of a larger batch, the whole batch's mean,
+        or the outputs of the sequences drawn for this chunk's rows (one more pass)."""
+        if self.ablation == "mean" and self.mean_out is not None:
+            return self.mean_out.expand_as(outputs).contiguous()
+        if self.ablation == "resample" and self.resample_tokens is not None:
+            alt, _ = sender_outputs(self.rt, self.graph, self.resample_tokens, parts=self.parts)
+            self.cost.forward()
+            return alt
+        return replacement(self.ablation, outputs, self.seed)
+
+    def rows(self, rows: slice, metric: Any) -> EdgeTask:
+        """This checked task on the prompts ``rows`` (a chunk of the batch, not begun),
+        scored by ``metric`` (that chunk's: :meth:`interp.core.metrics.Metric.chunk`)."""
+        sub = dataclasses.replace(
+            self, tokens=self.tokens[rows], base=self.base[rows], metric=metric,
+            corrupted=None if self.corrupted is None else self.corrupted[rows],
+            base_out=None, alt=None, base_value=float("nan"), base_inputs={}, source_value=None,
+            cum={}, cost=Cost(self.cost.n_layers), parts=[],
+        )  # fmt: skip
+        if self.resample_index is not None:
+            sub.resample_tokens = self.tokens[self.resample_index[rows]]
+        return sub
+
+
+def replacement(ablation: str, outputs: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """The senders' replacement outputs ``[sender, batch, pos, d_model]`` for zero, mean or
+    resample ablation, made from the base run's ``outputs`` (resample: each sequence's
+    outputs are another sequence's, drawn with ``seed``)."""
+    from interp.engine.ablations import resample_index
+
+    if ablation == "zero":
+        return torch.zeros_like(outputs)
+    if ablation == "resample":
+        idx = resample_index(outputs.shape[1], None, seed, device=outputs.device)
+        return outputs[:, idx].contiguous()
+    return outputs.mean(1, keepdim=True).expand_as(outputs).contiguous()
+
+
+def check(
+    model: HookedModel,
+    tokens: Any,
+    *,
+    corrupted_tokens: Any,
+    metric: Any,
+    ablation: str,
+    positions: Any = None,
+    direction: str = "noising",
+    seed: Any = 0,
+    each_for: str | None = None,
+) -> EdgeTask:
+    """Every input of an edge task checked, and its graph built: no forward pass yet
+    (:func:`begin` runs them), so a caller can refuse work it cannot do first.
+
+    ``positions="each"`` (edges per position) is accepted only when ``each_for`` names the
+    calling function (those that read edges per position).
+
+    Raises:
+        InterpError: for an unknown ablation or direction, corrupted tokens missing for
+            ``"patch"``, given otherwise or equal to the clean tokens, tokens of different
+            shapes, a metric that needs an LM head the model lacks, or positions out of range.
+    """
+    from interp.core.checks import check_seed, check_token_pair, check_tokens, position_mask
+    from interp.core.metrics import prepare_metric
+    from interp.core.protocol import check_model
+    from interp.engine.direction import check_direction, runs
+
+    check_model(model)
+    if ablation not in EDGE_ABLATIONS:
+        raise InterpError(
+            f"unknown ablation {ablation!r}; choose one of {', '.join(EDGE_ABLATIONS)}"
+        )
+    direction = check_direction(direction)
+    if ablation == "patch":
+        if corrupted_tokens is None:
+            raise InterpError(
+                "ablation='patch' needs corrupted_tokens (or use ablation='zero' or 'mean')"
+            )
+        tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens, chunked=True)
+    else:
+        if corrupted_tokens is not None:
+            raise InterpError(f"corrupted_tokens are for ablation='patch', not {ablation!r}")
+        if direction != "noising":
+            raise InterpError(
+                f"direction='denoising' patches the clean run into the corrupted one; "
+                f"ablation={ablation!r} has no corrupted run (use ablation='patch')"
+            )
+        tokens = check_tokens(model, tokens, chunked=True)
+        if ablation in ("mean", "resample") and tokens.shape[0] < 2:
+            raise InterpError(
+                f"{ablation} ablation of one sequence replaces each output by itself (there is "
+                "no other sequence); pass at least two"
+            )
+    seed = check_seed(seed)
+    if metric is None:
+        raise InterpError("circuits need a metric, e.g. logit_diff_metric(answer, wrong)")
+    m = prepare_metric(model, tokens, metric, None)
+    each = isinstance(positions, str) and positions == "each"
+    if each and each_for is None:
+        raise InterpError(
+            "positions='each' (one edge per position) is for attribute_edges and "
+            "evaluate_circuit; here pass None or a list of positions"
+        )
+    pos = None if each else position_mask(tokens.shape[1], positions)
+    graph = build_graph(model)
+    rt = runtime_of(model)
+    base, _ = runs(direction, tokens, corrupted_tokens)
+    return EdgeTask(
+        graph=graph,
+        parts=[],
+        tokens=tokens,
+        corrupted=corrupted_tokens,
+        base=base,
+        metric=m,
+        ablation=ablation,
+        direction=direction,
+        base_out=None,
+        alt=None,
+        base_value=float("nan"),
+        positions=None if pos is None else pos.to(tokens.device),
+        base_inputs={},
+        each=each,
+        seed=seed,
+        cost=Cost(rt.n_layers),
+        rt=rt,
+    )
+
+
+def begin(
+    task: EdgeTask, *, cache: Any = None, base_pass: bool | Literal["metric"] = True
+) -> EdgeTask:
+    """Run a checked task's first passes: the cache check, the once-per-model exactness
+    check, the base run (every sender's output and every receiver layer's input) and the
+    source run.
+
+    ``base_pass=False`` leaves the base senders' outputs to the caller (edge attribution
+    takes them from its own forward pass): ``base_out`` is None, and so is ``alt`` for
+    zero, mean and resample ablation (:func:`replacement` makes it). ``base_pass="metric"``
+    (circuit evaluation with a corrupted prompt, which reads only the running pass's
+    outputs) runs a plain forward for the base metric. With ``ablation="patch"`` the source
+    pass also gives ``source_value``: every edge replaced is the source run.
+
+    Raises:
+        InterpError: for a cache of other tokens, or a model whose receivers cannot be given
+            their own inputs exactly.
+    """
+    from interp.core.metrics import scalar
+    from interp.core.protocol import eval_no_grad
+    from interp.engine.cache import check_cache
+    from interp.engine.direction import runs
+
+    rt, graph, m, tokens = task.rt, task.graph, task.metric, task.tokens
+    task.parts = parts = layer_parts(rt)
+    _, source = runs(task.direction, tokens, task.corrupted)
+    with eval_no_grad(rt.model):
+        check_cache(rt.model, tokens, cache)  # a cache of other tokens is refused, as everywhere
+        check_exact(rt, graph, parts, tokens)
+        if base_pass == "metric" and task.ablation == "patch":
+            task.base_value = scalar(m(rt.run(task.base, rows=m.rows), tokens), m.name)
+            task.cost.forward()
+        elif base_pass:
+            task.base_out, logits = sender_outputs(
+                rt, graph, task.base, parts=parts,
+                extra_hooks=input_hooks(graph, task.base_inputs), rows=m.rows,
+            )  # fmt: skip
+            task.base_value = scalar(m(logits, tokens), m.name)
+            task.cost.forward()
+        if task.ablation == "patch":
+            task.alt, logits = sender_outputs(rt, graph, source, parts=parts, rows=m.rows)
+            task.source_value = scalar(m(logits, tokens), m.name)
+            task.cost.forward()
+        elif task.base_out is not None:
+            task.alt = task.replacement(task.base_out)
+    return task
+
+
+def chunk_tasks(
+    task: EdgeTask,
+    chunks: Any,
+    *,
+    cache: Any = None,
+    progress: bool = False,
+    desc: str = "chunks",
+) -> Iterator[tuple[EdgeTask, Any, float]]:
+    """A checked task's chunks (a :class:`interp.engine.chunks.Plan`): ``(sub-task, checked
+    cache of its rows, weight)`` each, the sub-task not begun (:func:`begin` it with that
+    cache). The cache is checked once against every prompt. With several chunks, mean
+    ablation first takes the senders' mean outputs over every prompt (one pass, a chunk at
+    a time) and resample ablation draws once for the whole batch, so the chunks give the
+    numbers of one batch. Each sub-task's passes are added to ``task.cost``, in
+    forward-equivalents of every prompt, once the caller is done with it.
+
+    Raises:
+        InterpError: for a cache of other tokens, or a metric that cannot be combined over
+            chunks.
+    """
+    from interp.core.protocol import eval_no_grad
+    from interp.engine.ablations import resample_index
+    from interp.engine.cache import cache_rows, check_cache
+
+    rt = task.rt
+    with eval_no_grad(rt.model):
+        checked = check_cache(rt.model, task.tokens, cache)
+        if chunks.split and task.ablation == "mean":
+            total = None
+            for sl in chunks.chunks:
+                out, _ = sender_outputs(rt, task.graph, task.base[sl])
+                part = out.double().sum(1, keepdim=True)
+                total = part if total is None else total + part
+                task.cost.forward(chunks.share(sl))
+            task.mean_out = (total / task.tokens.shape[0]).float()
+        elif chunks.split and task.ablation == "resample":
+            task.resample_index = resample_index(task.tokens.shape[0], None, task.seed)
+    for sl, metric, weight in chunks.parts(task.metric, progress=progress, desc=desc):
+        sub = task.rows(sl, metric) if chunks.split else task
+        sub.memory_budget = chunks.spare(sl)  # what the chunk's passes pack copies into
+        yield sub, cache_rows(checked, sl), weight
+        if sub is not task:
+            task.cost.add(sub.cost.total * chunks.share(sl))
+
+
+def edge_footprint(
+    task: EdgeTask,
+    kind: str,
+    *,
+    copies: int = 1,
+    resumes: int = 0,
+    logits_only: bool = False,
+) -> Footprint:
+    """The memory an edge analysis holds (:mod:`interp.engine.chunks`), from the model's
+    config, the graph, the prompts' length and the metric's rows. Per prompt (``S`` senders,
+    ``R`` receivers, ``L`` layers, ``H`` heads a layer; the engine's residual-width tensors
+    are float32):
+
+    * ``"patch"`` (path patching, exact edges): the base and replacement outputs of every
+      sender (``2 S``), each receiver layer's base input (``2 L + 1``), the stream entering
+      each of the ``resumes`` blocks passes resume at and the senders a sum gathers
+      (:data:`interp.engine.edges.run.GATHER`, from both outputs); per copy of a pass,
+      :func:`interp.engine.edges.passes.copy_bytes` (up to ``copies``: the most edits that resume
+      at one block; ``logits_only`` when every edit reads only the logits' input). First,
+      the pass that records the replacement outputs: a layer's heads' outputs at once
+      (``H``) beside a forward pass;
+    * ``"circuit"`` (circuit evaluation): the replacement outputs and their prefix sum
+      (``2 S``, the sum made by the first pass that edits most of a layer's edges); per
+      copy, a running pass (:func:`~interp.engine.edges.passes.copy_bytes` with the store), up to
+      ``copies`` (the circuits); first, the pass that records the replacement outputs;
+    * ``"eap"`` and ``"eap-ig"`` (edge attribution): the larger of its phases. The backward
+      pass: the replacement outputs and this pass's (``2 S``), a forward and backward pass's
+      activations (:func:`interp.core.memory.backward_bytes`). The gradient matrix: the senders'
+      difference (``S``), every receiver's gradient (``R``), the gradients at each layer's
+      read points and the streams they are carried back through (``2 L + 1``). EAP-IG's
+      later steps: the difference and the matrix beside a backward pass and the embeddings
+      it interpolates between.
+
+    The fixed part is the graph's masks and scores."""
+    from interp.core.memory import (
+        forward_bytes,
+        stream_bytes,
+    )
+    from interp.engine.edges.passes import copy_bytes
+    from interp.engine.edges.run import GATHER
+
+    rt, graph = task.rt, task.graph
+    model = rt.model
+    P = int(task.tokens.shape[1])
+    metric_rows = task.metric.rows if task.metric is not None else None
+    rows = rt.unembedded(metric_rows)  # the logits' rows a pass unembeds
+    S, R, L = len(graph.senders), len(graph.receivers), graph.n_layers
+    f = stream_bytes(model, P, element=4)  # a sender's output, a receiver's gradient
+    e = stream_bytes(model, P)  # a residual stream of the model's own
+    fixed = S * R * (P if task.each else 1) * 8 * 4
+    if kind in ("eap", "eap-ig"):
+        per = eap_bytes(model, senders=S, receivers=R, pos=P, rows=rows, steps=kind == "eap-ig")
+        return Footprint(fixed=int(fixed), per_prompt=int(per))
+    running = kind == "circuit"
+    per_copy, store = copy_bytes(
+        graph, rt, P, running=running, rows=metric_rows, logits_only=logits_only and not running
+    )
+    recording = graph.n_heads * e + forward_bytes(model, 1, P, rows=rows)  # the sender pass
+    if running:
+        held = 2 * S * f
+    else:
+        held = 2 * S * f + (2 * L + 1 + int(resumes)) * e + 2 * GATHER * f
+    return Footprint(
+        fixed=int(fixed), per_prompt=int(held), per_copy=int(per_copy), reread=int(store),
+        most_copies=max(1, int(copies)), first=int(recording),
+    )  # fmt: skip
+
+
+def eap_bytes(
+    model: Any, *, senders: int, receivers: int, pos: int, rows: Any = None, steps: bool = False
+) -> int:
+    """Edge attribution's peak bytes per prompt of ``pos`` tokens (:func:`edge_footprint`'s
+    ``"eap"``; ``steps``: EAP-IG's later steps too), from the model's config alone (a model
+    object with only ``cfg`` will do: ``benchmarks/memory_plan.py`` plans 8B and 70B shapes
+    with it). ``rows`` are the logits' rows a pass unembeds."""
+    from interp.core.memory import HEAP_KEPT, Dims, backward_bytes, logit_bytes, stream_bytes
+
+    m = Dims.of(model)
+    S, R, L, P = int(senders), int(receivers), m.n_layers, int(pos)
+    f = stream_bytes(model, P, element=4)  # a sender's output, a receiver's gradient
+    e = stream_bytes(model, P)  # a residual stream of the model's own
+    grads = backward_bytes(model, 1, P, rows=rows)
+    backward = 2 * S * f + grads
+    read = L * (m.n_heads + 2 * m.n_kv_heads) * m.d_head * P * 4 + L * f  # q, k, v, mlp
+    # the backward's per-layer tensors stay resident beside the matrix (HEAP_KEPT)
+    kept = HEAP_KEPT * (grads - logit_bytes(model, P, rows))
+    matrix = (S + R) * f + read + (2 * L + 1) * e + kept
+    per = max(backward, matrix)
+    if steps:
+        per = max(per, (S + R) * f + grads + 3 * e)
+    return int(per)
