@@ -45,6 +45,14 @@ import pandas as pd
 import torch
 
 from interp.analysis.heads.qk.cells import Cells, check_read_padding, plan_cells
+from interp.analysis.heads.qk.features import (
+    Side,
+    component_side,
+    describe,
+    feature_rows,
+    feature_side,
+    qk_dictionaries,
+)
 from interp.analysis.heads.qk.inputs import head_inputs, residual_pieces, side_pieces
 from interp.core.checks import check_tokens
 from interp.core.errors import InterpError
@@ -53,6 +61,7 @@ from interp.core.hooks import head_label, hook_name
 from interp.core.precision import rtol
 from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Tokens
+from interp.dictionaries import Dictionary
 from interp.engine.batching import Cost
 from interp.engine.chunks import Estimate
 from interp.outputs.frames import table_attrs
@@ -77,6 +86,9 @@ def qk_attribution(
     key_positions: Any = None,
     contrast: Any = None,
     by: By = "component",
+    dictionary: Dictionary | None = None,
+    query_dictionary: Dictionary | None = None,
+    key_dictionary: Dictionary | None = None,
     cache: Any = None,
     memory_budget: int | None = None,
     progress: bool = False,
@@ -110,7 +122,15 @@ def qk_attribution(
             ``b``); not beside ``key_positions``.
         by: What a table's row is: ``'component'`` (default: each layer's attention, its
             heads and output bias, and each MLP), ``'head'`` (every earlier head a piece) or
-            ``'layer'`` (each block).
+            ``'layer'`` (each block); with a dictionary, the components between its hook and
+            the head.
+        dictionary: A sparse dictionary (:class:`interp.dictionaries.Dictionary`) on the
+            residual stream at or before the head's input, for both sides: each position's
+            active features are pieces (``F123``), with its ``error`` and decoder bias
+            ``b_dec`` (:mod:`interp.analysis.heads.qk.features`).
+        query_dictionary: The query side's dictionary alone (the other side: components,
+            or ``key_dictionary``); not beside ``dictionary``.
+        key_dictionary: The key side's dictionary alone; not beside ``dictionary``.
         cache: An ActivationCache of ``tokens``; it is read only after its earliest
             token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
             are computed by one forward pass.
@@ -131,16 +151,24 @@ def qk_attribution(
         :data:`interp.outputs.frames.SCHEMA`, plus ``total`` (the sum of the mean scores the
         rows explain), ``score_gap`` (the largest gap to the model's own scores over the
         largest score), ``score_scale``, ``check_rtol``, ``frozen``, ``rotary``, ``notes``
-        (a soft cap among them), ``contrast``, ``by`` and ``chunks``. With
-        ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate` instead.
+        (a soft cap among them), ``contrast``, ``by`` and ``chunks``. With a dictionary the
+        piece columns are ``query_piece, key_piece`` (``F123``, ``error``, ``b_dec``, a
+        component between the hooks, ``remainder``, ``bias``; a side without one names its
+        components), only the pairs present are rows (a pair absent from a sequence counts
+        0 in the mean), and ``attrs`` add ``query_dictionary`` / ``key_dictionary`` (hook,
+        architecture, width) and ``features_scored`` (the most features one position
+        contributed). With ``estimate=True``, the run's
+        :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for a layer or head out of range, an unknown ``by``,
             positions out of range or a key after its query, lists of positions
             that are not one per sequence, a ``contrast`` that is not two positions
             (or beside ``key_positions``), a model whose norms or rotation cannot be
-            frozen, or rows that do not reproduce the model's scores (above
-            :data:`CHECK_RTOL`).
+            frozen, rows that do not reproduce the model's scores (above
+            :data:`CHECK_RTOL`), or a dictionary that does not fit (not a ``Dictionary``,
+            another width or model, a hook that is not the residual stream at or before the
+            head's input, ``dictionary`` beside a side's own).
     """
     from interp.analysis.heads.qk.chunks import attribute_in_chunks
 
@@ -153,6 +181,9 @@ def qk_attribution(
         key_positions=key_positions,
         contrast=contrast,
         by=by,
+        dictionary=dictionary,
+        query_dictionary=query_dictionary,
+        key_dictionary=key_dictionary,
         cache=cache,
         memory_budget=memory_budget,
         progress=progress,
@@ -172,6 +203,16 @@ class Attributed:
     key: torch.Tensor  # [batch, pos, d_head]: its rotated keys at every position
     cells: Cells  # the scores the rows attribute
     cost: Cost  # the passes run
+    sides: tuple[Side, Side] | None = None  # (query, key) with a dictionary: their pieces
+
+    def piece(self, side: str, label: str) -> torch.Tensor:
+        """``[batch, pos, d_model]``: what the piece ``label`` of ``side`` (``'q'`` / ``'k'``)
+        wrote into the head's input: a component, or a dictionary's feature (``'F12'``: its
+        activation times its decoder row, at every position)."""
+        s = None if self.sides is None else self.sides[side != "q"]
+        if s is not None and s.dictionary is not None and label.startswith("F"):
+            return s.feature_piece(label)
+        return self.pieces[label]
 
 
 def attribute_scores(
@@ -184,6 +225,9 @@ def attribute_scores(
     key_positions: Any = None,
     contrast: Any = None,
     by: str = "component",
+    dictionary: Any = None,
+    query_dictionary: Any = None,
+    key_dictionary: Any = None,
     cache: Any = None,
 ) -> Attributed:
     """:func:`qk_attribution`'s table with the activations, pieces and vectors it read."""
@@ -191,6 +235,13 @@ def attribute_scores(
     layer, head = check_layer_head(model, layer, head)
     if by not in BYS:
         raise InterpError(f"unknown by {by!r}; choose one of {', '.join(BYS)}")
+    dicts = qk_dictionaries(
+        model,
+        layer=layer,
+        dictionary=dictionary,
+        query_dictionary=query_dictionary,
+        key_dictionary=key_dictionary,
+    )
     tokens = check_tokens(model, tokens)
     bsz, n = tokens.shape
     geometry = runtime_of(model).qk_geometry(layer)
@@ -205,13 +256,19 @@ def attribute_scores(
     check_read_padding(model, tokens, cells)
     rows = cells.query_rows
     with eval_no_grad(model):
-        acts, cost = head_inputs(model, tokens, cache, layer)
+        acts, cost = head_inputs(model, tokens, cache, layer, extra=dicts.hooks)
         terms = residual_pieces(model, acts, layer, by=by)
         side = dict(model=model, acts=acts, terms=terms, layer=layer, head=head, geometry=geometry)
-        names_q, Q = side_pieces(**side, side="q", rows=rows)  # [i, batch, query, d_head]
-        names_k, K = side_pieces(**side, side="k", rows=list(range(n)))  # [j, batch, pos, d_head]
+        if dicts.any:
+            sq = _side(side, dicts.query, dicts.query_start, "q", rows)
+            sk = _side(side, dicts.key, dicts.key_start, "k", list(range(n)))
+            q_total, k_total = sq.total, sk.total
+        else:
+            names_q, Q = side_pieces(**side, side="q", rows=rows)  # [i, batch, query, d_head]
+            names_k, K = side_pieces(**side, side="k", rows=list(range(n)))  # [j, batch, pos, ..]
+            q_total, k_total = Q.sum(0), K.sum(0)
         # the whole scores of the query rows (every key: the check needs whole rows)
-        explained = torch.einsum("bpd,bkd->bpk", Q.sum(0), K.sum(0)) * geometry.scale
+        explained = torch.einsum("bpd,bkd->bpk", q_total, k_total) * geometry.scale
         gap, scale_of, against = _check(acts, layer, head, rows, explained, geometry)
         check_rtol = rtol(acts[hook_name("pattern", layer)].dtype, float32=CHECK_RTOL)
         if gap > check_rtol:
@@ -220,19 +277,23 @@ def attribute_scores(
                 f"{check_rtol:g}); this architecture does something to its queries or keys that "
                 "QK attribution does not read, so no rows are returned"
             )
-        qi = torch.full((n,), -1, dtype=torch.long)
-        qi[rows] = torch.arange(len(rows))
-        qi = qi[cells.query]  # each cell's row of Q
-        Kc = K[:, cells.seq, cells.key]  # [j, cell, d_head]
-        if cells.other is not None:
-            Kc = Kc - K[:, cells.seq, cells.other]
-        share = torch.einsum("icd,jcd->cij", Q[:, cells.seq, qi], Kc) * geometry.scale
-        block = share.view(len(cells.groups), cells.per_group, *share.shape[1:]).mean(1)
-    df = _rows(block, names_q, names_k, cells)
+        if dicts.any:
+            df = feature_rows(sq, sk, cells, scale=geometry.scale)
+            total = float(df["value"].sum())
+        else:
+            qi = torch.full((n,), -1, dtype=torch.long)
+            qi[rows] = torch.arange(len(rows))
+            qi = qi[cells.query]  # each cell's row of Q
+            Kc = K[:, cells.seq, cells.key]  # [j, cell, d_head]
+            if cells.other is not None:
+                Kc = Kc - K[:, cells.seq, cells.other]
+            share = torch.einsum("icd,jcd->cij", Q[:, cells.seq, qi], Kc) * geometry.scale
+            block = share.view(len(cells.groups), cells.per_group, *share.shape[1:]).mean(1)
+            df = _rows(block, names_q, names_k, cells)
+            total = float(block.sum())
     df.insert(0, "label", head_label(layer, head))
     df.insert(0, "head", head)
     df.insert(0, "layer", layer)
-    total = float(block.sum())
     notes = list(geometry.notes)
     if geometry.softcap:
         notes.append(
@@ -262,15 +323,29 @@ def attribute_scores(
             contrast=cells.contrast,
         )
     )
+    if dicts.any:
+        df.attrs.update(
+            query_dictionary=describe(dicts.query),
+            key_dictionary=describe(dicts.key),
+            features_scored=max(int(s.ids.shape[-1]) for s in (sq, sk)),
+        )
     return Attributed(
         table=df,
         acts=acts,
         pieces={t[0]: t[3] for t in terms},
-        query=Q.sum(0),
-        key=K.sum(0),
+        query=q_total,
+        key=k_total,
         cells=cells,
         cost=cost,
+        sides=(sq, sk) if dicts.any else None,
     )
+
+
+def _side(side: dict[str, Any], D: Any, start: int, which: str, rows: list[int]) -> Side:
+    """One side's pieces: over ``D``'s features where it has a dictionary, else components."""
+    if D is None:
+        return component_side(*side_pieces(**side, side=which, rows=rows))
+    return feature_side(**side, D=D, start=start, side=which, rows=rows)
 
 
 def _rows(block: torch.Tensor, names_q, names_k, cells: Cells) -> pd.DataFrame:

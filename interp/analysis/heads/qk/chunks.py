@@ -29,6 +29,7 @@ from interp.analysis.heads.qk.cells import (
     per_sequence,
     plan_cells,
 )
+from interp.analysis.heads.qk.features import Dictionaries, qk_dictionaries
 from interp.core.checks import check_tokens
 from interp.core.errors import InterpError
 from interp.core.head_checks import check_layer_head
@@ -39,19 +40,30 @@ from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, p
 from interp.runtime import runtime_of
 
 
-def footprint(model: HookedModel, pos: int, layer: int, by: str) -> Footprint:
+def footprint(
+    model: HookedModel, pos: int, layer: int, by: str, dicts: Dictionaries | None = None
+) -> Footprint:
     """Per sequence: a forward pass stopped after ``layer`` (no logits), the activations it
     keeps (each earlier layer's heads' outputs and MLP, the layer's input) and the pieces
     built from them, twice (the pieces, then their normed copies; their projections to
     ``d_head`` are smaller): one per earlier head and MLP (``by="head"``), per earlier
     attention and MLP (``"component"``) or per earlier block (``"layer"``), and the
-    embeddings, bias and remainder."""
+    embeddings, bias and remainder. A dictionary adds its encode (pre-activations and
+    activations, ``2 d_sae`` a position) and its active features' writes (``k`` of them a
+    position for a TopK dictionary; at most 64 assumed for others)."""
     cfg = model.cfg
     stream = stream_bytes(model, pos, element=4)
     per_layer = {"head": int(cfg.n_heads) + 2, "component": 2, "layer": 1}[by]
     pieces = layer * per_layer + 3
     forward = forward_bytes(model, 1, pos, rows=())
-    return Footprint(fixed=0, per_prompt=int(forward + (2 * pieces + 2 * layer + 2) * stream))
+    extra = 0
+    for D in () if dicts is None else (dicts.query, dicts.key):
+        if D is not None:
+            slots = D.k if D.k is not None else min(D.d_sae, 64)
+            extra += 4 * pos * 2 * D.d_sae + 2 * slots * stream
+    return Footprint(
+        fixed=0, per_prompt=int(forward + (2 * pieces + 2 * layer + 2) * stream + extra)
+    )
 
 
 def _rows_of(value: Any, sl: slice) -> Any:
@@ -70,6 +82,9 @@ def attribute_in_chunks(
     key_positions: Any = None,
     contrast: Any = None,
     by: str = "component",
+    dictionary: Any = None,
+    query_dictionary: Any = None,
+    key_dictionary: Any = None,
     cache: Any = None,
     memory_budget: Any = None,
     progress: bool = False,
@@ -87,6 +102,13 @@ def attribute_in_chunks(
     layer, head = check_layer_head(model, layer, head)
     if by not in BYS:
         raise InterpError(f"unknown by {by!r}; choose one of {', '.join(BYS)}")
+    dicts = qk_dictionaries(
+        model,
+        layer=layer,
+        dictionary=dictionary,
+        query_dictionary=query_dictionary,
+        key_dictionary=key_dictionary,
+    )
     tokens = check_tokens(model, tokens, chunked=True)
     bsz, n = tokens.shape
     geometry = runtime_of(model).qk_geometry(layer)
@@ -94,13 +116,14 @@ def attribute_in_chunks(
                        contrast=contrast, geometry=geometry)  # fmt: skip
     check_read_padding(model, tokens, cells)
     pl = plan(
-        model, bsz, n, footprint(model, n, layer, by), memory_budget=memory_budget,
+        model, bsz, n, footprint(model, n, layer, by, dicts), memory_budget=memory_budget,
         analysis="qk_attribution", forward_equivalents=(layer + 1) / int(model.cfg.n_layers),
         fix="use shorter prompts", estimate=estimate, progress=progress,
     )  # fmt: skip
     if estimate:
         return pl.estimate
-    options = dict(layer=layer, head=head, by=by)
+    options = dict(layer=layer, head=head, by=by, query_dictionary=dicts.query,
+                   key_dictionary=dicts.key)  # fmt: skip
     if not pl.split:
         df = attribute_scores(model, tokens, query_positions=query_positions,
                               key_positions=key_positions, contrast=contrast, cache=cache,
@@ -125,6 +148,15 @@ def attribute_in_chunks(
     return _combine(parts, pl)
 
 
+def _weighted_pairs(parts: list[pd.DataFrame], sizes: list[int]) -> pd.DataFrame:
+    """Feature tables of chunks as one batch's: each pair's mean over every sequence (a
+    pair absent from a chunk counts 0 there)."""
+    keys = [c for c in parts[0].columns if c != "value"]
+    weighted = [p.assign(value=p["value"] * w) for p, w in zip(parts, sizes, strict=True)]
+    out = pd.concat(weighted, ignore_index=True).groupby(keys, sort=True)["value"].sum()
+    return (out / sum(sizes)).reset_index()
+
+
 def _combine(parts: list[pd.DataFrame], pl: Any) -> pd.DataFrame:
     """The chunks' tables as one batch's: per-sequence rows joined, means weighted by each
     chunk's sequences; the attrs of the first, with the whole run's cost, total and gap."""
@@ -133,6 +165,10 @@ def _combine(parts: list[pd.DataFrame], pl: Any) -> pd.DataFrame:
     if "sequence" in first.columns:
         df = pd.concat(parts, ignore_index=True)
         total = sum(float(p.attrs["total"]) for p in parts)
+    elif "query_piece" in first.columns:  # feature rows: each chunk has its own pairs
+        df = _weighted_pairs(parts, sizes)
+        total = sum(float(p.attrs["total"]) * w for p, w in zip(parts, sizes, strict=True))
+        total /= sum(sizes)
     else:
         mean, totals = WeightedMean(), WeightedMean()
         for part, w in zip(parts, sizes, strict=True):

@@ -57,13 +57,14 @@ def needed_hooks(model: HookedModel, layer: int) -> list[str]:
 
 
 def head_inputs(
-    model: HookedModel, tokens: torch.Tensor, cache: Any, layer: int
+    model: HookedModel, tokens: torch.Tensor, cache: Any, layer: int, extra: tuple[str, ...] = ()
 ) -> tuple[Any, Cost]:
     """The activations a QK analysis of ``layer`` reads, and what they cost: ``cache``
     checked against ``tokens`` and completed, else one forward pass keeping only
-    :func:`needed_hooks` and stopped once ``layer``'s pattern is known (``layer + 1`` of
+    :func:`needed_hooks` (and the hooks ``extra``, which must fire no later than ``layer``'s
+    pattern: a dictionary's) and stopped once ``layer``'s pattern is known (``layer + 1`` of
     the model's blocks)."""
-    wanted = needed_hooks(model, layer)
+    wanted = list(dict.fromkeys([*needed_hooks(model, layer), *extra]))
     cost = Cost(model.cfg.n_layers)
     acts = check_cache(model, tokens, cache, needs=wanted)
     if acts is not None:
@@ -153,6 +154,34 @@ def side_pieces(
     Raises:
         InterpError: for a norm that is not a LayerNorm / RMSNorm with a gain.
     """
+    stack = torch.stack([t[3][:, rows] for t in terms])  # [piece, batch, R, d_model]
+    pieces = project_pieces(
+        model, acts, stack, layer=layer, head=head, side=side, rows=rows, geometry=geometry
+    )
+    return [t[0] for t in terms] + ["bias"], pieces
+
+
+def project_pieces(
+    model: HookedModel,
+    acts: Any,
+    stack: torch.Tensor,
+    *,
+    layer: int,
+    head: int,
+    side: str,
+    rows: list[int],
+    geometry: QKGeometry,
+) -> torch.Tensor:
+    """Residual-stream pieces ``stack [piece, batch, len(rows), d_model]`` (summing to
+    ``layer``'s input at ``rows``) after every frozen norm, the head's projection, any QK-norm
+    and the rotation of each row: ``[piece + 1, batch, len(rows), d_head]``, the last the
+    ``bias`` piece (the norm's bias and ``b_Q`` / ``b_K``). The one place a piece of the
+    residual stream becomes a piece of a head's query or key (:func:`side_pieces`, and the
+    feature pieces of :mod:`interp.analysis.heads.qk.features`).
+
+    Raises:
+        InterpError: for a norm that is not a LayerNorm / RMSNorm with a gain.
+    """
     rt = runtime_of(model)
     resid = acts[hook_name("resid_pre", layer)].float()[:, rows]  # [batch, R, d_model]
     lay = rt.layer(layer)
@@ -161,7 +190,6 @@ def side_pieces(
     W = lay.W[side][idx].float()  # [d_model, d_head]
     b = lay.b[side]
     b = torch.zeros(W.shape[1]) if b is None else b[idx].float()
-    stack = torch.stack([t[3][:, rows] for t in terms])  # [piece, batch, R, d_model]
     norm = lay.ln1
     if norm is not None:
         gain = norm.gain
@@ -188,4 +216,4 @@ def side_pieces(
             pieces[-1] = pieces[-1] + qk_norm.bias.float()
     if geometry.rotary is not None:
         pieces = geometry.rotary.rotate(pieces, torch.tensor(rows), pos_dim=-2)
-    return [t[0] for t in terms] + ["bias"], pieces
+    return pieces

@@ -31,10 +31,14 @@ from interp.core.hooks import head_label, hook_name
 from interp.core.precision import model_dtype, tolerance
 from interp.core.protocol import HookedModel, eval_no_grad
 from interp.core.shapes import Tokens
+from interp.dictionaries import Dictionary
 from interp.engine.cache import run_until
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
 
+# pieces with no one tensor to remove: the head's bias, what no component wrote, and a
+# dictionary's error and decoder bias
+UNREMOVABLE = ("bias", "remainder", "error", "b_dec")
 NOOP_RTOL = 1e-4  # a no-op edit must reproduce the clean scores to this, over the largest
 
 
@@ -49,6 +53,9 @@ def qk_interventions(
     contrast: Any = None,
     by: Literal["head", "component", "layer"] = "head",
     top: int = 3,
+    dictionary: Dictionary | None = None,
+    query_dictionary: Dictionary | None = None,
+    key_dictionary: Dictionary | None = None,
     cache: Any = None,
 ) -> pd.DataFrame:
     """QK attribution checked by intervention: each top component removed from one input, measured.
@@ -83,13 +90,20 @@ def qk_interventions(
             in :func:`qk_attribution`.
         top: How many components per side to remove, the largest attributions first
             (default 3).
+        dictionary: A sparse dictionary on the residual stream at or before the head's
+            input, for both sides, as in :func:`qk_attribution`: the pieces removed are then
+            its active features (``F123``: the feature's activation times its decoder row,
+            at every position) and the components between its hook and the head.
+        query_dictionary: The query side's dictionary alone; not beside ``dictionary``.
+        key_dictionary: The key side's dictionary alone; not beside ``dictionary``.
         cache: An ActivationCache of ``tokens``; it is read only after its earliest
             token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
             are computed by one forward pass.
 
     Returns:
         A table with one row per (side, component): ``layer, head, label`` (the attending
-        head), ``side, component, attribution, measured, gap, attention_moved``:
+        head), ``side, component, attribution, measured, gap, attention_moved`` (with a
+        dictionary, ``component`` names the piece removed: a feature ``F123`` or a component):
         ``attribution`` is minus the component's share on that side (what removing it
         changes if the norms stayed frozen), ``measured`` the real change, ``gap = measured -
         attribution`` (the norms' movement), ``attention_moved`` how much attention the edit
@@ -100,7 +114,8 @@ def qk_interventions(
 
     Raises:
         InterpError: as :func:`qk_attribution`, for ``top`` not a positive int, a model
-            whose ``hook_attn_scores`` holds the pattern rather than the scores, or a
+            whose ``hook_attn_scores`` holds the pattern rather than the scores, a
+            dictionary :func:`qk_attribution` refuses, or a
             model whose ``hook_q`` / ``hook_k`` edits cannot be reproduced (the no-op
             edit is checked against the clean scores first).
     """
@@ -114,6 +129,9 @@ def qk_interventions(
         key_positions=key_positions,
         contrast=contrast,
         by=by,
+        dictionary=dictionary,
+        query_dictionary=query_dictionary,
+        key_dictionary=key_dictionary,
         cache=cache,
     )
     df = att.table
@@ -151,11 +169,12 @@ def qk_interventions(
             )
         rows = []
         n_groups = len(cells.groups)
-        for side, col, name in (("q", "query_component", "query"), ("k", "key_component", "key")):
-            shares = df.groupby(col)["value"].sum() / n_groups  # the mean over cells
-            shares = shares.drop([x for x in ("bias", "remainder") if x in shares.index])
+        suffix = "piece" if "query_piece" in df.columns else "component"
+        for side, name in (("q", "query"), ("k", "key")):
+            shares = df.groupby(f"{name}_{suffix}")["value"].sum() / n_groups  # mean over cells
+            shares = shares.drop([x for x in UNREMOVABLE if x in shares.index])
             for comp in shares.abs().sort_values(ascending=False).index[:top]:
-                edit = [_edit(model, att.acts, layer, head, side, att.pieces[comp])]
+                edit = [_edit(model, att.acts, layer, head, side, att.piece(side, comp))]
                 s1, p1 = _read(model, tokens, layer, head, edit)
                 cost.forward(stop=layer + 1)
                 measured = float((uncapped(s1) - base_s).mean())
@@ -189,6 +208,9 @@ def qk_interventions(
             contrast=cells.contrast,
         )
     )
+    for key in ("query_dictionary", "key_dictionary"):
+        if key in df.attrs:
+            out.attrs[key] = df.attrs[key]
     return out
 
 
