@@ -57,6 +57,7 @@ _EXPORTS = {
     "qk_attribution": "interp.analysis.heads.qk.attribution",
     "qk_interventions": "interp.analysis.heads.qk.interventions",
     "rotary_bands": "interp.analysis.heads.qk.bands",
+    "feature_head_attribution": "interp.analysis.heads.feature_writers",
     "positional_kernel": "interp.analysis.heads.positional",
     "head_atlas": "interp.analysis.heads.atlas.table",
     "per_token_loss": "interp.analysis.heads.icl",
