@@ -254,3 +254,43 @@ def _edit(
         return value
 
     return hook_name(side, layer), hook
+
+
+def score_without(
+    model: HookedModel,
+    tokens: torch.Tensor,
+    acts: Any,
+    *,
+    layer: int,
+    head: int,
+    side: str,
+    piece: torch.Tensor,
+) -> torch.Tensor:
+    """A head's scores with ``piece`` removed from its query input (``side="q"``) or its
+    key/value head's key input (``"k"``) alone, every norm recomputed (the edit
+    :func:`qk_interventions` makes, for any piece: a component, a feature, or one piece per
+    sequence).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids.
+        acts: The activations of ``tokens`` a QK attribution read (its ``resid_pre``).
+        layer: A block index: the attending head's layer.
+        head: A head index within ``layer``: the attending head.
+        side: ``'q'`` or ``'k'``.
+        piece: ``[batch, pos, d_model]``: what to remove from the head's input.
+
+    Returns:
+        ``[batch, query_pos, key_pos]``: the scores as the model's ``hook_attn_scores``
+        holds them, from one pass stopped after the head's layer.
+
+    Raises:
+        InterpError: for a side other than ``'q'`` / ``'k'``.
+    """
+    if side not in ("q", "k"):
+        raise InterpError(f"side must be 'q' or 'k', got {side!r}")
+    with eval_no_grad(model):
+        edit = [_edit(model, acts, layer, head, side, piece)]
+        scores, _ = _read(model, tokens, layer, head, edit)
+    return scores
