@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from interp.core.errors import InterpError
+from interp.core.validate import check_memory_budget
 
 BUDGET_FRACTION = 4  # the default budget is 1 / BUDGET_FRACTION of the free memory
 
@@ -49,9 +50,7 @@ def budget(device: Any = None, memory_budget: Any = None) -> int:
         InterpError: for a ``memory_budget`` that is not a positive integer.
     """
     if memory_budget is not None:
-        from interp.core.checks import check_int
-
-        return check_int(memory_budget, "memory_budget", minimum=1)
+        return check_memory_budget(memory_budget)
     return available_memory(device) // BUDGET_FRACTION
 
 
