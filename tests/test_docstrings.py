@@ -75,7 +75,6 @@ PENDING = {
     "interp.analysis.find_circuit",
     "interp.analysis.path_patch",
     "interp.analysis.load_circuit",
-    "interp.analysis.circuit_graph",
     "interp.analysis.Circuit",
     "interp.analysis.Circuit.edges",
     "interp.analysis.Circuit.to_json",

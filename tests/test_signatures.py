@@ -55,7 +55,7 @@ WEIGHT_ONLY = {
     "zero_head_hooks",
     "ordinary_word_ids",
     "encode_word",
-    "circuit_graph",
+    "build_graph",
 }
 
 
@@ -122,9 +122,9 @@ def test_weight_only_functions_do_not_run_the_model(induction_model):
     A.head_subspaces(spy, layer=0, head=1, component="V")
     A.probe_tokens(spy, n=2)
     A.zero_head_hooks(spy, heads=["L0H0"])
-    A.circuit_graph(spy)
+    A.build_graph(spy)
     covered = {
-        "circuit_graph",
+        "build_graph",
         "qk_circuit",
         "positional_kernel",
         "ov_circuit",

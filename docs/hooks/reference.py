@@ -65,6 +65,11 @@ PAGES = {
         "What the model writes, under interventions: generate, compare_generations and "
         "the edits they apply (`interp.analysis`).",
     ),
+    "graph": (
+        "The edge graph",
+        "Senders, receivers and the edges between them, the edge engine's "
+        "(`interp.analysis` re-exports `build_graph`).",
+    ),
     "metrics": (
         "Metrics",
         "What an analysis measures: the metrics every analysis takes "

@@ -35,6 +35,7 @@ from typing import Any
 
 from interp.core.errors import InterpError
 from interp.core.paths import INDUCTION_CHECKPOINT, data_dir
+from interp.models.placement import check_device, check_device_map
 
 ALIASES: dict[str, str] = {
     "induction-2l": "our two-layer attention-only induction model (shipped in data/)",
@@ -143,44 +144,6 @@ def check_dtype(dtype: Any) -> Any:
     return _torch_dtype(dtype)
 
 
-def check_device(device: Any, *, name: str = "device") -> Any:
-    """``device`` as a ``torch.device`` this machine has (``None`` stays ``None``): the one
-    rule for ``device=`` and each device a ``device_map`` names (``name`` says which, in the
-    message).
-
-    Raises:
-        InterpError: for an unknown device type, or one this machine lacks
-            (``cuda`` without a GPU, ``mps`` off Apple silicon, an index past
-            the last GPU).
-    """
-    import torch
-
-    if device is None:
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise InterpError(
-            f"unknown {name} {device!r}; use 'cpu', 'cuda', 'cuda:1' or 'mps'"
-        ) from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InterpError(
-                f"{name} {device!r}: CUDA is not available on this machine (torch "
-                f"{torch.__version__}); use device='cpu'"
-            )
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InterpError(
-                f"{name} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
-            )
-    elif dev.type == "mps":
-        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise InterpError(f"{name} {device!r}: MPS is not available here; use device='cpu'")
-    elif dev.type != "cpu":
-        raise InterpError(f"{name} {device!r} is not supported here; use 'cpu', 'cuda' or 'mps'")
-    return dev
-
-
 def load_model(
     name_or_path: str | os.PathLike[str],
     *,
@@ -238,7 +201,6 @@ def load_model(
     if device is not None and device_map is not None:
         raise InterpError("pass device or device_map, not both (device_map places every layer)")
     from interp.core.precision import check_runs
-    from interp.models.placement import check_device_map
 
     check_device_map(device_map)
     check_runs(torch_dtype, device)

@@ -1,8 +1,8 @@
 """Circuits: sets of the graph's edges, the forms edges are given in, and circuit files.
 
 The graph (:mod:`interp.engine.edges.graph`: senders, receivers, and which sender may
-feed which receiver) is the edge engine's; :func:`circuit_graph` gives it for a
-model. Edge labels read ``L0H1 -> L1H1.k``, ``embed -> L1H1.v``, ``L29H1 ->
+feed which receiver) is the edge engine's: :func:`~interp.engine.edges.graph.build_graph` gives it
+for a model. Edge labels read ``L0H1 -> L1H1.k``, ``embed -> L1H1.v``, ``L29H1 ->
 logits``; tables have ``sender, receiver, receiver_input`` (``q``, ``k``, ``v``,
 ``mlp``, ``logits``). A circuit is a set of edges (:class:`Circuit`): edges are
 given as masks, tables, labels or pairs (:func:`edge_mask`; per position,
@@ -11,7 +11,7 @@ with :func:`load_circuit` to be evaluated on other prompts.
 
 Example:
     >>> from interp.models import load_model
-    >>> graph = circuit_graph(load_model("induction-2l"))
+    >>> graph = build_graph(load_model("induction-2l"))
     >>> graph.n_edges, graph.edge_labels()[:2]
     (42, ['embed -> L0H0.q', 'embed -> L0H1.q'])
 """
@@ -30,18 +30,8 @@ import pandas as pd
 
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
+from interp.core.version import VERSION
 from interp.engine.edges.graph import Graph, build_graph
-
-
-def circuit_graph(model: HookedModel) -> Graph:
-    """The graph of ``model`` (module docstring): print it for its counts.
-
-    Raises:
-        InterpError: for a model whose blocks run attention and MLP in parallel
-            (their inputs are one stream; this graph assumes sequential blocks),
-            or an encoder without an LM head (no logits receiver).
-    """
-    return build_graph(model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +66,6 @@ class Circuit:
 
     def to_json(self) -> dict[str, Any]:
         """The circuit as a JSON document (nodes, edges, scores, how it was found)."""
-        from interp import __version__
         from interp.outputs.tables import plain
 
         g = self.graph
@@ -85,7 +74,7 @@ class Circuit:
         return {
             "format": "interp-circuit",
             "version": 1,
-            "interp_version": __version__,
+            "interp_version": VERSION,
             "model": g.model_name,
             "graph": {
                 "n_layers": g.n_layers,
@@ -183,7 +172,7 @@ def position_edge_mask(graph: Graph, edges: Any, n_positions: int) -> np.ndarray
 
     Example:
         >>> from interp.models import load_model
-        >>> g = circuit_graph(load_model("induction-2l"))
+        >>> g = build_graph(load_model("induction-2l"))
         >>> m = position_edge_mask(g, ["L0H1 -> L1H1.k @3", "embed -> logits"], 5)
         >>> m.shape, int(m.sum()), int(m[g.sender_index("L0H1")].sum())
         ((6, 13, 5), 6, 1)
@@ -271,7 +260,7 @@ def load_circuit(
             raise InterpError(
                 f"{str(p)!r}: {key!r} must be a {kind.__name__}, got {type(doc[key]).__name__}"
             )
-    graph = circuit_graph(model)
+    graph = build_graph(model)
     if doc["model"] != graph.model_name and not any_model:
         raise InterpError(
             f"{str(p)!r} is a circuit of {doc['model']!r}, not of this model "

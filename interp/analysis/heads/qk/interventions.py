@@ -23,7 +23,7 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis.heads.qk.attribution import attribute_scores
+from interp.analysis.heads.qk.shares import attribute_scores
 from interp.core.checks import check_int, check_tokens
 from interp.core.errors import InterpError
 from interp.core.head_checks import check_layer_head
