@@ -47,7 +47,7 @@ import pandas as pd
 import torch
 
 from interp.analysis.circuits.circuit import edge_mask, position_edge_mask
-from interp.core.checks import check_int
+from interp.core.checks import check_finite, check_int
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
 from interp.core.memory import check_table
@@ -355,8 +355,6 @@ def edge_agreement(exact: pd.Series, estimated: pd.Series, *, threshold: float) 
             series over different edges, a threshold that is not a finite number, or no
             edge (or every edge) above the threshold.
     """
-    from interp.core.checks import check_finite
-
     exact, estimated = _series(exact, "exact"), _series(estimated, "estimated")
     threshold = check_finite(threshold, "threshold")
     if set(exact.index) != set(estimated.index):

@@ -33,7 +33,7 @@ from interp.analysis.generation.interventions import Intervention, Window
 from interp.analysis.generation.prompts import Prompt
 from interp.analysis.generation.result import Generation
 from interp.core.errors import InterpError
-from interp.core.protocol import HookedModel, check_model, eval_no_grad
+from interp.core.protocol import HookedModel, check_model, eval_no_grad, model_device
 from interp.engine.chunks import Estimate
 
 
@@ -146,8 +146,6 @@ def _score(model: HookedModel, g: Generation, edits: list[Any]) -> torch.Tensor:
     window = Window(0, tokens.shape[1], L, pads, torch.arange(tokens.shape[0]))
     hooks = [h for e in edits for h in e.hooks(window)]
     rt = runtime_of(model)
-    from interp.core.protocol import model_device
-
     dev = model_device(model)
     logits, _ = rt.extend(
         tokens.to(dev), attention_mask=mask.long().to(dev), hooks=hooks, keep=False, last=False
