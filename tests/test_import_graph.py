@@ -175,7 +175,7 @@ def reimports() -> dict[str, list[str]]:
     """file -> ``line: import`` for each function-level import of a module the file's top
     already imports."""
     out: dict[str, list[str]] = {}
-    for module, (path, is_pkg) in MODULES.items():
+    for path, _ in MODULES.values():
         tree = ast.parse(path.read_text())
         top: set[str] = set()
         for node, in_function in _imports(tree):

@@ -32,6 +32,7 @@ PACKAGES = (
     "interp.analysis",
     "interp.models",
     "interp.datasets",
+    "interp.dictionaries",
     "interp",
     "interp.outputs.figures",
     "interp.experiments",
@@ -83,6 +84,11 @@ PAGES = {
         "Datasets",
         "Repeated-token probes, ambiguous-word sentences and name-mover "
         "prompts (`interp.datasets`).",
+    ),
+    "dictionaries": (
+        "Dictionaries",
+        "Sparse dictionaries: sae-lens and Gemma Scope files, splicing one into a model, "
+        "training and scoring one (`interp.dictionaries`).",
     ),
     "interp": (
         "Tables and errors",

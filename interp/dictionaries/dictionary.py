@@ -322,6 +322,11 @@ class Dictionary(nn.Module):
         return save_dictionary(self, path)
 
     def extra_repr(self) -> str:
+        """What ``repr`` shows inside ``Dictionary(...)``.
+
+        Returns:
+            The architecture, ``d_in``, ``d_sae``, ``k`` (topk) and the hook name.
+        """
         k = f", k={self.k}" if self.k is not None else ""
         return (
             f"{self.architecture}, d_in={self.d_in}, d_sae={self.d_sae}{k}, "

@@ -90,7 +90,9 @@ def dictionary_report(
         skip_columns: leading columns left out of the reconstruction figures (a BOS
             column, whose norm dwarfs the rest in pretrained models); the losses count
             every prediction, with every column spliced.
-        memory_budget: bytes the passes may hold (default: a quarter of free memory).
+        memory_budget: the bytes an analysis may hold beyond the model's weights: the passes
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
         progress: show a progress bar over the chunks.
 
     Returns:

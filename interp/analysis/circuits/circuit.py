@@ -36,7 +36,26 @@ from interp.engine.edges.graph import Graph, build_graph
 
 @dataclasses.dataclass(frozen=True)
 class Circuit:
-    """A set of edges of a graph, with how it was found and how faithful it was measured."""
+    """A set of edges of a graph, with how it was found and how faithful it was measured.
+
+    :func:`~interp.analysis.find_circuit` returns one and :func:`load_circuit` reads one
+    back; :func:`~interp.analysis.evaluate_circuit` takes one as its ``edges``.
+
+    Attributes:
+        graph: The graph the edges belong to (:func:`~interp.engine.edges.graph.build_graph`).
+        mask: ``[n_senders, n_receivers]`` bool: the edges in the circuit.
+        scores: ``[n_senders, n_receivers]``: the scores the edges were ranked by, or
+            ``None``.
+        info: How it was found and measured (faithfulness, size, target, evaluations,
+            forward-equivalents, how the scores were made): JSON-ready values.
+
+    Example:
+        >>> from interp.models import load_model
+        >>> g = build_graph(load_model("induction-2l"))
+        >>> c = Circuit(g, edge_mask(g, ["L0H1 -> L1H1.k", "L1H1 -> logits"]))
+        >>> c.n_edges, c.edges()["label"].tolist()
+        (2, ['L0H1 -> L1H1.k', 'L1H1 -> logits'])
+    """
 
     graph: Graph
     mask: np.ndarray  # [n_senders, n_receivers] bool: the edges in the circuit
@@ -48,7 +67,12 @@ class Circuit:
         return int(self.mask.sum())
 
     def edges(self) -> pd.DataFrame:
-        """One row per edge in the circuit (``sender, receiver, receiver_input, score, label``)."""
+        """One row per edge in the circuit, in sender then receiver order.
+
+        Returns:
+            A table: ``sender, receiver, receiver_input, score`` (NaN without scores),
+            ``label`` (``"a -> b"``).
+        """
         s, r = np.nonzero(self.mask)
         g = self.graph
         return pd.DataFrame(
@@ -65,7 +89,14 @@ class Circuit:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The circuit as a JSON document (nodes, edges, scores, how it was found)."""
+        """The circuit as a JSON document (nodes, edges, scores, how it was found).
+
+        Returns:
+            A JSON-ready dict: ``format`` (``"interp-circuit"``), ``version``,
+            ``interp_version``, ``model``, ``graph`` (its sizes), ``nodes`` (the senders and
+            receivers the edges use), ``edges`` (one dict per edge, with its score) and
+            ``info``.
+        """
         from interp.outputs.tables import plain
 
         g = self.graph
@@ -92,6 +123,13 @@ class Circuit:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`to_json` atomically.
+
+        Args:
+            path: The file to write (``.json`` by convention); an existing file is replaced
+                whole or not at all.
+
+        Returns:
+            The path written.
 
         Raises:
             InterpError: for a destination that cannot be written.
@@ -238,6 +276,17 @@ def load_circuit(
     A circuit names the model it was found on; it is refused on another model (a circuit of
     one model's heads says nothing about another's) unless ``any_model=True`` says that is
     meant (the graphs must still have the same shape).
+
+    Args:
+        path: A file written by :meth:`Circuit.save`.
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``); the circuit is placed on its graph
+            (only its config and hook names are read).
+        any_model: Accept a circuit found on another model whose graph has the same shape
+            (default ``False``).
+
+    Returns:
+        The :class:`Circuit`, its scores and ``info`` as saved.
 
     Raises:
         InterpError: for a missing or malformed file (a key missing, a value of the wrong
