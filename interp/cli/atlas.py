@@ -39,6 +39,7 @@ from interp.cli.args import (
 )
 from interp.cli.outputs import check_distinct, check_out, export_to, write_outputs
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, is_causal
 
 SHORT = {  # what a grid cell says
     "previous-token": "prev",
@@ -142,17 +143,16 @@ def default_details(df: Any) -> list[tuple[int, int]]:
     return sorted(dict.fromkeys(picked))
 
 
-def _token_text(model: Any, ids: list[int]) -> list[str]:
+def _token_text(model: HookedModel, ids: list[int]) -> list[str]:
     tok = getattr(model, "tokenizer", None)
     if tok is None:
         return [str(i) for i in ids]
     return [repr(tok.decode([i])) for i in ids]
 
 
-def atlas_page(model: Any, atlas: Any, detail: list[tuple[int, int]], *, name: str) -> Any:
+def atlas_page(model: HookedModel, atlas: Any, detail: list[tuple[int, int]], *, name: str) -> Any:
     """The page (an :class:`interp.outputs.render.Report`) of ``atlas``, ``detail`` in full."""
     from interp.analysis.heads.ov_scores import OVCircuits, top_token_pairs
-    from interp.core.protocol import is_causal
     from interp.outputs.figures import lines
     from interp.outputs.render import Report
 

@@ -45,6 +45,7 @@ from interp.cli.outputs import (
 )
 from interp.cli.pairs import add_pairs, check_pairs, pair_task
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
 
 
 def _add_task(p: argparse.ArgumentParser) -> None:
@@ -121,7 +122,7 @@ def _prechecked(args: argparse.Namespace) -> None:
         pair_task(args, tokenizer_of(args.model))
 
 
-def _task(args: argparse.Namespace, model: Any) -> tuple[Any, Any, Any, str]:
+def _task(args: argparse.Namespace, model: HookedModel) -> tuple[Any, Any, Any, str]:
     if args.clean:
         clean, corrupted, metric = pair_task(args, model)
         return clean, corrupted, metric, f"{len(args.clean)} prompt pair(s) from --clean"

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from interp.cli.args import add_model, check_model_args, count_arg, load, memory_arg
+from interp.core.protocol import HookedModel
 
 
 def _positive_float(text: str) -> float:
@@ -51,7 +52,9 @@ def add_dictionary_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--memory", type=memory_arg, help="memory budget, e.g. 4GiB")
 
 
-def corpus_tokens(model: Any, args: argparse.Namespace, seq_len: int) -> tuple[Any, Any, dict]:
+def corpus_tokens(
+    model: HookedModel, args: argparse.Namespace, seq_len: int
+) -> tuple[Any, Any, dict]:
     """Training and held-out tokens of ``--corpus``, and what the report records of them."""
     if args.corpus == "python":
         from interp.datasets.python_text import python_text

@@ -49,6 +49,7 @@ from interp.cli.inputs import (
 from interp.cli.outputs import check_out, export_to, print_top, write_outputs
 from interp.cli.pairs import add_pairs, check_pairs, describe_pairs, pair_task
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
 
 
 def _add_metric(p: argparse.ArgumentParser, default: str) -> None:
@@ -185,7 +186,7 @@ def _tokenizer_checks(
 
 
 # ------------------------------------------------------------------ with the model
-def _metric(model: Any, args: argparse.Namespace, loss_mask: Any) -> Any:
+def _metric(model: HookedModel, args: argparse.Namespace, loss_mask: Any) -> Any:
     from interp.core.metrics import logit_diff_metric, loss_metric
 
     if args.metric == "loss":
@@ -195,7 +196,7 @@ def _metric(model: Any, args: argparse.Namespace, loss_mask: Any) -> Any:
     return logit_diff_metric(*answer_ids(tok, a, b, LOGIT_DIFF_PARTS))
 
 
-def _announce(model: Any, tokens: Any, heads: Any, what: str) -> None:
+def _announce(model: HookedModel, tokens: Any, heads: Any, what: str) -> None:
     from interp.analysis.components.ablation import sweep_plan
 
     plan = sweep_plan(model, tokens, heads=heads)
@@ -397,8 +398,8 @@ def _check_component_by(component: str | None, by: str | None) -> None:
         )
 
 
-def _patch_grid(args: argparse.Namespace, model: Any, clean: Any, corrupted: Any, metric: Any,
-                positions: Any, out: Path) -> int:  # fmt: skip
+def _patch_grid(args: argparse.Namespace, model: HookedModel, clean: Any, corrupted: Any,
+                metric: Any, positions: Any, out: Path) -> int:  # fmt: skip
     from interp.analysis.components.component_patching import LAYER_COMPONENTS, patch_components
 
     by = args.by or ("layer_position" if args.component in LAYER_COMPONENTS else "head")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from interp.core.errors import InterpError
 from interp.core.memory import check_ids, check_memory
-from interp.core.protocol import model_device, model_n_ctx
+from interp.core.protocol import HookedModel, model_device, model_n_ctx
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; torch loads lazily
     import torch
@@ -111,7 +111,12 @@ def check_seed(seed: Any) -> int:
 
 
 def check_tokens(
-    model: Any, tokens: Any, *, min_len: int = 1, name: str = "tokens", chunked: bool = False
+    model: HookedModel,
+    tokens: Any,
+    *,
+    min_len: int = 1,
+    name: str = "tokens",
+    chunked: bool = False,
 ) -> torch.Tensor:
     """Validate ``tokens`` for ``model`` and return a ``[batch, pos]`` long tensor.
 
@@ -171,7 +176,7 @@ def check_tokens(
 
 
 def check_token_pair(
-    model: Any, clean: Any, corrupted: Any, *, chunked: bool = False
+    model: HookedModel, clean: Any, corrupted: Any, *, chunked: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clean and corrupted tokens, checked and of one shape (compared position by position);
     ``chunked`` as :func:`check_tokens`.
@@ -340,7 +345,7 @@ def token_id(value: Any, tokenizer: Any, *, name: str = "token") -> int:
 
 
 def check_not_padding(
-    model: Any, tokens: torch.Tensor, read: Sequence[int], name: str, *, first: int = 0
+    model: HookedModel, tokens: torch.Tensor, read: Sequence[int], name: str, *, first: int = 0
 ) -> None:
     """Refuse reading a position that is right padding: a run of the tokenizer's pad token
     at the end of a sequence (no attention mask is passed to the model, so what it

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from interp.core.checks import check_seed
 from interp.core.errors import InterpError
+from interp.core.protocol import ModelSource
 from interp.experiments.writer import check_format, write_lab
 from interp.outputs.files import check_output_dir, check_replaceable
 
@@ -78,7 +80,13 @@ def default_out(name: str) -> Path:
     return reports_dir() / name
 
 
-def check_options(name: str, *, models: Any = None, seed: Any = 0, fmt: str = "csv") -> dict:
+def check_options(
+    name: str,
+    *,
+    models: ModelSource | Sequence[ModelSource] | None = None,
+    seed: Any = 0,
+    fmt: str = "csv",
+) -> dict:
     """Check a lab's options (nothing loaded or computed) and return its ``analyse`` arguments.
 
     Raises:
@@ -120,7 +128,7 @@ def run_lab(
     *,
     out: str | os.PathLike[str] | None = None,
     fmt: str = "csv",
-    models: Any = None,
+    models: ModelSource | Sequence[ModelSource] | None = None,
     seed: int = 0,
     progress: bool = True,
     device: Any = None,

@@ -8,10 +8,10 @@ from typing import Any
 import torch
 
 from interp.core.hooks import head_label
-from interp.core.protocol import model_name
+from interp.core.protocol import HookedModel, ModelSource, model_name
 
 
-def load(model: Any) -> tuple[Any, str]:
+def load(model: ModelSource) -> tuple[Any, str]:
     """``(model, name)``: a name or folder is loaded with :func:`interp.models.load_model`."""
     if isinstance(model, (str, os.PathLike)):
         from interp.models.loader import load_model
@@ -27,7 +27,7 @@ def progress_bar(total: int, enabled: bool, desc: str) -> Any:
     return tqdm(total=total, disable=not enabled, desc=desc, unit="step")
 
 
-def half_losses(model: Any, data: Any) -> dict[str, float]:
+def half_losses(model: HookedModel, data: Any) -> dict[str, float]:
     """Mean next-token loss on the first half and on the repeated (predictable) half.
 
     ``data`` is a :class:`interp.datasets.RepeatedTokens`; keys ``first_half``
@@ -46,7 +46,7 @@ def half_losses(model: Any, data: Any) -> dict[str, float]:
 
 
 def random_head_groups(
-    model: Any, exclude: list[str], k: int, n_draws: int, seed: int
+    model: HookedModel, exclude: list[str], k: int, n_draws: int, seed: int
 ) -> dict[str, list[str]]:
     """``n_draws`` seeded sets of ``k`` heads, none in ``exclude`` (labels ``L{l}H{h}``)."""
     cfg = model.cfg

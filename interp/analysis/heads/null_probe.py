@@ -228,7 +228,7 @@ def null_space_probe(
     )
 
 
-def _measure(model, tokens, clean_out, clean, in_name, names, d, pos_t, head, n_heads):
+def _measure(model: HookedModel, tokens, clean_out, clean, in_name, names, d, pos_t, head, n_heads):
     q_name, k_name, v_name, p_name = names
 
     def add(x: torch.Tensor, hook: Any) -> torch.Tensor:
@@ -271,7 +271,7 @@ def _measure(model, tokens, clean_out, clean, in_name, names, d, pos_t, head, n_
     }
 
 
-def _run_hooked_cache(model, tokens, names, hooks):
+def _run_hooked_cache(model: HookedModel, tokens, names, hooks):
     """Forward with intervention hooks, caching ``names`` (works for any HookedRootModule)."""
     store: dict[str, torch.Tensor] = {}
 

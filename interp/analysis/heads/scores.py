@@ -333,7 +333,7 @@ def head_scores(
     return df
 
 
-def _attrs(analysis: str, convention: str, model: Any, cost: float) -> dict[str, Any]:
+def _attrs(analysis: str, convention: str, model: HookedModel, cost: float) -> dict[str, Any]:
     return table_attrs(
         analysis,
         description=f"the attention each head puts on each stripe ({convention} convention)",

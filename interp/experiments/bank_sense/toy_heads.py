@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
 from interp.models.toy import attention, softmax, toy_model
 
 AXES = ("finance", "water", "structure", "generic")
@@ -70,7 +71,7 @@ def bank_model(*, causal: bool = False, residual: bool = False):
     )
 
 
-def run_head(model: Any, sentence: str | Sequence[str]) -> dict[str, np.ndarray]:
+def run_head(model: HookedModel, sentence: str | Sequence[str]) -> dict[str, np.ndarray]:
     """Run a one-layer, one-head toy model and read its hooks.
 
     Returns ``tokens``, ``X [pos, d_model]``, ``scores [query_pos, key_pos]``

@@ -43,7 +43,7 @@ from interp.analysis.circuits.paths import path_patch
 from interp.analysis.circuits.prompts import CircuitPrompts, circuit_task
 from interp.analysis.circuits.search import find_circuit
 from interp.core.errors import InterpError
-from interp.core.protocol import HookedModel
+from interp.core.protocol import HookedModel, ModelSource
 from interp.engine.edges.graph import build_graph
 from interp.experiments.common import load, progress_bar
 
@@ -82,7 +82,7 @@ class CircuitFindings:
 
 
 def analyse(
-    model: Any = "induction-2l", *, n: int = 16, seed: int = 0, progress: bool = False
+    model: ModelSource = "induction-2l", *, n: int = 16, seed: int = 0, progress: bool = False
 ) -> CircuitFindings:
     """Run the lab (module docstring) on ``n`` prompt pairs.
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import pandas as pd
 import torch
@@ -57,6 +56,7 @@ from interp.analysis.heads.weight_circuits import (
 from interp.core.errors import InterpError
 from interp.core.hooks import head_label
 from interp.core.metrics import next_token_nll
+from interp.core.protocol import HookedModel, ModelSource
 from interp.datasets import BOS, HELD_OUT_LENGTHS, RepeatedTokens, repeated_random_tokens
 from interp.datasets import repeated_tokens as make_repeated
 from interp.experiments.common import half_losses, load, progress_bar
@@ -169,7 +169,11 @@ class InductionFindings:
 
 
 def eval_data(
-    model: Any, *, n: int = 256, seed: int = EVAL_SEED, lengths: tuple[int, ...] = HELD_OUT_LENGTHS
+    model: HookedModel,
+    *,
+    n: int = 256,
+    seed: int = EVAL_SEED,
+    lengths: tuple[int, ...] = HELD_OUT_LENGTHS,
 ) -> RepeatedTokens:
     """Held-out repeated sequences for ``model`` (two copies, random filler).
 
@@ -185,7 +189,7 @@ def eval_data(
 
 
 def _conventions(
-    model: Any, probe: torch.Tensor, heads: dict[str, tuple[int, int]]
+    model: HookedModel, probe: torch.Tensor, heads: dict[str, tuple[int, int]]
 ) -> pd.DataFrame:
     """The key heads' scores on the classic probe, in every convention (one forward pass)."""
     with torch.no_grad():
@@ -208,7 +212,7 @@ def _conventions(
 
 
 def _loss_by_position(
-    model: Any, probe: RepeatedTokens, heads: dict[str, tuple[int, int]]
+    model: HookedModel, probe: RepeatedTokens, heads: dict[str, tuple[int, int]]
 ) -> pd.DataFrame:
     """Mean loss at each predicting position, clean and with each key head zero-ablated."""
     columns = {"clean": per_token_loss(model, probe.tokens).mean(0)}
@@ -231,7 +235,7 @@ def _loss_by_position(
 
 
 def analyse(
-    model: Any = "induction-2l", *, seed: int = 0, progress: bool = False
+    model: ModelSource = "induction-2l", *, seed: int = 0, progress: bool = False
 ) -> InductionFindings:
     """Run the whole lab on ``model`` (alias, folder or loaded model); see the module docstring.
 
@@ -348,7 +352,7 @@ def analyse(
     )
 
 
-def lens_by_half(model: Any, data: RepeatedTokens) -> pd.DataFrame:
+def lens_by_half(model: HookedModel, data: RepeatedTokens) -> pd.DataFrame:
     """The logit lens over the held-out sequences, summarised per stage for the first half
     (unpredictable) and the repeated half: the next token's mean probability, median rank
     and how often it is the top prediction."""

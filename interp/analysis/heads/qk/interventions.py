@@ -192,7 +192,7 @@ def qk_interventions(
     return out
 
 
-def _read(model, tokens, layer, head, hooks) -> tuple[torch.Tensor, torch.Tensor]:
+def _read(model: HookedModel, tokens, layer, head, hooks) -> tuple[torch.Tensor, torch.Tensor]:
     """The head's scores and pattern ``[batch, query_pos, key_pos]`` with ``hooks`` on, from
     one pass stopped after its pattern."""
     got: dict[str, torch.Tensor] = {}
