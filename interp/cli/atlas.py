@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import html
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.cli.args import (
     add_cost,
@@ -40,6 +40,9 @@ from interp.cli.args import (
 from interp.cli.outputs import check_distinct, check_out, export_to, write_outputs
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel, is_causal
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
 
 SHORT = {  # what a grid cell says
     "previous-token": "prev",
@@ -124,7 +127,7 @@ def run_atlas(args: argparse.Namespace) -> int:
     return 0
 
 
-def default_details(df: Any) -> list[tuple[int, int]]:
+def default_details(df: pd.DataFrame) -> list[tuple[int, int]]:
     """Every head of a small model, else the :data:`PER_ROLE` strongest of each role (by how
     far the role's score stands above its threshold)."""
     from interp.analysis.heads.atlas.roles import ROLES
@@ -249,7 +252,7 @@ def _numbers(row: Any) -> str:
     return f"Roles: {row['roles'] or 'none'}. " + "; ".join(parts) + "."
 
 
-def _grid(df: Any, detailed: set[str]) -> str:
+def _grid(df: pd.DataFrame, detailed: set[str]) -> str:
     """A layer x head table, each cell coloured by role; detailed heads link to their section."""
     n_heads = int(df["head"].max()) + 1
     head_row = "".join(f"<th>H{h}</th>" for h in range(n_heads))
@@ -276,7 +279,7 @@ def _grid(df: Any, detailed: set[str]) -> str:
     return f'{style}<table class="atlas-grid">{"".join(rows)}</table>'
 
 
-def _counts(df: Any) -> str:
+def _counts(df: pd.DataFrame) -> str:
     """The page header's count of heads per role: by ``role`` (each head once) and by
     ``roles`` (every role a head holds)."""
     from interp.analysis.heads.atlas.roles import role_counts

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.cli.args import (
     LOGIT_DIFF_PARTS,
@@ -50,6 +50,9 @@ from interp.cli.outputs import check_out, export_to, print_top, write_outputs
 from interp.cli.pairs import add_pairs, check_pairs, describe_pairs, pair_task
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
 
 
 def _add_metric(p: argparse.ArgumentParser, default: str) -> None:
@@ -207,7 +210,7 @@ def _announce(model: HookedModel, tokens: Any, heads: Any, what: str) -> None:
     )
 
 
-def _describe(df: Any, args: argparse.Namespace) -> Any:
+def _describe(df: pd.DataFrame, args: argparse.Namespace) -> Any:
     """Record where the table's inputs came from (exported with it)."""
     source = (
         f"--tokens {args.tokens}"
@@ -370,7 +373,7 @@ def run_scores(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_patching(df: Any, args: argparse.Namespace, out: Path) -> int:
+def _write_patching(df: pd.DataFrame, args: argparse.Namespace, out: Path) -> int:
     """Print a patching table's top rows, record its model and prompts, write it."""
     print_top(df, "normalized", args.top)
     df.attrs.setdefault("model", args.model)

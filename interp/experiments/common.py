@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from interp.core.hooks import head_label
 from interp.core.protocol import HookedModel, ModelSource, model_name
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
 
 
 def load(model: ModelSource) -> tuple[Any, str]:
@@ -64,7 +67,7 @@ def random_head_groups(
 
 
 def lens_figure(
-    df: Any, *, sequence: int = 0, title: str | None = None, caption: str | None = None
+    df: pd.DataFrame, *, sequence: int = 0, title: str | None = None, caption: str | None = None
 ) -> Any:
     """The stage x position grid of one sequence of a :func:`interp.analysis.logit_lens` table."""
     import numpy as np

@@ -59,6 +59,7 @@ from interp.engine.cache import activation_of
 from interp.engine.chunks import Estimate, WeightedMean, plan
 from interp.engine.direction import Direction
 from interp.engine.edges.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
+from interp.engine.edges.graph import Graph
 from interp.engine.edges.passes import pass_shape, patch_cost, patch_edges
 from interp.engine.edges.task import EdgeTask, begin, check, chunk_tasks, edge_footprint
 from interp.outputs.frames import described, table_attrs
@@ -291,7 +292,7 @@ def _embedding(model: HookedModel, tokens: Tokens) -> torch.Tensor:
     return activation_of(model, tokens, hook_name("embed")).float()
 
 
-def _table(graph: Any, wanted: np.ndarray, scores: np.ndarray, column: str) -> pd.DataFrame:
+def _table(graph: Graph, wanted: np.ndarray, scores: np.ndarray, column: str) -> pd.DataFrame:
     """One row per edge of ``wanted`` (``[sender, receiver]``), or per edge and position
     (``[sender, receiver, pos]``: a ``position`` column and ``@p`` labels)."""
     where = np.nonzero(wanted)
@@ -310,7 +311,7 @@ def _table(graph: Any, wanted: np.ndarray, scores: np.ndarray, column: str) -> p
     return pd.DataFrame(columns)
 
 
-def score_matrix(graph: Any, scores: Any) -> np.ndarray:
+def score_matrix(graph: Graph, scores: Any) -> np.ndarray:
     """Scores as ``[sender, receiver]`` (NaN where no score): an :func:`attribute_edges`
     table (its ``estimate`` or ``exact`` column) or an array of that shape.
 

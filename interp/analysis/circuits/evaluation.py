@@ -201,7 +201,7 @@ def measure_circuits(
     masks: Sequence[np.ndarray],
     *,
     cache: Any,
-    memory_budget: Any,
+    memory_budget: int | None,
     progress: bool,
     estimate: bool,
     analysis: str,

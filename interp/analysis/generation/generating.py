@@ -87,7 +87,7 @@ def plan_generation(
     kv_cache: bool = True,
     keep_logits: bool = False,
     cache: Any = None,
-    memory_budget: Any = None,
+    memory_budget: int | None = None,
     estimate: Any = False,
     progress: Any = False,
     analysis: str = "generate",

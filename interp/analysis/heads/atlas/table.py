@@ -109,6 +109,7 @@ from interp.engine.batching import Cost
 from interp.engine.cache import cache_rows, check_cache
 from interp.engine.chunks import Estimate, chunk_bar, plan
 from interp.outputs.frames import head_frame, table_attrs
+from interp.runtime.attention import QKGeometry
 
 CONTROL_HEADS = 256
 PROBE_SEQUENCES = 8
@@ -375,7 +376,7 @@ def _weight_values(model: HookedModel, L: int, H: int, draws: int, seed: int, id
     return values, control, notes
 
 
-def _kernel_values(model: HookedModel, tokens: torch.Tensor, L: int, geometry: Any):
+def _kernel_values(model: HookedModel, tokens: torch.Tensor, L: int, geometry: QKGeometry):
     """Every head's positional kernel over the probe's tokens, its peak offset and range."""
     n = tokens.shape[1]
     try:
