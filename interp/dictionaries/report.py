@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from interp.core.checks import check_int, check_tokens
+from interp.core.errors import InterpError
 from interp.core.memory import forward_bytes, stream_bytes
 from interp.core.metrics import next_token_nll
 from interp.core.protocol import HookedModel, is_causal, logits_meaningful
@@ -102,8 +103,6 @@ def dictionary_report(
         InterpError: as :func:`check_dictionary` and :func:`interp.core.checks.check_tokens`;
             ``skip_columns`` leaving no column.
     """
-    from interp.core.errors import InterpError
-
     check_dictionary(model, D)
     tokens = check_tokens(model, tokens, chunked=True)
     skip = check_int(skip_columns, "skip_columns", minimum=0)

@@ -9,6 +9,7 @@ import torch
 
 from interp.core.hooks import head_label
 from interp.core.protocol import HookedModel, ModelSource, model_name
+from interp.models.loader import load_model
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
@@ -17,8 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 def load(model: ModelSource) -> tuple[Any, str]:
     """``(model, name)``: a name or folder is loaded with :func:`interp.models.load_model`."""
     if isinstance(model, (str, os.PathLike)):
-        from interp.models.loader import load_model
-
         return load_model(model), os.fspath(model)
     return model, model_name(model)
 

@@ -32,6 +32,8 @@ from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
 from interp.core.version import VERSION
 from interp.engine.edges.graph import Graph, build_graph
+from interp.outputs.files import write_text
+from interp.outputs.tables import plain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,8 +99,6 @@ class Circuit:
             receivers the edges use), ``edges`` (one dict per edge, with its score) and
             ``info``.
         """
-        from interp.outputs.tables import plain
-
         g = self.graph
         used_s = sorted({g.senders[i] for i in np.nonzero(self.mask)[0]})
         used_r = sorted({g.receivers[j] for j in np.nonzero(self.mask)[1]})
@@ -134,8 +134,6 @@ class Circuit:
         Raises:
             InterpError: for a destination that cannot be written.
         """
-        from interp.outputs.files import write_text
-
         return write_text(path, json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")
 
 

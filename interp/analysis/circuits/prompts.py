@@ -23,6 +23,7 @@ import torch
 
 from interp.core.metrics import logit_diff_metric, loss_metric
 from interp.core.protocol import HookedModel
+from interp.datasets import name_mover_prompts, name_mover_templates, repeated_random_tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +43,6 @@ class CircuitPrompts:
 def circuit_task(model: HookedModel, *, n: int = 16, seed: int = 0) -> CircuitPrompts:
     """The default task for ``model`` (module docstring): repeated tokens for models without a
     tokenizer, indirect-object identification for models with one."""
-    from interp.datasets import name_mover_prompts, name_mover_templates, repeated_random_tokens
-
     if getattr(model, "tokenizer", None) is None:
         seg = min(12, (int(model.cfg.n_ctx) - 1) // 2)
 

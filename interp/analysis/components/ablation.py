@@ -49,6 +49,7 @@ from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Mask, Tokens
 from interp.engine.chunks import Estimate
 from interp.engine.sweeps.sites import head_edits, site
+from interp.engine.sweeps.sweep import plan
 from interp.outputs.frames import rows_frame
 
 Ablation = Literal["zero", "mean", "resample"]
@@ -311,8 +312,6 @@ def sweep_plan(
     Raises:
         InterpError: for bad tokens or heads.
     """
-    from interp.engine.sweeps.sweep import plan
-
     check_model(model)
     tokens = check_tokens(model, tokens, chunked=True)
     chosen = sorted(parse_heads(model, heads))

@@ -35,6 +35,7 @@ from interp.analysis.generation.result import Generation
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel, check_model, eval_no_grad, model_device
 from interp.engine.chunks import Estimate
+from interp.runtime import runtime_of
 
 
 def compare_generations(
@@ -138,8 +139,6 @@ def _scoring(job: Any) -> float:
 def _score(model: HookedModel, g: Generation, edits: list[Any]) -> torch.Tensor:
     """``[batch, steps]``: each new token of ``g`` under the model with ``edits``, from one
     whole forward pass of the sequence (NaN where ``g`` has padding)."""
-    from interp.runtime import runtime_of
-
     L = g.prompt_length
     tokens, mask = g.tokens, g.mask
     pads = (~mask[:, :L]).sum(-1)

@@ -42,6 +42,8 @@ from typing import Any
 import pandas as pd
 import torch
 
+from interp.analysis.senses.words import ordinary_word_ids
+from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel, logits_meaningful
 from interp.runtime import runtime_of
 
@@ -218,8 +220,6 @@ def successor_scores(
 def sample_ids(model: HookedModel, seed: int) -> torch.Tensor:
     """Up to :data:`SAMPLE` token ids (seeded): ordinary words when there is a tokenizer,
     else every id but BOS (0)."""
-    from interp.analysis.senses.words import ordinary_word_ids
-    from interp.core.errors import InterpError
 
     if getattr(model, "tokenizer", None) is not None:
         try:

@@ -82,6 +82,7 @@ from interp.core.protocol import (
     model_device,
 )
 from interp.core.shapes import Mask, Tokens
+from interp.datasets import repeated_random_tokens
 from interp.engine.cache import run_until
 from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, plan
 from interp.outputs.frames import head_frame, table_attrs
@@ -111,8 +112,6 @@ def probe_tokens(
             (:func:`interp.core.memory.check_ids`; the analyses that read a probe run it in
             chunks).
     """
-    from interp.datasets import repeated_random_tokens
-
     cfg = check_model(model)
     n = check_int(n, "n", minimum=1)
     n_ctx = getattr(cfg, "n_ctx", None) or 101

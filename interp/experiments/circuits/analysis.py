@@ -42,6 +42,7 @@ from interp.analysis.circuits.evaluation import circuit_curve, evaluate_circuit
 from interp.analysis.circuits.paths import path_patch
 from interp.analysis.circuits.prompts import CircuitPrompts, circuit_task
 from interp.analysis.circuits.search import find_circuit
+from interp.core.checks import check_int, check_seed
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel, ModelSource
 from interp.engine.edges.graph import build_graph
@@ -90,8 +91,6 @@ def analyse(
         InterpError: for a model whose circuits cannot be evaluated exactly, or a
             task the model does not do (clean and corrupted metrics equal).
     """
-    from interp.core.checks import check_int, check_seed
-
     seed, n = check_seed(seed), check_int(n, "n", minimum=2)
     model, name = load(model)
     graph = build_graph(model)

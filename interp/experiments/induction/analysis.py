@@ -41,6 +41,7 @@ import pandas as pd
 import torch
 
 from interp.analysis.components.ablation import ablate_head_groups, ablate_heads, zero_head_hooks
+from interp.analysis.components.lens import logit_lens
 from interp.analysis.heads.composition import composition_scores
 from interp.analysis.heads.icl import in_context_learning_score, per_token_loss
 from interp.analysis.heads.patterns import attention_patterns
@@ -356,8 +357,6 @@ def lens_by_half(model: HookedModel, data: RepeatedTokens) -> pd.DataFrame:
     """The logit lens over the held-out sequences, summarised per stage for the first half
     (unpredictable) and the repeated half: the next token's mean probability, median rank
     and how often it is the top prediction."""
-    from interp.analysis.components.lens import logit_lens
-
     lens = logit_lens(model, data.tokens, k=1)
     b, n = data.tokens.shape
     halves = {"repeated": data.loss_mask, "first half": data.first_half_mask}

@@ -44,6 +44,7 @@ from interp.analysis.components.dla import direct_logit_attribution
 from interp.analysis.components.lens import logit_lens
 from interp.analysis.components.patching import patch_heads
 from interp.analysis.heads.patterns import attention_patterns
+from interp.core.checks import check_int, check_seed
 from interp.core.errors import InterpError
 from interp.core.metrics import logit_diff_metric
 from interp.core.protocol import HookedModel, ModelSource, eval_no_grad
@@ -229,8 +230,6 @@ def analyse(
         InterpError: for a model without a Hugging Face tokenizer, or one that
             fails every template.
     """
-    from interp.core.checks import check_int, check_seed
-
     seed, n, k = check_seed(seed), check_int(n, "n", minimum=2), check_int(k, "k", minimum=1)
     model, name = load(model)
     if getattr(model, "tokenizer", None) is None:

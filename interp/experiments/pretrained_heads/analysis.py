@@ -51,12 +51,14 @@ from interp.analysis.senses.clue import clue_attention
 from interp.analysis.senses.probe import nearest_neighbour_probe
 from interp.analysis.senses.states import sense_similarity, word_states
 from interp.analysis.senses.words import WordTokens, encode_word, ordinary_word_ids
+from interp.core.checks import check_int, check_seed
 from interp.core.errors import InterpError
 from interp.core.metrics import loss_metric
 from interp.core.protocol import HookedModel, ModelSource, bos_token_id, is_causal
 from interp.datasets import RepeatedTokens, ambiguous_words, repeated_random_tokens
 from interp.experiments import LABS
 from interp.experiments.common import half_losses, load, progress_bar, random_head_groups
+from interp.models.loader import check_model_name
 
 NAME = "pretrained"
 TITLE = "Real heads: induction and word sense in pretrained transformers"
@@ -328,8 +330,6 @@ def analyse(
         InterpError: for no models, an unknown name, or a model without a fast
             Hugging Face tokenizer (the sense part reads real text).
     """
-    from interp.core.checks import check_int, check_seed
-    from interp.models.loader import check_model_name
 
     seed, k = check_seed(seed), check_int(k, "k", minimum=1)
     models = list(models)

@@ -32,6 +32,7 @@ import torch
 from interp.analysis.heads.stripes import STRIPES, stripe_mask
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
+from interp.core.memory import forward_bytes
 from interp.core.protocol import HookedModel
 from interp.engine.batching import Cost
 from interp.engine.cache import check_cache, run_until, with_batch
@@ -91,8 +92,6 @@ def footprint(model: HookedModel, pos: int, draws: int) -> Footprint:
     """The atlas's memory per prompt (:mod:`interp.engine.chunks`): a forward pass stopped
     after the last pattern (no logits), and a layer's patterns as the readers hold them: the
     model's, the recomputed one and each control draw's, with the scores they come from."""
-    from interp.core.memory import forward_bytes
-
     cfg = model.cfg
     d_vocab = int(getattr(cfg, "d_vocab_out", 0) or cfg.d_vocab)
     patterns = (draws + 2) * 2 * int(cfg.n_heads) * pos * pos * 4
