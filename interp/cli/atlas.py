@@ -170,7 +170,7 @@ def atlas_page(model: HookedModel, atlas: Any, detail: list[tuple[int, int]], *,
     r.raw(_counts(df))
     r.text(
         "A head has a role when its score beats every control head and reaches the role's "
-        "effect-size floor (README: Atlas): "
+        "effect-size floor (docs/heads.md: the atlas): "
         + "; ".join(
             f"{k} >= {e['floor']:g} and > {e['control_max']:.3f} ({e['why']}; the "
             f"{e['binds']} binds)"
@@ -237,7 +237,7 @@ def atlas_page(model: HookedModel, atlas: Any, detail: list[tuple[int, int]], *,
             r.table(shown.drop(columns="circuit"), caption=caption)
         r.raw("</section>")
     r.heading("The table")
-    r.table(df.drop(columns=["roles"]), caption="Every head (README: Atlas defines each column)")
+    r.table(df.drop(columns=["roles"]), caption="Every head (docs/heads.md: the atlas)")
     return r
 
 

@@ -146,7 +146,7 @@ def add_parsers(sub: Any) -> None:
         "--convention",
         default="interp",
         choices=("interp", "transformer_lens", "arena"),
-        help="how a stripe becomes a score (README: Definitions)",
+        help="how a stripe becomes a score (docs/heads.md: stripe scores)",
     )
     sc.add_argument("--exclude-bos", choices=("yes", "no"), help="default: the convention's")
     sc.set_defaults(func=run_scores)

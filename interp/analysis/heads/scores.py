@@ -29,7 +29,7 @@ rows (so a perfect induction head on BOS + 4 tokens twice scores 4/9);
 counts first-half entries). ARENA has no duplicate-token detector; the same
 rule on the duplicate stripe, ``A.diagonal(-L).mean()``, is used. Averaged over the batch.
 
-The three differ on the same pattern; the README's "Definitions" section
+The three differ on the same pattern; the stripe scores section of ``docs/heads.md``
 works one 9-token example through all of them. Because stripes come from token
 ids, every convention works on any hooked model and any tensor of ids.
 
@@ -151,7 +151,7 @@ def pattern_scores(
         stripes: Which stripes to score: ``'induction'``, ``'previous_token'``,
             ``'duplicate_token'`` (default: all three).
         convention: How a stripe becomes a score: ``'interp'`` (default),
-            ``'transformer_lens'``, ``'arena'`` (README: Definitions).
+            ``'transformer_lens'``, ``'arena'`` (docs/heads.md: stripe scores).
         exclude_bos: Leave key 0 out; ``None`` is the convention's default (True for
             ``'interp'``, False for ``'transformer_lens'``; ``'arena'`` has none).
         exclude_current_token: Zero the diagonal (``'transformer_lens'`` only).
@@ -247,7 +247,7 @@ def head_scores(
         stripes: Which stripes to score: ``'induction'``, ``'previous_token'``,
             ``'duplicate_token'`` (default: all three).
         convention: How a stripe becomes a score: ``'interp'`` (default),
-            ``'transformer_lens'``, ``'arena'`` (README: Definitions).
+            ``'transformer_lens'``, ``'arena'`` (docs/heads.md: stripe scores).
         exclude_bos: Leave key 0 out; ``None`` is the convention's default (True for
             ``'interp'``, False for ``'transformer_lens'``; ``'arena'`` has none).
         exclude_current_token: Zero the diagonal (``'transformer_lens'`` only).

@@ -241,7 +241,7 @@ def analyse(
     """Run the whole lab on ``model`` (alias, folder or loaded model); see the module docstring.
 
     ``seed`` moves the held-out sequences and the probes (seed 0 gives the
-    numbers quoted in the README).
+    numbers quoted on the labs page, ``docs/labs/index.md``).
 
     Raises:
         InterpError: for a model with fewer than two layers or no fixed context.

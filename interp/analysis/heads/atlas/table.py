@@ -3,7 +3,7 @@
 :func:`head_atlas` runs a probe (by default :func:`interp.analysis.probe_tokens`
 with ``n=8``: BOS, 50 random tokens, the same 50 again) twice, once as it is
 and once with each sequence's first token swapped, and reads the weights.
-Its columns, per head (the README's "Atlas" section says the same):
+Its columns, per head (the atlas section of ``docs/heads.md`` says the same):
 
 ``previous_token``, ``induction``, ``duplicate_token``
     the stripe scores of :func:`interp.analysis.head_scores`, ``"interp"``
@@ -297,7 +297,7 @@ def measure_atlas(
             description="every head's pattern, positional and OV scores on a probe, and a role "
             "that beats a shuffled-weights control and reaches an effect-size floor",
             method="exact",
-            unit="per column (README: Atlas)",
+            unit="per column (docs/heads.md: the atlas)",
             model=model,
             seed=seed,
             forward_equivalents=cost.forward_equivalents,
