@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from interp.core.errors import InterpError
 from interp.core.memory import check_ids, check_memory
-from interp.core.protocol import model_device, model_n_ctx
+from interp.core.protocol import HookedModel, model_device, model_n_ctx
 from interp.core.validate import (  # noqa: F401 - the scalar validators, re-exported
     check_bool,
     check_finite,
@@ -47,7 +47,12 @@ if TYPE_CHECKING:  # pragma: no cover - typing only; torch loads lazily
 
 
 def check_tokens(
-    model: Any, tokens: Any, *, min_len: int = 1, name: str = "tokens", chunked: bool = False
+    model: HookedModel,
+    tokens: Any,
+    *,
+    min_len: int = 1,
+    name: str = "tokens",
+    chunked: bool = False,
 ) -> torch.Tensor:
     """Validate ``tokens`` for ``model`` and return a ``[batch, pos]`` long tensor.
 
@@ -107,7 +112,7 @@ def check_tokens(
 
 
 def check_token_pair(
-    model: Any, clean: Any, corrupted: Any, *, chunked: bool = False
+    model: HookedModel, clean: Any, corrupted: Any, *, chunked: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clean and corrupted tokens, checked and of one shape (compared position by position);
     ``chunked`` as :func:`check_tokens`.
@@ -199,7 +204,7 @@ def token_id(value: Any, tokenizer: Any, *, name: str = "token") -> int:
 
 
 def check_not_padding(
-    model: Any, tokens: torch.Tensor, read: Sequence[int], name: str, *, first: int = 0
+    model: HookedModel, tokens: torch.Tensor, read: Sequence[int], name: str, *, first: int = 0
 ) -> None:
     """Refuse reading a position that is right padding: a run of the tokenizer's pad token
     at the end of a sequence (no attention mask is passed to the model, so what it
