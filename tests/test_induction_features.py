@@ -9,13 +9,13 @@ import pytest
 
 from interp.core.paths import data_dir
 from interp.dictionaries import load_dictionary
+from interp.experiments.induction import eval_data
 from interp.experiments.induction.features import (
     DICTIONARY,
     WITHIN,
     feature_lines,
     why_attend_in_features,
 )
-from interp.experiments.induction import eval_data
 
 
 @pytest.fixture(scope="module")

@@ -215,7 +215,9 @@ def _bias(D: Dictionary, feats: list[int]) -> torch.Tensor:
     return b - D.b_dec.detach().float() @ W if D.apply_b_dec_to_input else b
 
 
-def _split_z(model, D, acts, layer, rows, pre, post):
+def _split_z(
+    model: HookedModel, D: Dictionary, acts: Any, layer: int, rows: Any, pre: Any, post: Any
+) -> tuple[pd.DataFrame, float, float]:
     """(head, source position) rows of a z dictionary's features."""
     rt = runtime_of(model)
     n_heads = int(model.cfg.n_heads)
@@ -240,7 +242,9 @@ def _split_z(model, D, acts, layer, rows, pre, post):
     return _concat(out), gap, size
 
 
-def _split_resid(model, D, acts, layer, rows, pre, post):
+def _split_resid(
+    model: HookedModel, D: Dictionary, acts: Any, layer: int, rows: Any, pre: Any, post: Any
+) -> tuple[pd.DataFrame, float, float]:
     """Upstream heads, ``rest`` and ``bias`` rows of a residual dictionary's features."""
     terms = residual_pieces(model, acts, layer, by="head")
     heads = [t for t in terms if t[1] == "head"]

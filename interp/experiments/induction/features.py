@@ -32,10 +32,11 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis.heads.qk.attribution import attribute_scores
 from interp.analysis.heads.qk.interventions import score_without
+from interp.analysis.heads.qk.shares import attribute_scores
 from interp.core.hooks import hook_name
 from interp.core.paths import data_dir
+from interp.core.protocol import HookedModel
 from interp.datasets import TRAIN_LENGTHS, RepeatedTokens, repeated_tokens
 from interp.dictionaries import Dictionary, load_dictionary
 from interp.experiments.induction.why_attend import induction_targets
@@ -61,7 +62,7 @@ def shipped_dictionary() -> Dictionary:
     return load_dictionary(data_dir() / DICTIONARY)
 
 
-def feature_meanings(model: Any, D: Dictionary, tokens: torch.Tensor) -> pd.DataFrame:
+def feature_meanings(model: HookedModel, D: Dictionary, tokens: torch.Tensor) -> pd.DataFrame:
     """Each live feature's top current token and top previous token over ``tokens``, read
     from its activations: ``feature, current_token, current_share, previous_token,
     previous_share, density`` (a share: the fraction of the feature's summed activation on
@@ -85,7 +86,7 @@ def feature_meanings(model: Any, D: Dictionary, tokens: torch.Tensor) -> pd.Data
 
 
 def why_attend_in_features(
-    model: Any,
+    model: HookedModel,
     data: RepeatedTokens,
     *,
     head: tuple[int, int] = (1, 1),
