@@ -40,9 +40,16 @@ def _child(work: Path) -> None:
     """In the side venv: load our folders, save sae-lens ones, encode the shared inputs."""
     import sae_lens
     import torch
+    from sae_lens import (
+        SAE,
+        JumpReLUSAE,
+        JumpReLUSAEConfig,
+        StandardSAE,
+        StandardSAEConfig,
+        TopKSAE,
+        TopKSAEConfig,
+    )
     from safetensors.torch import load_file, save_file
-    from sae_lens import SAE, JumpReLUSAE, JumpReLUSAEConfig, StandardSAE, StandardSAEConfig
-    from sae_lens import TopKSAE, TopKSAEConfig
 
     x = load_file(str(work / "x.safetensors"))["x"]
     out: dict[str, torch.Tensor] = {}
@@ -167,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                     )
     ok = all(r["encode_max_abs_diff"] <= TOL and r["decode_max_abs_diff"] <= TOL for r in rows)
     print(f"sae-lens {version} (side venv {args.venv}; child {child_s:.1f} s), torch "
-          f"{torch.__version__}; d_in={D_IN}, d_sae={D_SAE}, {N} inputs, tolerance {TOL:g}")  # fmt: skip
+          f"{torch.__version__}; d_in={D_IN}, d_sae={D_SAE}, {N} inputs, "
+          f"tolerance {TOL:g}")  # fmt: skip
     print(f"{'architecture':<13}{'way':<19}{'mean L0':>8}{'max act':>9}{'encode max|diff|':>18}"
           f"{'decode max|diff|':>18}")  # fmt: skip
     for r in rows:
