@@ -267,3 +267,21 @@ def test_cli_writes_the_page_and_table(tmp_path, D, capsys):
     assert main([*args, "--features", "3,99"]) == 2
     err = capsys.readouterr().err
     assert "must end in .html" in err and "--features 99 is not a feature" in err
+
+
+@pytest.mark.slow
+def test_smollm2_tokens_read_as_text_and_logits_through_its_rmsnorm(smollm):
+    """On the real model: contexts in the tokenizer's text, logit effects through its
+    RMSNorm (the readout identity), the pass cut at layer 18."""
+    hook = "blocks.18.hook_resid_pre"
+    S = Dictionary.random(d_in=576, d_sae=32, architecture="topk", k=4, hook_name=hook, seed=1)
+    texts = ["def add(a, b):\n    return a + b\n", "import os\nimport sys\nprint(os.getcwd())\n"]
+    tokens = smollm.to_tokens(texts)
+    r = read_features(smollm, tokens[:, :10], dictionary=S, top=2, skip_columns=1, logits=3)
+    row = r.contexts.iloc[0]
+    assert row["token"] == smollm.to_str_tokens(tokens[row["sequence"], row["pos"]])[0]
+    assert "[[" in row["context"] and r.features.attrs["forward_equivalents"] == 0.6
+    want = _readout_effect(smollm, S.W_dec[5].detach()).topk(3).indices.tolist()
+    lg = r.logits
+    assert lg[(lg["feature"] == 5) & (lg["side"] == "top")]["token_id"].tolist() == want
+    assert r.logits.attrs["final_norm"].startswith("RMS")
