@@ -51,12 +51,19 @@ ol.contexts li { margin: 2px 0; white-space: pre-wrap; overflow-wrap: anywhere; 
 table.pairs td { text-align: left; vertical-align: top; }
 table.pairs td.num { text-align: right; }
 .snippet { font-family: monospace; font-size: 0.85em; white-space: pre-wrap; }
+.ids .ctx-tok { margin-right: 0.4em; }
 </style>"""
 
 
 def _text(piece: str) -> str:
     """A token as HTML that shows its spaces and line breaks (an empty one stays visible)."""
     return html.escape(piece).replace("\n", "&#8629;") or "&#8203;"
+
+
+def _ids_only(reading: FeatureReading) -> str:
+    """``' ids'`` when the tokens are bare ids (a model without a tokenizer): spaced apart."""
+    bare = all(text == str(i) for i, text in reading.token_text.items())
+    return " ids" if bare else ""
 
 
 def _check_reading(reading: Any, what: str) -> FeatureReading:
@@ -118,6 +125,7 @@ def feature_cards(
     tokens = reading.token_text
     by_feature = reading.contexts.groupby("feature").indices if len(reading.contexts) else {}
     lg = reading.logits
+    ids = _ids_only(reading)
     parts = []
     for f in (int(f) for f in features):
         row = info.loc[f]
@@ -144,7 +152,9 @@ def feature_cards(
             f'<span class="ctx-act">{reading.contexts["activation"].iloc[r]:.3f}</span></li>'
             for r in rows
         )
-        ctx = f'<ol class="contexts" start="0">{items}</ol>' if items else "<p>Never active.</p>"
+        ctx = (
+            f'<ol class="contexts{ids}" start="0">{items}</ol>' if items else "<p>Never active.</p>"
+        )
         parts.append(
             f'<section class="feature-card" id="{tag}-{f}" data-feature="{f}">'
             f'<h3>Feature {f}</h3><p class="stats">{stats}</p>{logit_html}{ctx}</section>'
@@ -207,9 +217,9 @@ def pair_section(
         q, k = int(r["query_feature"]), int(r["key_feature"])
         cells = [
             f'<td><a href="#{query_tag}-{q}">{q}</a></td>',
-            f'<td class="snippet">{_snippet(query, q, qt)}</td>',
+            f'<td class="snippet{_ids_only(query)}">{_snippet(query, q, qt)}</td>',
             f'<td><a href="#{key_tag}-{k}">{k}</a></td>',
-            f'<td class="snippet">{_snippet(key, k, kt)}</td>',
+            f'<td class="snippet{_ids_only(key)}">{_snippet(key, k, kt)}</td>',
             f'<td class="num">{float(r["value"]):.4f}</td>',
         ] + [f'<td class="num">{html.escape(str(r[c]))}</td>' for c in extra]
         body.append(f'<tr class="pair" data-query="{q}" data-key="{k}">{"".join(cells)}</tr>')
