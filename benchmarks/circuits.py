@@ -56,8 +56,8 @@ def eap_floor(model, clean, corrupted, metric) -> float:
 def main() -> None:
     from interp.analysis import (
         attribute_edges,
+        build_graph,
         circuit_curve,
-        circuit_graph,
         evaluate_circuit,
         path_patch,
     )
@@ -78,7 +78,7 @@ def main() -> None:
     p = name_mover_prompts(32, seed=0, tokenizer=model.tokenizer)
     clean, corrupted = p.clean.to(model.cfg.device), p.corrupted.to(model.cfg.device)
     metric = logit_diff_metric(p.io_ids, p.s_ids)
-    graph = circuit_graph(model)
+    graph = build_graph(model)
     kw = dict(corrupted_tokens=corrupted, metric=metric)
     fwd = forward_time(model, clean)
     print(f"one forward of {tuple(clean.shape)} tokens: {fwd:.3f} s; graph: {graph.describe()}")

@@ -1,7 +1,7 @@
 """Generation on SmolLM2: ``generate`` with its key/value cache against Hugging Face's ``generate``.
 
-Printed side by side in one run, greedy, ``--tokens`` new tokens after the README's
-repeated-text prompt (one prompt, then a batch of four):
+Printed side by side in one run, greedy, ``--tokens`` new tokens after the generation
+page's repeated-text prompt (``docs/generation.md``) (one prompt, then a batch of four):
 
 * Hugging Face's ``generate`` on the unwrapped model loaded from the same folder;
 * ``interp.analysis.generate`` on the bridge, no intervention (its tokens are checked

@@ -12,13 +12,13 @@ import os
 from typing import TYPE_CHECKING
 
 from interp.core.errors import CheckpointError, InterpError
+from interp.core.version import VERSION as __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
     import pandas as pd
 
-__version__ = "0.3.0"
 __all__ = ["CheckpointError", "InterpError", "__version__", "export", "read_table"]
 
 

@@ -19,7 +19,7 @@ saw:
   ``W_O`` negated) is labelled, and removing it does.
 
 One SmolLM2 (the session's), small batches; numbers measured on the full model are in the
-README's Atlas section.
+atlas section of docs/heads.md.
 """
 
 import pydoc_data.topics

@@ -225,7 +225,7 @@ def test_8_an_empty_list_of_sizes_is_refused(model):
 
 
 def test_9_a_curve_counts_the_edges_it_kept(model):
-    g = A.circuit_graph(model)
+    g = A.build_graph(model)
     scores = np.full(g.valid.shape, np.nan)
     scores[g.valid] = np.arange(g.n_edges, dtype=float)
     scores[g.valid & (np.cumsum(g.valid).reshape(g.valid.shape) > 10)] = np.nan  # 10 scored
@@ -353,7 +353,7 @@ def test_17_reading_right_padding_is_refused_with_the_fix():
 # minor: GQA labels, edge errors, floats -------------------------------------------------
 def test_a_query_head_label_of_a_shared_key_says_so():
     llama = random_llama(2, vocab=30, n_heads=4, n_kv_heads=2)
-    g = A.circuit_graph(llama)
+    g = A.build_graph(llama)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         assert g.receiver_indices("L1H3.k") == g.receiver_indices("L1KV1.k")
@@ -361,7 +361,7 @@ def test_a_query_head_label_of_a_shared_key_says_so():
 
 
 def test_edge_errors_name_the_edge_and_floats_are_not_rounded(model):
-    g = A.circuit_graph(model)
+    g = A.build_graph(model)
     bad = g.valid.copy()
     bad[g.sender_index("L1H1"), g.receiver_indices("L0H0.q")[0]] = True
     refused(

@@ -32,12 +32,14 @@ def test_examples_are_not_skipped():
 
 
 def test_cross_references_name_what_exists():
-    """Every ``:func:`interp.x.y``` (and :mod:, :class:, :data:) in a docstring or the README
-    names something importable: a function that moved leaves no stale pointer."""
+    """Every ``:func:`interp.x.y``` (and :mod:, :class:, :data:) in a docstring, the README or
+    a page of the site names something importable: a function that moved leaves no stale
+    pointer."""
     import re
 
     pattern = re.compile(r":(?:func|mod|class|data|meth|attr):`(interp\.[A-Za-z0-9_.]+)`")
-    texts = [p.read_text() for p in PKG.rglob("*.py")] + [(PKG.parent / "README.md").read_text()]
+    pages = [PKG.parent / "README.md", *sorted((PKG.parent / "docs").rglob("*.md"))]
+    texts = [p.read_text() for p in [*PKG.rglob("*.py"), *pages]]
     refs = sorted({r for t in texts for r in pattern.findall(t)})
     assert refs
     missing = []

@@ -15,8 +15,8 @@ from conftest import jitter
 from interp import InterpError
 from interp.analysis import (
     attribute_edges,
+    build_graph,
     circuit_curve,
-    circuit_graph,
     evaluate_circuit,
     find_circuit,
     load_circuit,
@@ -76,7 +76,7 @@ def _reference_path_patch(model, clean, corrupted, sender, receivers, metric, po
         only = torch.zeros(delta.shape[1], 1)
         only[position] = 1.0
         delta = delta * only
-    graph = circuit_graph(model)
+    graph = build_graph(model)
     steps = []  # (layer, part, where the input is moved, what is captured, [heads])
     final = False
     for r in receivers:
@@ -148,7 +148,7 @@ def _reference_sender_patch(model, clean, corrupted, sender, metric, position=No
 
 # ------------------------------------------------------------------------ the graph
 def test_the_graph_counts_and_labels(model):
-    g = circuit_graph(model)
+    g = build_graph(model)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     kv = g.n_kv_heads
     assert g.receivers[-1] == "logits" and g.senders[0] == "embed"
@@ -169,7 +169,7 @@ def test_the_graph_counts_and_labels(model):
 
 
 def test_smollm_graph_has_key_value_groups(smollm):
-    g = circuit_graph(smollm)
+    g = build_graph(smollm)
     assert g.n_edges == 70_651 and g.n_kv_heads == 3
     assert sum(1 for x in g.receiver_input if x == "k") == 90  # 3 per layer, not 9 copies
 
@@ -177,7 +177,7 @@ def test_smollm_graph_has_key_value_groups(smollm):
 # ---------------------------------------------------------------- exact path patching
 def test_path_patching_equals_the_two_pass_algorithm(model):
     clean, corrupted = _pair()
-    g = circuit_graph(model)
+    g = build_graph(model)
     L = model.cfg.n_layers
     kv = "KV1" if g.grouped else "H1"
     cases = [
@@ -201,7 +201,7 @@ def test_path_patching_equals_the_two_pass_algorithm(model):
 def test_direct_paths_to_the_logits_default(model):
     clean, corrupted = _pair(1)
     df = path_patch(model, clean, corrupted_tokens=corrupted, metric=METRIC)
-    g = circuit_graph(model)
+    g = build_graph(model)
     assert df["sender"].tolist() == list(g.senders) and df.attrs["receivers"] == ["logits"]
     row = df.iloc[3]
     want = _reference_path_patch(model, clean, corrupted, row["sender"], ["logits"], METRIC)
@@ -251,7 +251,7 @@ def test_cutting_a_senders_edges_is_patching_its_output(model):
     """A circuit without any edge out of sender s: every receiver reads s's corrupted output,
     which is activation patching of s (hooks-only), whatever s feeds."""
     clean, corrupted = _pair(3)
-    g = circuit_graph(model)
+    g = build_graph(model)
     senders = ["embed", "L0H1", "L1H0"] + (["L0.mlp"] if g.has_mlp else [])
     for sender in senders:
         s = g.sender_index(sender)
@@ -267,7 +267,7 @@ def test_cutting_a_senders_edges_at_one_position_is_patching_it_there(model):
     """positions="each": a circuit without sender s's edges at position p reads s's corrupted
     output there only, which is activation patching of s at p (hooks-only)."""
     clean, corrupted = _pair(3)
-    g = circuit_graph(model)
+    g = build_graph(model)
     P = clean.shape[1]
     for sender in ["embed", "L0H1", "L1H0"] + (["L0.mlp"] if g.has_mlp else []):
         for p in (1, P - 1):
@@ -287,7 +287,7 @@ def test_edges_per_position_are_exact_and_add_up(model):
     """Exact per-position edge effects are path patches at that position; EAP per position
     sums over positions to EAP; the whole graph per position is clean, none is corrupted."""
     clean, corrupted = _pair(5)
-    g = circuit_graph(model)
+    g = build_graph(model)
     P = clean.shape[1]
     k1 = next(r for r in g.receivers if r.startswith("L1") and r.endswith(".k"))
     picks = [f"L0H1 -> {k1} @2", f"L0H1 -> {k1} @{P - 1}", f"embed -> logits @{P - 1}"]
@@ -350,7 +350,7 @@ def test_zero_ablation_of_every_edge_zeroes_every_output(model):
     clean, _ = _pair(4)
     got = evaluate_circuit(model, clean, edges=[], metric=METRIC, ablation="zero")
     names = [hook_name("embed"), *(hook_name("z", l) for l in range(model.cfg.n_layers))]
-    g = circuit_graph(model)
+    g = build_graph(model)
     if "pos_embed" in g.senders:
         names.append(hook_name("pos_embed"))
     if g.has_mlp:
@@ -365,7 +365,7 @@ def test_zero_ablation_of_every_edge_zeroes_every_output(model):
 # ---------------------------------------------------------------- edge attribution
 def test_exact_edge_effects_are_single_edge_path_patches(model):
     clean, corrupted = _pair(5)
-    g = circuit_graph(model)
+    g = build_graph(model)
     picks = ["L0H1 -> L1H1.q", "embed -> logits", f"L0H0 -> {g.receivers[len(g.receivers) // 2]}"]
     df = attribute_edges(
         model, clean, corrupted_tokens=corrupted, metric=METRIC, method="exact", edges=picks
@@ -549,4 +549,4 @@ def test_bad_input_is_named(induction_task):
                    receivers=["L1H1.q"])  # fmt: skip
     with pytest.raises(InterpError, match="target must be in"):
         find_circuit(model, clean, corrupted_tokens=corrupted, metric=metric, scores=np.zeros(
-            circuit_graph(model).valid.shape), target=1.5)  # fmt: skip
+            build_graph(model).valid.shape), target=1.5)  # fmt: skip

@@ -4,12 +4,12 @@ that skip the senders a receiver cannot read, equals the dense product on a real
 import torch
 
 import interp.engine.edges.gradients as gradients
-from interp.analysis import circuit_graph
+from interp.analysis import build_graph
 from interp.models import load_model
 
 
 def test_blocked_products_equal_the_dense_product(monkeypatch):
-    graph = circuit_graph(load_model("induction-2l"))
+    graph = build_graph(load_model("induction-2l"))
     S, R = graph.valid.shape
     gen = torch.Generator().manual_seed(0)
     diff = torch.randn(S, 2, 5, 64, generator=gen)

@@ -347,14 +347,13 @@ def test_an_encoder_cannot_generate(kind):
         generate(mk.kind_model(kind), ROWS, max_new_tokens=2)
 
 
-def test_the_readme_example_prints_what_it_says(capsys):
+def test_the_generation_page_example_prints_what_it_says(capsys):
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text[text.index("## What the model writes without a head") :]
-    code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
-    exec(compile(code, "README.md", "exec"), {})
+    text = (Path(__file__).resolve().parents[1] / "docs" / "generation.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    exec(compile(code, "docs/generation.md", "exec"), {})
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "[[41, 50, 20, 8, 45]]" and lines[1] == "[[39, 46, 5, 46, 5]]"
     assert "# [[41, 50, 20, 8, 45]]" in code and "# [[39, 46, 5, 46, 5]]" in code

@@ -55,10 +55,11 @@ def test_worked_example_in_every_convention(convention, induction, previous):
     assert df.attrs["convention"] == convention
 
 
-def test_readme_definitions_quote_the_computed_numbers():
-    """The README's worked example states the numbers the code gives for it."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text[text.index("## Definitions") :]
+def test_the_heads_page_quotes_the_computed_numbers():
+    """The heads page's worked example (docs/heads.md, stripe scores) states the numbers the
+    code gives for it."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "heads.md").read_text()
+    section = text[text.index("## Stripe scores") :]
     quoted = dict(re.findall(r"\| `(\w+)` \| ([0-9.]+) \|", section))
     tokens, pats = worked_example()
     for convention in ("interp", "transformer_lens", "arena"):

@@ -24,6 +24,7 @@ LAYERS = [
         "interp.core.paths",
         "interp.core.glossary",
         "interp.core.shapes",
+        "interp.core.validate",
         "interp.outputs.files",
         "interp.outputs.tables",
     ),

@@ -5,7 +5,9 @@
 * functions of a model take ``model`` first, then at most their data (``tokens``,
   ``items`` or ``text``) positionally, every option keyword-only;
 * every function that runs the model takes ``cache=``; the ones that do not
-  are checked by running them on a model whose forward passes fail.
+  are checked by running them on a model whose forward passes fail;
+* every ``model`` parameter of the package, public or not, is a
+  :class:`~interp.core.protocol.HookedModel` (or a concrete model class), never ``Any``.
 """
 
 import functools
@@ -55,7 +57,7 @@ WEIGHT_ONLY = {
     "zero_head_hooks",
     "ordinary_word_ids",
     "encode_word",
-    "circuit_graph",
+    "build_graph",
 }
 
 
@@ -122,9 +124,9 @@ def test_weight_only_functions_do_not_run_the_model(induction_model):
     A.head_subspaces(spy, layer=0, head=1, component="V")
     A.probe_tokens(spy, n=2)
     A.zero_head_hooks(spy, heads=["L0H0"])
-    A.circuit_graph(spy)
+    A.build_graph(spy)
     covered = {
-        "circuit_graph",
+        "build_graph",
         "qk_circuit",
         "positional_kernel",
         "ov_circuit",
@@ -266,3 +268,127 @@ def test_analyses_that_run_the_model_take_a_budget_and_state_their_cost(name):
         assert params[option].kind == inspect.Parameter.KEYWORD_ONLY, f"{name}.{option}"
     assert params["estimate"].default is False and params["memory_budget"].default is None
     assert "Estimate" in str(inspect.signature(FUNCTIONS[name]).return_annotation), name
+
+
+# ------------------------------------------------------------------ a model is a HookedModel
+# The names a ``model`` parameter may be annotated with (interp.core.protocol): the protocol,
+# the protocol or sizes alone (the head checks), or a model, an alias or a folder (the labs).
+MODEL_TYPES = {"HookedModel", "SizedModel", "ModelSource"}
+# Validators take anything and refuse what is not a model, so their parameter is ``object``.
+VALIDATORS = {
+    "interp.core.protocol.model_cfg",
+    "interp.core.protocol.check_model",
+    "interp.core.protocol.model_name",
+}
+
+
+def _public_callables():
+    """Every public function, class and public method defined in a module of ``interp``
+    (each where it is defined, so a re-export is checked once), partials included."""
+    import importlib
+    import pkgutil
+
+    import interp
+
+    out = {}
+    for info in pkgutil.walk_packages(interp.__path__, "interp."):
+        if any(part.startswith("_") for part in info.name.split(".")):
+            continue
+        mod = importlib.import_module(info.name)
+        for name, obj in vars(mod).items():
+            if name.startswith("_"):
+                continue
+            if isinstance(obj, functools.partial) and name in getattr(mod, "__all__", [name]):
+                out[f"{info.name}.{name}"] = obj
+            if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+                continue
+            if getattr(obj, "__module__", None) != info.name:
+                continue
+            out[f"{info.name}.{name}"] = obj
+            if inspect.isclass(obj):
+                for attr, value in vars(obj).items():
+                    if isinstance(value, (staticmethod, classmethod)):
+                        value = value.__func__
+                    if inspect.isfunction(value) and (attr == "__init__" or attr[0] != "_"):
+                        out[f"{info.name}.{name}.{attr}"] = value
+    return out
+
+
+def _annotation_names(annotation) -> set[str]:
+    """The names an annotation is made of: ``'HookedModel | None'`` -> {HookedModel, None}."""
+    import re
+
+    text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+    return set(re.findall(r"[A-Za-z_][\w.]*", text.replace("typing.", "")))
+
+
+def _concrete_model(fn, param: str) -> bool:
+    """Whether ``fn``'s ``param`` is annotated with one concrete model class (a lab's own
+    ``FeatureHead``, ``AttnOnlyTransformer``): more precise than the protocol."""
+    try:
+        hint = typing.get_type_hints(fn).get(param)
+    except (NameError, TypeError):
+        return False
+    return inspect.isclass(hint) and issubclass(hint, torch.nn.Module)
+
+
+def test_every_model_parameter_is_a_hooked_model():
+    """No public callable of any ``interp`` module (the analyses' exports among them) takes
+    ``model`` (or ``models``) unannotated or as ``Any``: it is a :class:`HookedModel`."""
+    callables = _public_callables()
+    assert "interp.analysis.components.ablation.ablate_heads" in callables  # it sees them
+    assert {"interp.engine.edges.graph.build_graph", "interp.core.protocol.check_model"} <= set(
+        callables
+    )
+    problems = []
+    for name, obj in sorted(callables.items()):
+        base = obj.func if isinstance(obj, functools.partial) else obj
+        try:
+            params = inspect.signature(base).parameters
+        except (TypeError, ValueError):  # a builtin's signature: no parameters of ours
+            continue
+        # ``models`` of a result class is its findings per model, not a model
+        result = inspect.isclass(obj) or name.endswith(".__init__")
+        for param in ("model",) if result else ("model", "models"):
+            if param not in params:
+                continue
+            annotation = params[param].annotation
+            if annotation is inspect.Parameter.empty:
+                problems.append(f"{name}({param}): unannotated")
+                continue
+            used = _annotation_names(annotation)
+            if "Any" in used:
+                problems.append(f"{name}({param}: {annotation}): Any")
+            elif name in VALIDATORS:
+                if used != {"object"}:
+                    problems.append(f"{name}({param}: {annotation}): a validator takes object")
+            elif not used & MODEL_TYPES and not _concrete_model(base, param):
+                problems.append(f"{name}({param}: {annotation}): not a HookedModel")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_model_types_are_the_protocols():
+    from interp.core import protocol
+
+    for alias in MODEL_TYPES - {"HookedModel"}:
+        assert protocol.HookedModel in typing.get_args(getattr(protocol, alias)), alias
+
+
+def test_no_function_of_the_package_takes_model_as_any():
+    """The same, read from the source: private helpers and nested functions too."""
+    import ast
+    from pathlib import Path
+
+    problems = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "interp").rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            args = fn.args
+            for arg in args.posonlyargs + args.args + args.kwonlyargs:
+                if arg.arg != "model":
+                    continue
+                text = ast.unparse(arg.annotation) if arg.annotation else None
+                if text is None or "Any" in text.replace("|", " ").split():
+                    problems.append(f"{path.name}:{fn.lineno} {fn.name}(model: {text})")
+    assert not problems, "\n".join(problems)

@@ -47,12 +47,12 @@ def _circuit_edges(model: Any, folder: Path) -> tuple[Any, str]:
     """The top edges of this folder's EAP run, else seeded random edges of the graph."""
     import numpy as np
 
-    from interp.analysis import circuit_graph
+    from interp.analysis import build_graph
 
     saved = folder / "eap-top-edges.json"
     if saved.is_file():
         return json.loads(saved.read_text()), "eap top"
-    valid = circuit_graph(model).valid
+    valid = build_graph(model).valid
     where = np.flatnonzero(valid)
     pick = np.random.default_rng(0).choice(where, min(CIRCUIT_EDGES, len(where)), replace=False)
     mask = np.zeros(valid.shape, dtype=bool)

@@ -38,7 +38,7 @@ reports the largest difference between the two tables.
 Results are appended to a JSON-lines file as each process ends; a rerun
 skips the rows already measured (same model, shape, analysis, tokens, dtype,
 device, budget), so a long run resumes where it stopped. ``--table`` prints
-the Markdown table for the README from that file. ``--plan`` prints, without
+the Markdown table for ``docs/benchmarks.md`` from that file. ``--plan`` prints, without
 building anything, each shape's weights and one forward's activations
 (:func:`interp.core.memory.forward_bytes`) against the budget.
 

@@ -32,6 +32,7 @@ PACKAGES = (
     "interp.analysis",
     "interp.models",
     "interp.datasets",
+    "interp.dictionaries",
     "interp",
     "interp.outputs.figures",
     "interp.experiments",
@@ -65,6 +66,11 @@ PAGES = {
         "What the model writes, under interventions: generate, compare_generations and "
         "the edits they apply (`interp.analysis`).",
     ),
+    "graph": (
+        "The edge graph",
+        "Senders, receivers and the edges between them, the edge engine's "
+        "(`interp.analysis` re-exports `build_graph`).",
+    ),
     "metrics": (
         "Metrics",
         "What an analysis measures: the metrics every analysis takes "
@@ -78,6 +84,11 @@ PAGES = {
         "Datasets",
         "Repeated-token probes, ambiguous-word sentences and name-mover "
         "prompts (`interp.datasets`).",
+    ),
+    "dictionaries": (
+        "Dictionaries",
+        "Sparse dictionaries: sae-lens and Gemma Scope files, splicing one into a model, "
+        "training and scoring one (`interp.dictionaries`).",
     ),
     "interp": (
         "Tables and errors",

@@ -87,7 +87,7 @@ _EXPORTS = {
     "patch_components": "interp.analysis.components.component_patching",
     "ablate_mlps": "interp.analysis.components.layer_ablation",
     "ablate_layers": "interp.analysis.components.layer_ablation",
-    "circuit_graph": "interp.analysis.circuits.circuit",
+    "build_graph": "interp.engine.edges.graph",
     "Circuit": "interp.analysis.circuits.circuit",
     "load_circuit": "interp.analysis.circuits.circuit",
     "path_patch": "interp.analysis.circuits.paths",

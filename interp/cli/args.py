@@ -189,9 +189,10 @@ def check_model_args(args: argparse.Namespace) -> None:
 
     Raises:
         InterpError: as :func:`interp.models.loader.check_model_name` and
-            :func:`interp.models.loader.check_device`.
+            :func:`interp.models.placement.check_device`.
     """
-    from interp.models.loader import check_device, check_model_name
+    from interp.models.loader import check_model_name
+    from interp.models.placement import check_device
 
     check_model_name(args.model)
     if getattr(args, "device", None) is not None:

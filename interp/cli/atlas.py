@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import html
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.cli.args import (
     add_cost,
@@ -39,6 +39,10 @@ from interp.cli.args import (
 )
 from interp.cli.outputs import check_distinct, check_out, export_to, write_outputs
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, is_causal
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
 
 SHORT = {  # what a grid cell says
     "previous-token": "prev",
@@ -123,7 +127,7 @@ def run_atlas(args: argparse.Namespace) -> int:
     return 0
 
 
-def default_details(df: Any) -> list[tuple[int, int]]:
+def default_details(df: pd.DataFrame) -> list[tuple[int, int]]:
     """Every head of a small model, else the :data:`PER_ROLE` strongest of each role (by how
     far the role's score stands above its threshold)."""
     from interp.analysis.heads.atlas.roles import ROLES
@@ -142,17 +146,16 @@ def default_details(df: Any) -> list[tuple[int, int]]:
     return sorted(dict.fromkeys(picked))
 
 
-def _token_text(model: Any, ids: list[int]) -> list[str]:
+def _token_text(model: HookedModel, ids: list[int]) -> list[str]:
     tok = getattr(model, "tokenizer", None)
     if tok is None:
         return [str(i) for i in ids]
     return [repr(tok.decode([i])) for i in ids]
 
 
-def atlas_page(model: Any, atlas: Any, detail: list[tuple[int, int]], *, name: str) -> Any:
+def atlas_page(model: HookedModel, atlas: Any, detail: list[tuple[int, int]], *, name: str) -> Any:
     """The page (an :class:`interp.outputs.render.Report`) of ``atlas``, ``detail`` in full."""
     from interp.analysis.heads.ov_scores import OVCircuits, top_token_pairs
-    from interp.core.protocol import is_causal
     from interp.outputs.figures import lines
     from interp.outputs.render import Report
 
@@ -167,7 +170,7 @@ def atlas_page(model: Any, atlas: Any, detail: list[tuple[int, int]], *, name: s
     r.raw(_counts(df))
     r.text(
         "A head has a role when its score beats every control head and reaches the role's "
-        "effect-size floor (README: Atlas): "
+        "effect-size floor (docs/heads.md: the atlas): "
         + "; ".join(
             f"{k} >= {e['floor']:g} and > {e['control_max']:.3f} ({e['why']}; the "
             f"{e['binds']} binds)"
@@ -234,7 +237,7 @@ def atlas_page(model: Any, atlas: Any, detail: list[tuple[int, int]], *, name: s
             r.table(shown.drop(columns="circuit"), caption=caption)
         r.raw("</section>")
     r.heading("The table")
-    r.table(df.drop(columns=["roles"]), caption="Every head (README: Atlas defines each column)")
+    r.table(df.drop(columns=["roles"]), caption="Every head (docs/heads.md: the atlas)")
     return r
 
 
@@ -249,7 +252,7 @@ def _numbers(row: Any) -> str:
     return f"Roles: {row['roles'] or 'none'}. " + "; ".join(parts) + "."
 
 
-def _grid(df: Any, detailed: set[str]) -> str:
+def _grid(df: pd.DataFrame, detailed: set[str]) -> str:
     """A layer x head table, each cell coloured by role; detailed heads link to their section."""
     n_heads = int(df["head"].max()) + 1
     head_row = "".join(f"<th>H{h}</th>" for h in range(n_heads))
@@ -276,7 +279,7 @@ def _grid(df: Any, detailed: set[str]) -> str:
     return f'{style}<table class="atlas-grid">{"".join(rows)}</table>'
 
 
-def _counts(df: Any) -> str:
+def _counts(df: pd.DataFrame) -> str:
     """The page header's count of heads per role: by ``role`` (each head once) and by
     ``roles`` (every role a head holds)."""
     from interp.analysis.heads.atlas.roles import role_counts

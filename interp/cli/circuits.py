@@ -45,6 +45,7 @@ from interp.cli.outputs import (
 )
 from interp.cli.pairs import add_pairs, check_pairs, pair_task
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
 
 
 def _add_task(p: argparse.ArgumentParser) -> None:
@@ -121,14 +122,15 @@ def _prechecked(args: argparse.Namespace) -> None:
         pair_task(args, tokenizer_of(args.model))
 
 
-def _task(args: argparse.Namespace, model: Any) -> tuple[Any, Any, Any, str]:
+def _task(args: argparse.Namespace, model: HookedModel) -> tuple[Any, Any, Any, str]:
     if args.clean:
         clean, corrupted, metric = pair_task(args, model)
         return clean, corrupted, metric, f"{len(args.clean)} prompt pair(s) from --clean"
     from interp.analysis.circuits.prompts import circuit_task
 
-    task = circuit_task(model, n=args.n, seed=args.seed)
-    return task.clean, task.corrupted, task.metric, f"{task.name}: {task.description}"
+    prompts = circuit_task(model, n=args.n, seed=args.seed)
+    what = f"{prompts.name}: {prompts.description}"
+    return prompts.clean, prompts.corrupted, prompts.metric, what
 
 
 # ------------------------------------------------------------------------ commands
@@ -147,15 +149,15 @@ def run_circuit(args: argparse.Namespace) -> int:
     _prechecked(args)
     import numpy as np
 
-    from interp.analysis.circuits.circuit import circuit_graph
     from interp.analysis.circuits.edge_attribution import attribute_edges
     from interp.analysis.circuits.search import find_circuit
+    from interp.engine.edges.graph import build_graph
 
     model = load(args)
     clean, corrupted, metric, what = _task(args, model)
     print(f"task: {what}; {clean.shape[0]} x {clean.shape[1]} tokens")
     options = dict(corrupted_tokens=corrupted, metric=metric, memory_budget=args.memory)
-    blank = np.zeros(circuit_graph(model).valid.shape)  # the search's cost needs no scores
+    blank = np.zeros(build_graph(model).valid.shape)  # the search's cost needs no scores
     announce(
         attribute_edges(model, clean, **options, method=args.method, steps=args.steps,
                         estimate=True),

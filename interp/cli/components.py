@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.cli.args import (
     TOKEN_RULE,
@@ -40,6 +40,9 @@ from interp.cli.outputs import (
     write_outputs,
 )
 from interp.core.errors import InterpError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
 
 
 def add_parsers(sub: Any) -> None:
@@ -141,7 +144,7 @@ def run_dla(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dla_caption(df: Any, args: argparse.Namespace) -> str:
+def _dla_caption(df: pd.DataFrame, args: argparse.Namespace) -> str:
     top = df.reindex(df["value"].abs().sort_values(ascending=False).index).head(3)
     named = ", ".join(f"{r.label} {r.value:+.2f}" for r in top.itertuples())
     return (

@@ -14,7 +14,8 @@ import shlex
 import sys
 from typing import Any
 
-from interp.cli.args import add_model, count_arg, memory_arg
+from interp.cli.args import add_model, check_model_args, count_arg, load, memory_arg
+from interp.core.protocol import HookedModel
 
 
 def _positive_float(text: str) -> float:
@@ -51,7 +52,9 @@ def add_dictionary_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--memory", type=memory_arg, help="memory budget, e.g. 4GiB")
 
 
-def corpus_tokens(model: Any, args: argparse.Namespace, seq_len: int) -> tuple[Any, Any, dict]:
+def corpus_tokens(
+    model: HookedModel, args: argparse.Namespace, seq_len: int
+) -> tuple[Any, Any, dict]:
     """Training and held-out tokens of ``--corpus``, and what the report records of them."""
     if args.corpus == "python":
         from interp.datasets.python_text import python_text
@@ -82,7 +85,6 @@ def corpus_tokens(model: Any, args: argparse.Namespace, seq_len: int) -> tuple[A
 
 def run_train_dictionary(args: argparse.Namespace) -> int:
     """Check the options, train, write the folder, print the figures."""
-    from interp.cli.args import check_model_args
     from interp.core.errors import InterpError
     from interp.outputs.files import check_output_dir
 
@@ -102,7 +104,6 @@ def run_train_dictionary(args: argparse.Namespace) -> int:
         raise InterpError(f"--k {args.k} is more than --features {args.features}")
     out = check_output_dir(args.out, "--out")
     check_model_args(args)
-    from interp.cli.args import load
     from interp.dictionaries import train_dictionary
 
     model = load(args)

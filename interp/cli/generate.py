@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.cli.args import (
     TOKEN_RULE,
@@ -34,6 +34,9 @@ from interp.cli.args import (
 from interp.cli.inputs import encode, token_id, tokenizer_of
 from interp.cli.outputs import check_distinct, check_out, export_to, write_outputs
 from interp.core.errors import InterpError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
 
 STEER_FORM = "HOOK:VECTOR_FILE:SCALE, e.g. blocks.3.hook_resid_pre:v.npy:4"
 
@@ -211,7 +214,7 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(df: Any) -> None:
+def _print(df: pd.DataFrame) -> None:
     first = df.attrs["first_difference"][0]
     clean, edited = "".join(df["clean"]), "".join(df["edited"])
     mean = {k: float(df[f"{k}_logprob"].mean()) for k in ("clean", "edited")}
@@ -229,7 +232,7 @@ def _print(df: Any) -> None:
     )
 
 
-def continuation_page(df: Any, prompt: str, model_name: str) -> Any:
+def continuation_page(df: pd.DataFrame, prompt: str, model_name: str) -> Any:
     """The page of ``interp generate``: the two continuations side by side, the first
     difference marked, then the whole table."""
     from interp.outputs.render import Report

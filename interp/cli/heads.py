@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.cli.args import (
     LOGIT_DIFF_PARTS,
@@ -49,6 +49,10 @@ from interp.cli.inputs import (
 from interp.cli.outputs import check_out, export_to, print_top, write_outputs
 from interp.cli.pairs import add_pairs, check_pairs, describe_pairs, pair_task
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
 
 
 def _add_metric(p: argparse.ArgumentParser, default: str) -> None:
@@ -142,7 +146,7 @@ def add_parsers(sub: Any) -> None:
         "--convention",
         default="interp",
         choices=("interp", "transformer_lens", "arena"),
-        help="how a stripe becomes a score (README: Definitions)",
+        help="how a stripe becomes a score (docs/heads.md: stripe scores)",
     )
     sc.add_argument("--exclude-bos", choices=("yes", "no"), help="default: the convention's")
     sc.set_defaults(func=run_scores)
@@ -185,7 +189,7 @@ def _tokenizer_checks(
 
 
 # ------------------------------------------------------------------ with the model
-def _metric(model: Any, args: argparse.Namespace, loss_mask: Any) -> Any:
+def _metric(model: HookedModel, args: argparse.Namespace, loss_mask: Any) -> Any:
     from interp.core.metrics import logit_diff_metric, loss_metric
 
     if args.metric == "loss":
@@ -195,7 +199,7 @@ def _metric(model: Any, args: argparse.Namespace, loss_mask: Any) -> Any:
     return logit_diff_metric(*answer_ids(tok, a, b, LOGIT_DIFF_PARTS))
 
 
-def _announce(model: Any, tokens: Any, heads: Any, what: str) -> None:
+def _announce(model: HookedModel, tokens: Any, heads: Any, what: str) -> None:
     from interp.analysis.components.ablation import sweep_plan
 
     plan = sweep_plan(model, tokens, heads=heads)
@@ -206,7 +210,7 @@ def _announce(model: Any, tokens: Any, heads: Any, what: str) -> None:
     )
 
 
-def _describe(df: Any, args: argparse.Namespace) -> Any:
+def _describe(df: pd.DataFrame, args: argparse.Namespace) -> Any:
     """Record where the table's inputs came from (exported with it)."""
     source = (
         f"--tokens {args.tokens}"
@@ -369,7 +373,7 @@ def run_scores(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_patching(df: Any, args: argparse.Namespace, out: Path) -> int:
+def _write_patching(df: pd.DataFrame, args: argparse.Namespace, out: Path) -> int:
     """Print a patching table's top rows, record its model and prompts, write it."""
     print_top(df, "normalized", args.top)
     df.attrs.setdefault("model", args.model)
@@ -397,8 +401,8 @@ def _check_component_by(component: str | None, by: str | None) -> None:
         )
 
 
-def _patch_grid(args: argparse.Namespace, model: Any, clean: Any, corrupted: Any, metric: Any,
-                positions: Any, out: Path) -> int:  # fmt: skip
+def _patch_grid(args: argparse.Namespace, model: HookedModel, clean: Any, corrupted: Any,
+                metric: Any, positions: Any, out: Path) -> int:  # fmt: skip
     from interp.analysis.components.component_patching import LAYER_COMPONENTS, patch_components
 
     by = args.by or ("layer_position" if args.component in LAYER_COMPONENTS else "head")

@@ -24,6 +24,7 @@ from interp.cli.args import (
     seed_arg,
 )
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, bos_token_id, model_device
 
 
 def tokenizer_of(model_name: str) -> Any:
@@ -227,7 +228,7 @@ def tokens_from_file(path: str) -> Any:
     return torch.tensor([[int(x) for x in r] for r in rows])
 
 
-def inputs(model: Any, args: argparse.Namespace, given: Any) -> tuple[Any, Any]:
+def inputs(model: HookedModel, args: argparse.Namespace, given: Any) -> tuple[Any, Any]:
     """``(tokens, loss_mask)``: ``given`` (``--tokens``) or the prompt or random probes;
     the repeated probes' mask selects the repeated half. The probes' ids are checked
     against the machine's memory before they are drawn (the analyses run them in chunks).
@@ -238,7 +239,6 @@ def inputs(model: Any, args: argparse.Namespace, given: Any) -> tuple[Any, Any]:
     from interp.analysis.heads.scores import probe_tokens
     from interp.analysis.senses.words import ordinary_word_ids
     from interp.core.memory import check_ids
-    from interp.core.protocol import bos_token_id, model_device
     from interp.datasets import repeated_random_tokens
 
     if given is not None:

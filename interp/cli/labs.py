@@ -11,7 +11,8 @@ from interp.cli.args import DEVICE_HELP, DTYPE_HELP, count_arg, seed_arg
 
 def add_parsers(sub: Any) -> None:
     """Add ``lab``, ``train`` and ``models`` to ``sub``."""
-    from interp.experiments import LABS, TABLE_FORMATS
+    from interp.experiments import LABS
+    from interp.experiments.writer import TABLE_FORMATS
 
     lab = sub.add_parser("lab", help="run a lab and write its report, tables and figures")
     lab.add_argument("name", choices=list(LABS), help="which lab")

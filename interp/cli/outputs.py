@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from interp.core.errors import InterpError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
 
 
 def check_out(path: str) -> Path:
@@ -66,7 +69,7 @@ def write_outputs(writers: dict[Path, Callable[[Path], object]]) -> None:
     write_files(writers)
 
 
-def export_to(df: Any) -> Callable[[Path], object]:
+def export_to(df: pd.DataFrame) -> Callable[[Path], object]:
     """A writer (for :func:`write_outputs`) exporting ``df`` as its path's format."""
     from interp import export
 
@@ -80,7 +83,7 @@ def text_to(text: str) -> Callable[[Path], object]:
     return lambda path: write_text(path, text)
 
 
-def print_top(df: Any, column: str, top: int) -> None:
+def print_top(df: pd.DataFrame, column: str, top: int) -> None:
     """The ``top`` rows by ``|column|``."""
     if top:
         show = df.reindex(df[column].abs().sort_values(ascending=False).index).head(top)

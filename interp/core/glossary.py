@@ -1,8 +1,8 @@
 """One word, one meaning: the vocabulary every function of `interp` uses.
 
 This is the single source of the glossary: ``help(interp.analysis)`` shows it
-(:func:`rst`) and the README's "Vocabulary" table is it (:func:`markdown`;
-``tests/test_readme.py`` checks that the two are the same text).
+(:func:`rst`) and the site's vocabulary page is it (:func:`markdown`, written into
+``docs/vocabulary.md`` when the site is built).
 ``tests/test_signatures.py`` holds every public function to it: a parameter
 named after a word here means that word, takes the values listed, and the
 words under :data:`RETIRED` are never a parameter again.
@@ -95,7 +95,7 @@ GLOSSARY: dict[str, str] = {
     "``receiver`` columns, ``'a -> b'`` labels or pairs; ``None`` is the whole graph",
     "stripes": "``'induction'``, ``'previous_token'``, ``'duplicate_token'``",
     "convention": "how a stripe becomes a score: ``'interp'``, ``'transformer_lens'``, "
-    "``'arena'`` (README: Definitions)",
+    "``'arena'`` (docs/heads.md: stripe scores)",
     "metric": "a ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they "
     "read and check their ids) or any ``metric(logits, tokens) -> scalar``, always scored "
     "against the clean ``tokens``",
@@ -149,7 +149,7 @@ def words() -> list[str]:
 
 
 def markdown() -> str:
-    """The glossary as the README's Markdown table."""
+    """The glossary as the vocabulary page's Markdown table."""
     lines = ["| word | meaning |", "| --- | --- |"]
     for key, meaning in GLOSSARY.items():
         names = ", ".join(f"`{w.strip()}`" for w in key.split(","))

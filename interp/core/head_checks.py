@@ -20,10 +20,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from interp.core.errors import InterpError
-from interp.core.protocol import model_cfg
+from interp.core.protocol import SizedModel, model_cfg
 
 
-def check_layer(model: Any, layer: Any) -> int:
+def check_layer(model: SizedModel, layer: Any) -> int:
     """``layer`` as an int, raising unless it indexes into the model.
 
     numpy and torch integers are accepted; floats, bools and ``None`` are not.
@@ -46,7 +46,7 @@ def check_layer(model: Any, layer: Any) -> int:
     return int(layer)
 
 
-def check_layer_head(model: Any, layer: Any, head: Any) -> tuple[int, int]:
+def check_layer_head(model: SizedModel, layer: Any, head: Any) -> tuple[int, int]:
     """``(layer, head)`` as ints, raising unless both are given and index into the model:
     the one check of every tool that reads one head.
 
@@ -100,7 +100,7 @@ def _show(x: Any) -> str:
 HEADS_FORMS = "(layer, head) pairs or 'L<layer>H<head>' labels, e.g. [(1, 4), 'L0H7']"
 
 
-def _one_head(model: Any, item: Any) -> tuple[int, int]:
+def _one_head(model: SizedModel, item: Any) -> tuple[int, int]:
     if isinstance(item, str):
         s = item.strip().upper()
         try:
@@ -121,7 +121,7 @@ def _one_head(model: Any, item: Any) -> tuple[int, int]:
     return check_layer_head(model, pair[0], pair[1])
 
 
-def parse_heads(model: Any, heads: Any) -> list[tuple[int, int]]:
+def parse_heads(model: SizedModel, heads: Any) -> list[tuple[int, int]]:
     """Heads as ``(layer, head)`` int pairs, in the order given; all heads (layer-major) if None.
 
     Duplicates are collapsed with a warning. A bare string, an int, a triple

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, model_device
+from interp.core.validate import check_memory_budget
 
 BUDGET_FRACTION = 4  # the default budget is 1 / BUDGET_FRACTION of the free memory
 
@@ -49,9 +51,7 @@ def budget(device: Any = None, memory_budget: Any = None) -> int:
         InterpError: for a ``memory_budget`` that is not a positive integer.
     """
     if memory_budget is not None:
-        from interp.core.checks import check_int
-
-        return check_int(memory_budget, "memory_budget", minimum=1)
+        return check_memory_budget(memory_budget)
     return available_memory(device) // BUDGET_FRACTION
 
 
@@ -96,7 +96,7 @@ class Dims:
     element: int  # bytes of one activation element (the model's dtype)
 
     @classmethod
-    def of(cls, model: Any) -> Dims:
+    def of(cls, model: HookedModel) -> Dims:
         cfg = model.cfg
         d = int(getattr(cfg, "d_model", 0) or 0)
         heads = int(getattr(cfg, "n_heads", 0) or 0)
@@ -114,14 +114,14 @@ class Dims:
         )
 
 
-def stream_bytes(model: Any, pos: int, element: int | None = None) -> int:
+def stream_bytes(model: HookedModel, pos: int, element: int | None = None) -> int:
     """One prompt's residual-width tensor ``[pos, d_model]`` (``element`` bytes each,
     default the model's dtype; the edge engine stores senders' outputs in float32)."""
     dims = Dims.of(model)
     return int(pos) * dims.d_model * (dims.element if element is None else element)
 
 
-def block_bytes(model: Any, pos: int) -> int:
+def block_bytes(model: HookedModel, pos: int) -> int:
     """What one block holds at its peak in a pass without gradients, per prompt of ``pos``
     tokens: its attention (the scores and the pattern, ``2 x n_heads x pos`` per token, beside
     the keys and values repeated to every query head, the queries, the residual stream and the
@@ -135,7 +135,7 @@ def block_bytes(model: Any, pos: int) -> int:
     return m.element * P * max(attn, mlp)
 
 
-def logit_bytes(model: Any, pos: int, rows: Sequence[int] | None = None) -> int:
+def logit_bytes(model: HookedModel, pos: int, rows: Sequence[int] | None = None) -> int:
     """A prompt's logits: ``d_vocab`` at each of the ``rows`` a pass unembeds (``None``: every
     position; :meth:`interp.runtime.Runtime.unembedded` says which a runtime unembeds)."""
     m = Dims.of(model)
@@ -151,7 +151,9 @@ def logit_bytes(model: Any, pos: int, rows: Sequence[int] | None = None) -> int:
 HEAP_KEPT = 1
 
 
-def forward_bytes(model: Any, batch: int, pos: int, *, rows: Sequence[int] | None = None) -> int:
+def forward_bytes(
+    model: HookedModel, batch: int, pos: int, *, rows: Sequence[int] | None = None
+) -> int:
     """The peak bytes of one forward pass without gradients over ``[batch, pos]`` tokens:
     per prompt a block's transients (:func:`block_bytes`), live and kept by the allocator
     (:data:`HEAP_KEPT`), and the logits at the ``rows`` it unembeds (:func:`logit_bytes`;
@@ -160,7 +162,7 @@ def forward_bytes(model: Any, batch: int, pos: int, *, rows: Sequence[int] | Non
     return int(batch) * (block + logit_bytes(model, pos, rows))
 
 
-def saved_bytes(model: Any, pos: int) -> int:
+def saved_bytes(model: HookedModel, pos: int) -> int:
     """What a forward pass with gradients saves for its backward pass, per prompt: in each
     layer the MLP's hidden layer ``mlp_width`` times (gate, up, activation), the pattern, the
     queries and the keys and values repeated to every query head, and the two residual sums
@@ -171,7 +173,9 @@ def saved_bytes(model: Any, pos: int) -> int:
     return m.element * P * m.n_layers * per_layer
 
 
-def backward_bytes(model: Any, batch: int, pos: int, *, rows: Sequence[int] | None = None) -> int:
+def backward_bytes(
+    model: HookedModel, batch: int, pos: int, *, rows: Sequence[int] | None = None
+) -> int:
     """The peak bytes of a forward and backward pass over ``[batch, pos]`` tokens, per
     prompt: what the forward saves (:func:`saved_bytes`), the logits at ``rows``
     (:func:`logit_bytes`) and their gradient, which is ``[pos, d_vocab]`` whatever the rows
@@ -183,7 +187,7 @@ def backward_bytes(model: Any, batch: int, pos: int, *, rows: Sequence[int] | No
     return int(batch) * (held + block_bytes(model, pos))
 
 
-def element_bytes(model: Any) -> int:
+def element_bytes(model: HookedModel) -> int:
     """Bytes of one activation element: the model's dtype (float32 unless it says otherwise)."""
     import torch
 
@@ -195,7 +199,9 @@ def element_bytes(model: Any) -> int:
     return int(torch.empty((), dtype=dtype).element_size()) if dtype is not None else 4
 
 
-def check_memory(model: Any, batch: int, pos: int, *, copies: float = 1.0, what: str = "") -> int:
+def check_memory(
+    model: HookedModel, batch: int, pos: int, *, copies: float = 1.0, what: str = ""
+) -> int:
     """Refuse work that runs ``[batch, pos]`` tokens as one batch (no chunks) whose estimated
     peak memory exceeds what the model's device has free. Analyses that split their prompts
     into chunks check each chunk's peak instead (:func:`interp.engine.chunks.plan`).
@@ -206,8 +212,6 @@ def check_memory(model: Any, batch: int, pos: int, *, copies: float = 1.0, what:
     Raises:
         InterpError: naming the estimate, the limit and what to shrink.
     """
-    from interp.core.protocol import model_device
-
     need = int(forward_bytes(model, batch, pos) * copies)
     have = available_memory(model_device(model))
     if need > have:

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from interp.core.checks import check_int, check_mask, check_not_padding
 from interp.core.errors import InterpError
 from interp.core.glossary import retired_words
-from interp.core.protocol import is_causal, logits_meaningful
+from interp.core.protocol import HookedModel, is_causal, logits_meaningful
 
 MetricFn = Callable[[torch.Tensor, torch.Tensor], Any]
 
@@ -98,7 +98,7 @@ class Metric:
     def __call__(self, logits: torch.Tensor, tokens: torch.Tensor) -> Any:
         return self.fn(logits, tokens)
 
-    def check(self, model: Any, tokens: torch.Tensor) -> None:
+    def check(self, model: HookedModel, tokens: torch.Tensor) -> None:
         """Raise before any forward pass if this metric cannot be measured on ``model``/``tokens``.
 
         Args:
@@ -247,7 +247,7 @@ def loss_metric(loss_mask: torch.Tensor | None = None) -> Metric:
         m = mask[:, :-1].to(device=nll.device, dtype=nll.dtype)
         return (nll * m).sum() / m.sum()
 
-    def checker(model: Any, tokens: torch.Tensor) -> None:
+    def checker(model: HookedModel, tokens: torch.Tensor) -> None:
         if loss_mask is not None:
             check_mask(loss_mask, tokens, "loss_mask", drop_last=True)  # as the caller gave it
 
@@ -318,7 +318,7 @@ def logit_diff_metric(answer: Any, wrong: Any, *, at: int = -1) -> Metric:
         ii = i.to(read.device) if isinstance(i, torch.Tensor) else i
         return (read[rows, cc] - read[rows, ii]).mean()
 
-    def checker(model: Any, tokens: torch.Tensor) -> None:
+    def checker(model: HookedModel, tokens: torch.Tensor) -> None:
         d_vocab = int(getattr(model.cfg, "d_vocab_out", None) or model.cfg.d_vocab)
         n, length = tokens.shape
         for name, v in (("answer", c), ("wrong", i)):
@@ -351,7 +351,7 @@ def logit_diff_metric(answer: Any, wrong: Any, *, at: int = -1) -> Metric:
 
 
 def prepare_metric(
-    model: Any, tokens: torch.Tensor, metric: Any, loss_mask: torch.Tensor | None
+    model: HookedModel, tokens: torch.Tensor, metric: Any, loss_mask: torch.Tensor | None
 ) -> Metric:
     """The metric an analysis measures, checked before any forward pass.
 

@@ -39,13 +39,14 @@ from __future__ import annotations
 from typing import Any
 
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
 
 ULPS = 16  # units in the last place a reduced-precision claim allows, of the magnitude
 SPAN_ULPS = 2  # two runs' metrics closer than this (eps of their size) are one run
 REDUCED = ("float16", "bfloat16")
 
 
-def model_dtype(model: Any) -> Any:
+def model_dtype(model: HookedModel) -> Any:
     """The floating dtype of the model's weights (float32 for a model without weights)."""
     import torch
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -60,14 +61,20 @@ class Sizes:
         return self
 
 
-def _not_hooked(model: Any) -> InterpError:
+# A model, or sizes alone (``parse_heads`` and the head checks need only ``cfg``'s sizes).
+SizedModel = HookedModel | Sizes
+# What a lab or the CLI takes for a model: a loaded one, an alias or a folder (``load_model``).
+ModelSource = HookedModel | str | os.PathLike[str]
+
+
+def _not_hooked(model: object) -> InterpError:
     return InterpError(
         f"{type(model).__name__} is not a hooked model: it needs .cfg and .run_with_cache "
         "(use interp.models.load_model, or a transformer_lens TransformerBridge)"
     )
 
 
-def model_cfg(model: Any) -> Any:
+def model_cfg(model: object) -> Any:
     """``model.cfg``, of a model or of a :class:`Sizes` stand-in (checks that need only sizes).
 
     Raises:
@@ -81,7 +88,7 @@ def model_cfg(model: Any) -> Any:
     return cfg
 
 
-def check_model(model: Any) -> Any:
+def check_model(model: object) -> Any:
     """Return ``model.cfg``, raising unless ``model`` looks like a :class:`HookedModel`.
 
     Raises:
@@ -97,7 +104,7 @@ def check_model(model: Any) -> Any:
     return cfg
 
 
-def model_name(model: Any) -> str:
+def model_name(model: object) -> str:
     """What tables and reports call ``model``: the name it was loaded by, else its config's."""
     named = getattr(model, "interp_name", None)
     cfg = getattr(model, "cfg", None)
@@ -115,7 +122,7 @@ def positions_label(positions: Any) -> Any:
     return list(positions) if isinstance(positions, (list, tuple)) else positions
 
 
-def hook_names(model: Any) -> set[str]:
+def hook_names(model: HookedModel) -> set[str]:
     """Every hook name the model exposes."""
     names = set(getattr(model, "hook_dict", {}) or {})
     if not names and hasattr(model, "hook_points"):
@@ -123,17 +130,17 @@ def hook_names(model: Any) -> set[str]:
     return names
 
 
-def is_causal(model: Any) -> bool:
+def is_causal(model: HookedModel) -> bool:
     """False only for models whose config says ``attention_dir == "bidirectional"`` (encoders)."""
     return getattr(model.cfg, "attention_dir", "causal") != "bidirectional"
 
 
-def logits_meaningful(model: Any) -> bool:
+def logits_meaningful(model: HookedModel) -> bool:
     """False for models whose output logits mean nothing (e.g. an encoder without an LM head)."""
     return bool(getattr(model, "interp_logits_meaningful", True))
 
 
-def bos_token_id(model: Any) -> int:
+def bos_token_id(model: HookedModel) -> int:
     """The id a sequence starts with: CLS for encoders, else BOS; 0 without a tokenizer."""
     tok = getattr(model, "tokenizer", None)
     attrs = ("bos_token_id", "cls_token_id")
@@ -146,12 +153,12 @@ def bos_token_id(model: Any) -> int:
     return 0
 
 
-def model_n_ctx(model: Any) -> int | None:
+def model_n_ctx(model: HookedModel) -> int | None:
     """The model's context length, or None when it is unbounded (toy heads)."""
     return getattr(model.cfg, "n_ctx", None)
 
 
-def model_device(model: Any) -> torch.device:
+def model_device(model: HookedModel) -> torch.device:
     """The device the model's weights live on (CPU for weightless toys)."""
     import torch
 
@@ -161,7 +168,7 @@ def model_device(model: Any) -> torch.device:
 
 
 @contextlib.contextmanager
-def eval_mode(model: Any) -> Iterator[None]:
+def eval_mode(model: HookedModel) -> Iterator[None]:
     """Eval mode (gradients allowed) for the duration; the previous mode is restored exactly.
 
     Only modules that were training are switched and switched back, so a model
@@ -179,7 +186,7 @@ def eval_mode(model: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def eval_no_grad(model: Any) -> Iterator[None]:
+def eval_no_grad(model: HookedModel) -> Iterator[None]:
     """:func:`eval_mode` under ``torch.no_grad()`` (analyses that need no gradients)."""
     import torch
 

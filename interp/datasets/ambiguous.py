@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from interp.core.errors import InterpError
+from interp.core.paths import data_dir
 
 AMBIGUOUS_WORDS = "ambiguous_words.csv"
 _SENSE_COLUMNS = ("word", "sense", "clue", "sentence")
@@ -42,8 +43,6 @@ def ambiguous_words(path: str | None = None) -> Any:
             word with fewer than two senses.
     """
     import pandas as pd
-
-    from interp.core.paths import data_dir
 
     file = data_dir() / AMBIGUOUS_WORDS if path is None else Path(path)
     if not file.is_file():

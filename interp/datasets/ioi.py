@@ -14,7 +14,10 @@ from typing import Any
 
 import torch
 
+from interp.core.checks import check_int, check_seed
 from interp.core.errors import InterpError
+from interp.core.paths import data_dir
+from interp.models.pretrained import smollm2_tokenizer
 
 NAME_MOVER_TEMPLATES = "name_mover_templates.csv"
 FIRST_NAMES = "first_names.txt"
@@ -79,8 +82,6 @@ def name_mover_templates(split: str = "train", path: str | None = None) -> list[
     """
     import pandas as pd
 
-    from interp.core.paths import data_dir
-
     if split not in SPLITS:
         raise InterpError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     file = data_dir() / NAME_MOVER_TEMPLATES if path is None else Path(path)
@@ -108,8 +109,6 @@ def first_names(path: str | None = None) -> list[str]:
     Raises:
         InterpError: for a missing file.
     """
-    from interp.core.paths import data_dir
-
     file = data_dir() / FIRST_NAMES if path is None else Path(path)
     if not file.is_file():
         raise InterpError(f"name list not found at {file}")
@@ -150,12 +149,8 @@ def name_mover_prompts(
         InterpError: for ``n < 1``, a name that is several tokens, fewer than two
             names, or templates whose prompts differ in length.
     """
-    from interp.core.checks import check_int, check_seed
-
     n, seed = check_int(n, "n", minimum=1), check_seed(seed)
     if tokenizer is None:
-        from interp.models.pretrained import smollm2_tokenizer
-
         tokenizer = smollm2_tokenizer()
     templates = list(templates) if templates is not None else name_mover_templates(split)
     names = list(names) if names is not None else first_names()

@@ -35,7 +35,7 @@ import torch
 
 from interp.core.checks import check_int
 from interp.core.errors import InterpError
-from interp.core.protocol import bos_token_id, model_cfg
+from interp.core.protocol import HookedModel, bos_token_id, model_cfg
 
 SKIP_PARTS = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
 SPLITS = ("train", "test")
@@ -115,7 +115,7 @@ def _char_ids(texts: list[str], d_vocab: int) -> list[int]:
 
 
 def python_text(
-    model: Any,
+    model: HookedModel,
     *,
     n_sequences: int,
     seq_len: int,

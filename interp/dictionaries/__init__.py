@@ -10,7 +10,7 @@ trains a TopK dictionary on a hook's activations and :func:`dictionary_report` s
 """
 
 from interp.dictionaries.dictionary import ARCHITECTURES, Dictionary, architecture_name
-from interp.dictionaries.files import dictionary_config, load_dictionary, save_dictionary
+from interp.dictionaries.files import load_dictionary
 from interp.dictionaries.reading import (
     FeatureReading,
     feature_logit_effects,
@@ -18,6 +18,7 @@ from interp.dictionaries.reading import (
     token_strings,
 )
 from interp.dictionaries.report import DictionaryReport, dictionary_report
+from interp.dictionaries.sae_lens import dictionary_config, save_dictionary
 from interp.dictionaries.splice import Splice, check_dictionary, check_hook, hook_width, spliced
 from interp.dictionaries.train import TrainedDictionary, default_lr, train_dictionary
 

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from interp.core.errors import InterpError
+from interp.dictionaries.sae_lens import save_dictionary
 
 ARCHITECTURES = ("relu", "topk", "jumprelu")
 # sae-lens' names for the same encoders.
@@ -318,11 +319,14 @@ class Dictionary(nn.Module):
         Raises:
             InterpError: a destination that cannot be written.
         """
-        from interp.dictionaries.files import save_dictionary
-
         return save_dictionary(self, path)
 
     def extra_repr(self) -> str:
+        """What ``repr`` shows inside ``Dictionary(...)``.
+
+        Returns:
+            The architecture, ``d_in``, ``d_sae``, ``k`` (topk) and the hook name.
+        """
         k = f", k={self.k}" if self.k is not None else ""
         return (
             f"{self.architecture}, d_in={self.d_in}, d_sae={self.d_sae}{k}, "

@@ -1,4 +1,4 @@
-"""Dictionaries on disk: the sae-lens folder layout, and Gemma Scope's ``params.npz``.
+"""Reading dictionaries: the sae-lens folder layout, and Gemma Scope's ``params.npz``.
 
 A sae-lens (6.x) folder holds ``cfg.json`` and ``sae_weights.safetensors``:
 
@@ -41,14 +41,8 @@ import torch
 
 from interp.core.errors import InterpError
 from interp.dictionaries.dictionary import Dictionary, architecture_name
-from interp.outputs.files import check_output_dir, write_files
+from interp.dictionaries.sae_lens import CFG, NPZ, TENSORS, WEIGHTS
 
-CFG = "cfg.json"
-WEIGHTS = "sae_weights.safetensors"
-NPZ = "params.npz"
-SAE_LENS_NAMES = {"relu": "standard", "topk": "topk", "jumprelu": "jumprelu"}
-SAE_LENS_VERSION = "6.0.0"  # the cfg.json layout written: sae-lens 6.x reads it as its own
-TENSORS = ("W_enc", "b_enc", "W_dec", "b_dec", "threshold")
 IDENTITY_NORMS = ("none", "expected_average_only_in")  # sae-lens applies neither at inference
 DTYPES = {
     "float32": torch.float32,
@@ -251,60 +245,3 @@ def _from_npz(file: Path, hook_name: str | None, dtype: torch.dtype | None) -> D
         apply_b_dec_to_input=False,  # Gemma Scope encodes x itself
         metadata={"source": "gemma-scope params.npz"},
     )
-
-
-def dictionary_config(D: Dictionary) -> dict[str, Any]:
-    """The ``cfg.json`` sae-lens 6.x writes for a dictionary like ``D``.
-
-    Args:
-        D: the dictionary.
-
-    Returns:
-        A JSON-ready dict.
-    """
-    meta = {"sae_lens_version": SAE_LENS_VERSION, "sae_lens_training_version": SAE_LENS_VERSION}
-    meta.update(D.metadata)
-    meta["hook_name"] = D.hook_name
-    cfg: dict[str, Any] = {
-        "architecture": SAE_LENS_NAMES[D.architecture],
-        "d_in": D.d_in,
-        "d_sae": D.d_sae,
-        "dtype": str(D.dtype).removeprefix("torch."),
-        "device": "cpu",
-        "apply_b_dec_to_input": D.apply_b_dec_to_input,
-        "normalize_activations": "none",
-        "reshape_activations": "hook_z" if D.hook_name.endswith("hook_z") else "none",
-        "metadata": meta,
-    }
-    if D.architecture == "topk":
-        cfg.update(k=D.k, rescale_acts_by_decoder_norm=False)
-    return cfg
-
-
-def save_dictionary(D: Dictionary, path: str | os.PathLike[str]) -> Path:
-    """Write ``D`` in the sae-lens layout, both files together or neither.
-
-    Args:
-        D: the dictionary.
-        path: the folder (created if missing; other files in it are kept).
-
-    Returns:
-        The folder.
-
-    Raises:
-        InterpError: a destination that cannot be written.
-    """
-    from safetensors.torch import save_file
-
-    out = check_output_dir(path, "dictionary folder")
-    out.mkdir(parents=True, exist_ok=True)
-    names = ["W_enc", "b_enc", "W_dec", "b_dec"] + (["threshold"] * (D.architecture == "jumprelu"))
-    state = {n: getattr(D, n).detach().cpu().contiguous() for n in names}
-    text = json.dumps(dictionary_config(D), indent=1) + "\n"
-    write_files(
-        {
-            out / WEIGHTS: lambda f: save_file(state, str(f)),
-            out / CFG: lambda f: f.write_text(text),
-        }
-    )
-    return out

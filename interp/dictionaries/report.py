@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from interp.core.checks import check_tokens
+from interp.core.checks import check_int, check_tokens
+from interp.core.errors import InterpError
 from interp.core.memory import forward_bytes, stream_bytes
 from interp.core.metrics import next_token_nll
 from interp.core.protocol import HookedModel, is_causal, logits_meaningful
@@ -90,7 +91,9 @@ def dictionary_report(
         skip_columns: leading columns left out of the reconstruction figures (a BOS
             column, whose norm dwarfs the rest in pretrained models); the losses count
             every prediction, with every column spliced.
-        memory_budget: bytes the passes may hold (default: a quarter of free memory).
+        memory_budget: the bytes an analysis may hold beyond the model's weights: the passes
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
         progress: show a progress bar over the chunks.
 
     Returns:
@@ -100,9 +103,6 @@ def dictionary_report(
         InterpError: as :func:`check_dictionary` and :func:`interp.core.checks.check_tokens`;
             ``skip_columns`` leaving no column.
     """
-    from interp.core.checks import check_int
-    from interp.core.errors import InterpError
-
     check_dictionary(model, D)
     tokens = check_tokens(model, tokens, chunked=True)
     skip = check_int(skip_columns, "skip_columns", minimum=0)

@@ -131,7 +131,9 @@ def train_dictionary(
         skip_columns: leading columns not trained on (a BOS column, whose norm dwarfs the
             rest in pretrained models; the splice still covers it, through its error).
         eval_tokens: the tokens the report is computed on (default ``tokens``).
-        memory_budget: bytes the passes may hold (default: a quarter of free memory).
+        memory_budget: the bytes an analysis may hold beyond the model's weights: the passes
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
         progress: show a progress bar over the steps.
 
     Returns:

@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, model_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,7 +243,7 @@ class Plan:
 
 
 def plan(
-    model: Any,
+    model: HookedModel,
     n_prompts: int,
     pos: int,
     footprint: Footprint,
@@ -268,7 +269,6 @@ def plan(
     """
     from interp.core.checks import check_bool
     from interp.core.memory import budget
-    from interp.core.protocol import model_device
 
     check_bool(estimate, "estimate")
     check_bool(progress, "progress")

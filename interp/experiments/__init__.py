@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from interp.core.checks import check_seed
 from interp.core.errors import InterpError
-
-TABLE_FORMATS = ("csv", "parquet", "md", "json")
+from interp.core.protocol import ModelSource
+from interp.experiments.writer import check_format, write_lab
+from interp.outputs.files import check_output_dir, check_replaceable
 
 # name -> (package, which models it takes: "none" | "one" | "many", default models).
 # Kept here, not read from the modules, so options are checked without importing torch.
@@ -52,17 +55,6 @@ def lab_module(name: str) -> Any:
     if name not in LABS:
         raise InterpError(f"unknown lab {name!r}; choose one of {', '.join(LABS)}")
     return importlib.import_module(LABS[name][0])
-
-
-def check_format(fmt: str) -> str:
-    """``fmt`` if it is a table format (:data:`TABLE_FORMATS`).
-
-    Raises:
-        InterpError: for any other format.
-    """
-    if fmt not in TABLE_FORMATS:
-        raise InterpError(f"unknown table format {fmt!r}; choose one of {', '.join(TABLE_FORMATS)}")
-    return fmt
 
 
 def reports_dir() -> Path:
@@ -88,7 +80,13 @@ def default_out(name: str) -> Path:
     return reports_dir() / name
 
 
-def check_options(name: str, *, models: Any = None, seed: Any = 0, fmt: str = "csv") -> dict:
+def check_options(
+    name: str,
+    *,
+    models: ModelSource | Sequence[ModelSource] | None = None,
+    seed: Any = 0,
+    fmt: str = "csv",
+) -> dict:
     """Check a lab's options (nothing loaded or computed) and return its ``analyse`` arguments.
 
     Raises:
@@ -96,8 +94,6 @@ def check_options(name: str, *, models: Any = None, seed: Any = 0, fmt: str = "c
             lab that has none, several models for a one-model lab, or a model
             name that cannot be loaded.
     """
-    from interp.core.checks import check_seed
-
     if name not in LABS:
         raise InterpError(f"unknown lab {name!r}; choose one of {', '.join(LABS)}")
     _, kind, defaults = LABS[name]
@@ -132,7 +128,7 @@ def run_lab(
     *,
     out: str | os.PathLike[str] | None = None,
     fmt: str = "csv",
-    models: Any = None,
+    models: ModelSource | Sequence[ModelSource] | None = None,
     seed: int = 0,
     progress: bool = True,
     device: Any = None,
@@ -149,15 +145,13 @@ def run_lab(
             ``device``/``dtype`` for a lab that builds its own models (or a
             device this machine lacks).
     """
-    from interp.experiments.writer import write_lab
-    from interp.outputs.files import check_output_dir, check_replaceable
-
     kwargs = check_options(name, models=models, seed=seed, fmt=fmt)
     target = Path(out) if out is not None else default_out(name)
     check_replaceable(check_output_dir(target))
     placed = device is not None or dtype is not None
     if placed:
-        from interp.models.loader import check_device, check_dtype, load_model
+        from interp.models.loader import check_dtype, load_model
+        from interp.models.placement import check_device
 
         if LABS[name][1] == "none":
             raise InterpError(f"the {name} lab builds its own small models; drop --device/--dtype")

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from interp.core.hooks import head_label
-from interp.core.protocol import model_name
+from interp.core.protocol import HookedModel, ModelSource, model_name
+from interp.models.loader import load_model
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
 
 
-def load(model: Any) -> tuple[Any, str]:
+def load(model: ModelSource) -> tuple[Any, str]:
     """``(model, name)``: a name or folder is loaded with :func:`interp.models.load_model`."""
     if isinstance(model, (str, os.PathLike)):
-        from interp.models.loader import load_model
-
         return load_model(model), os.fspath(model)
     return model, model_name(model)
 
@@ -27,7 +29,7 @@ def progress_bar(total: int, enabled: bool, desc: str) -> Any:
     return tqdm(total=total, disable=not enabled, desc=desc, unit="step")
 
 
-def half_losses(model: Any, data: Any) -> dict[str, float]:
+def half_losses(model: HookedModel, data: Any) -> dict[str, float]:
     """Mean next-token loss on the first half and on the repeated (predictable) half.
 
     ``data`` is a :class:`interp.datasets.RepeatedTokens`; keys ``first_half``
@@ -46,7 +48,7 @@ def half_losses(model: Any, data: Any) -> dict[str, float]:
 
 
 def random_head_groups(
-    model: Any, exclude: list[str], k: int, n_draws: int, seed: int
+    model: HookedModel, exclude: list[str], k: int, n_draws: int, seed: int
 ) -> dict[str, list[str]]:
     """``n_draws`` seeded sets of ``k`` heads, none in ``exclude`` (labels ``L{l}H{h}``)."""
     cfg = model.cfg
@@ -64,7 +66,7 @@ def random_head_groups(
 
 
 def lens_figure(
-    df: Any, *, sequence: int = 0, title: str | None = None, caption: str | None = None
+    df: pd.DataFrame, *, sequence: int = 0, title: str | None = None, caption: str | None = None
 ) -> Any:
     """The stage x position grid of one sequence of a :func:`interp.analysis.logit_lens` table."""
     import numpy as np

@@ -19,8 +19,21 @@ import os
 from pathlib import Path
 from typing import Any
 
-from interp.experiments import check_format
+from interp.core.errors import InterpError
 from interp.outputs.files import atomic_dir
+
+TABLE_FORMATS = ("csv", "parquet", "md", "json")
+
+
+def check_format(fmt: str) -> str:
+    """``fmt`` if it is a table format (:data:`TABLE_FORMATS`).
+
+    Raises:
+        InterpError: for any other format.
+    """
+    if fmt not in TABLE_FORMATS:
+        raise InterpError(f"unknown table format {fmt!r}; choose one of {', '.join(TABLE_FORMATS)}")
+    return fmt
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,8 @@ from typing import Any
 from interp.core.errors import CheckpointError, InterpError
 from interp.core.precision import tolerance
 from interp.models.hf_tokenizers import folder_tokenizer, read_config, word_tokenizer
+from interp.models.placement import check_not_offloaded
+from interp.outputs.files import write_text
 
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 VERDICT = "interp-bridge-verified.json"
@@ -84,8 +86,6 @@ def bridge_from_hf(
     """
     import torch
     from transformer_lens.model_bridge import TransformerBridge
-
-    from interp.models.placement import check_not_offloaded
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     check_not_offloaded(hf_model)
@@ -170,7 +170,6 @@ def _read_verdict(path: Path) -> Any:
 
 
 def _write_verdict(path: Path, key: dict[str, str]) -> None:
-    from interp.outputs.files import write_text
 
     try:
         write_text(path, json.dumps(key, indent=1) + "\n")

@@ -35,6 +35,12 @@ from typing import Any
 
 from interp.core.errors import InterpError
 from interp.core.paths import INDUCTION_CHECKPOINT, data_dir
+from interp.core.precision import check_runs
+from interp.models import pretrained
+from interp.models.hf import bridge_from_hf, load_hf_dir
+from interp.models.hf_tokenizers import folder_tokenizer
+from interp.models.placement import check_device, check_device_map
+from interp.models.pretrained import PACKAGES, package_dir
 
 ALIASES: dict[str, str] = {
     "induction-2l": "our two-layer attention-only induction model (shipped in data/)",
@@ -112,8 +118,6 @@ def check_model_name(name: Any) -> None:
         InterpError: as :func:`classify`, or for an alias whose weights package
             is missing (with the install command).
     """
-    from interp.models.pretrained import PACKAGES, package_dir
-
     if classify(name) == "alias" and name in PACKAGES:
         package_dir(name)
 
@@ -141,44 +145,6 @@ def check_dtype(dtype: Any) -> Any:
         InterpError: for a name or type that cannot hold model weights.
     """
     return _torch_dtype(dtype)
-
-
-def check_device(device: Any, *, name: str = "device") -> Any:
-    """``device`` as a ``torch.device`` this machine has (``None`` stays ``None``): the one
-    rule for ``device=`` and each device a ``device_map`` names (``name`` says which, in the
-    message).
-
-    Raises:
-        InterpError: for an unknown device type, or one this machine lacks
-            (``cuda`` without a GPU, ``mps`` off Apple silicon, an index past
-            the last GPU).
-    """
-    import torch
-
-    if device is None:
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise InterpError(
-            f"unknown {name} {device!r}; use 'cpu', 'cuda', 'cuda:1' or 'mps'"
-        ) from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InterpError(
-                f"{name} {device!r}: CUDA is not available on this machine (torch "
-                f"{torch.__version__}); use device='cpu'"
-            )
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InterpError(
-                f"{name} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
-            )
-    elif dev.type == "mps":
-        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise InterpError(f"{name} {device!r}: MPS is not available here; use device='cpu'")
-    elif dev.type != "cpu":
-        raise InterpError(f"{name} {device!r} is not supported here; use 'cpu', 'cuda' or 'mps'")
-    return dev
 
 
 def load_model(
@@ -237,9 +203,6 @@ def load_model(
     device = check_device(device)
     if device is not None and device_map is not None:
         raise InterpError("pass device or device_map, not both (device_map places every layer)")
-    from interp.core.precision import check_runs
-    from interp.models.placement import check_device_map
-
     check_device_map(device_map)
     check_runs(torch_dtype, device)
     name = os.fspath(name_or_path)
@@ -258,13 +221,9 @@ def load_model(
         if torch_dtype is not None:
             model = model.to(torch_dtype)
     elif kind == "alias":
-        from interp.models import pretrained
-
         load = pretrained.load_smollm2 if name == "smollm2-135m" else pretrained.load_minilm
         model = load(dtype=torch_dtype, device_map=device_map)
     elif kind == "hf_dir":
-        from interp.models.hf import load_hf_dir
-
         model = load_hf_dir(path, dtype=torch_dtype, device_map=device_map)
     else:
         model = _load_hub(name, torch_dtype, device_map)
@@ -297,8 +256,6 @@ def _load_hub(name: str, dtype: Any, device_map: Any) -> Any:
     tok = _hub_tokenizer(name)  # before the weights: it fails fast offline
     from transformers import AutoModelForCausalLM
 
-    from interp.models.hf import bridge_from_hf
-
     kwargs: dict[str, Any] = {"dtype": dtype or "float32"}
     if device_map is not None:
         kwargs["device_map"] = device_map
@@ -318,8 +275,6 @@ def list_models() -> list[dict[str, Any]]:
         ``cache ok``, ``cache corrupt: ...``, ``cache absent``: converted on first load),
         ``size_mb`` and ``where`` (a folder, or the install command).
     """
-    from interp.models import pretrained
-
     rows = []
     for alias, description in ALIASES.items():
         row: dict[str, Any] = {"alias": alias, "description": description}
@@ -374,15 +329,11 @@ def load_tokenizer(name_or_path: str | os.PathLike[str]) -> Any:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if kind == "alias":
-        from interp.models import pretrained
-
         if name == "smollm2-135m":
             return pretrained.smollm2_tokenizer(convert=False)
         return AutoTokenizer.from_pretrained(
             pretrained.package_dir(name) / "model", local_files_only=True
         )
-    from interp.models.hf_tokenizers import folder_tokenizer
-
     return folder_tokenizer(Path(name).expanduser())
 
 

@@ -44,18 +44,54 @@ def _kind(device: Any) -> str:
     return str(device).split(":")[0]
 
 
+def check_device(device: Any, *, name: str = "device") -> Any:
+    """``device`` as a ``torch.device`` this machine has (``None`` stays ``None``): the one
+    rule for ``device=`` and each device a ``device_map`` names (``name`` says which, in the
+    message).
+
+    Raises:
+        InterpError: for an unknown device type, or one this machine lacks
+            (``cuda`` without a GPU, ``mps`` off Apple silicon, an index past
+            the last GPU).
+    """
+    import torch
+
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise InterpError(
+            f"unknown {name} {device!r}; use 'cpu', 'cuda', 'cuda:1' or 'mps'"
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InterpError(
+                f"{name} {device!r}: CUDA is not available on this machine (torch "
+                f"{torch.__version__}); use device='cpu'"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InterpError(
+                f"{name} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif dev.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise InterpError(f"{name} {device!r}: MPS is not available here; use device='cpu'")
+    elif dev.type != "cpu":
+        raise InterpError(f"{name} {device!r} is not supported here; use 'cpu', 'cuda' or 'mps'")
+    return dev
+
+
 def check_device_map(device_map: Any) -> None:
     """Refuse a ``device_map`` that offloads (``"disk"``, ``"meta"``, or ``"cpu"`` beside
     GPU entries, which accelerate offloads), one that is not a map or maps nothing, or one
     naming a device this machine lacks (the rule of ``device=``:
-    :func:`interp.models.loader.check_device`); loads nothing.
+    :func:`check_device`); loads nothing.
 
     Raises:
         InterpError: naming the offloaded modules, or the device and what this machine has,
             and the fix.
     """
-    from interp.models.loader import check_device
-
     if device_map is None or (isinstance(device_map, str) and device_map in _STRATEGIES):
         return
     if isinstance(device_map, str):  # one device for every module

@@ -38,6 +38,7 @@ from typing import Any
 
 from interp.core.errors import InterpError
 from interp.core.paths import cache_dir
+from interp.models.hf import load_hf_dir
 from interp.outputs.files import sha256_file
 
 INSTALL = {
@@ -297,8 +298,6 @@ def _conversion_lock(target: Path) -> Iterator[None]:
 
 def load_smollm2(*, dtype: Any = None, device_map: Any = None) -> Any:
     """SmolLM2-135M-Instruct as a TransformerBridge (see the module docstring)."""
-    from interp.models.hf import load_hf_dir
-
     return load_hf_dir(ensure_smollm2(), dtype=dtype, device_map=device_map, verified_copy=True)
 
 
@@ -318,8 +317,6 @@ def smollm2_tokenizer(*, convert: bool = True) -> Any:
 
 def load_minilm(*, dtype: Any = None, device_map: Any = None) -> Any:
     """all-MiniLM-L6-v2 as a TransformerBridge, logits flagged meaningless (no LM head)."""
-    from interp.models.hf import load_hf_dir
-
     d = package_dir("minilm-l6") / "model"
     return load_hf_dir(d, dtype=dtype, device_map=device_map, quiet=True)  # no head: expected
 

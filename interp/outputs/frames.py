@@ -20,7 +20,8 @@ import pandas as pd
 import torch
 
 from interp.core.hooks import head_label
-from interp.core.protocol import HookedModel
+from interp.core.protocol import HookedModel, model_name
+from interp.core.version import VERSION
 
 
 def head_frame(values: dict[str, Any], n_layers: int, n_heads: int) -> pd.DataFrame:
@@ -92,9 +93,6 @@ def table_attrs(
     Raises:
         ValueError: for a method outside :data:`METHODS` (a programming error).
     """
-    from interp import __version__
-    from interp.core.protocol import model_name
-
     if method not in METHODS:
         raise ValueError(f"method {method!r} is not one of {METHODS}")
     name = getattr(metric, "name", metric)
@@ -111,7 +109,7 @@ def table_attrs(
         "model": None if model is None else model if isinstance(model, str) else model_name(model),
         "positions": positions,
         "seed": seed,
-        "version": __version__,
+        "version": VERSION,
         "forward_equivalents": round(float(forward_equivalents), 3),
         "engine": engine,
     }

@@ -20,12 +20,15 @@ import html
 import os
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from interp.core.errors import InterpError
 from interp.outputs.files import write_text
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
 
 
 @cache
@@ -146,7 +149,9 @@ class Report:
         )
         return self
 
-    def table(self, df: Any, caption: str | None = None, float_format: str = "{:.4f}") -> Report:
+    def table(
+        self, df: pd.DataFrame, caption: str | None = None, float_format: str = "{:.4f}"
+    ) -> Report:
         """Add a pandas DataFrame as an HTML table (floats rounded for reading).
 
         Args:

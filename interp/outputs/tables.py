@@ -46,6 +46,7 @@ from typing import Any
 import pandas as pd
 
 from interp.core.errors import InterpError
+from interp.core.version import VERSION
 from interp.outputs.files import check_output_file, write_text, write_with
 
 FORMATS = (".csv", ".parquet", ".json", ".md", ".html")
@@ -123,12 +124,11 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
 def table_meta(df: pd.DataFrame, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a table file records about how it was computed: ``df.attrs`` (JSON-safe), then
     ``extra`` for keys the table does not set itself, then ``interp_version``."""
-    from interp import __version__
 
     meta = {str(k): plain(v) for k, v in df.attrs.items()}
     for k, v in (extra or {}).items():
         meta.setdefault(str(k), plain(v))
-    meta["interp_version"] = __version__
+    meta["interp_version"] = VERSION
     return meta
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
 from interp.runtime.base import Layer, Runtime, kept_rows, repeat_copies, scatter_rows
 from interp.runtime.bridge import BridgeRuntime
@@ -103,8 +104,6 @@ def head_weight(model: HookedModel, name: str) -> Any:
     Raises:
         InterpError: for a weight whose head count does not divide the query heads'.
     """
-    from interp.core.errors import InterpError
-
     W = getattr(model, name).detach()
     n_heads = int(model.cfg.n_heads)
     if W.shape[1] != n_heads:

@@ -31,6 +31,8 @@ from typing import Any
 import torch
 
 from interp.core.errors import InterpError
+from interp.core.memory import element_bytes
+from interp.core.precision import tolerance
 from interp.core.protocol import HookedModel, hook_names, is_causal
 from interp.runtime.attention import QKGeometry, default_scale
 from interp.runtime.norms import Norm
@@ -181,8 +183,6 @@ class Runtime:
     def activation_bytes(self, name: str, pos: int) -> int:
         """Bytes of one prompt's activation at hook ``name`` (:meth:`activation_shape`), in
         the model's dtype."""
-        from interp.core.memory import element_bytes
-
         n = 1
         for d in self.activation_shape(name, pos):
             n *= int(d)
@@ -282,7 +282,6 @@ class Runtime:
             )
 
     def _readout_gap(self) -> float | None:
-        from interp.core.precision import tolerance
 
         n_ctx = getattr(self.cfg, "n_ctx", None) or 8
         probe = (torch.arange(min(8, int(n_ctx))) % int(self.cfg.d_vocab))[None]

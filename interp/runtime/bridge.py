@@ -29,9 +29,17 @@ from typing import Any
 import torch
 
 from interp.core.errors import InterpError
+from interp.core.precision import tolerance
 from interp.core.protocol import HookedModel, is_causal
 from interp.runtime.attention import QKGeometry, default_scale, rotary_from_hf
 from interp.runtime.base import Hooks, Runtime, kept_rows, repeat_copies, scatter_rows
+from interp.runtime.decoding import (
+    attentions,
+    cache_alias,
+    component_slots,
+    positions_of,
+    unbridged,
+)
 from interp.runtime.norms import Norm
 
 
@@ -285,13 +293,6 @@ class BridgeRuntime(Runtime):
         last: bool,
         swap: bool,
     ) -> tuple[torch.Tensor, Any]:
-        from interp.runtime.decoding import (
-            attentions,
-            cache_alias,
-            component_slots,
-            positions_of,
-            unbridged,
-        )
 
         mask = mask.to(tokens.device).long()
         held = mask.shape[1] - tokens.shape[1]
@@ -323,7 +324,6 @@ class BridgeRuntime(Runtime):
         return (logits[:, -1:] if last else logits), past
 
     def _check_decoding(self) -> str:
-        from interp.core.precision import tolerance
 
         vocab = int(self.cfg.d_vocab)
         device = self.head_device()

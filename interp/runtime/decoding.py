@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 
+from interp.core.protocol import HookedModel
+
 
 def positions_of(attention_mask: torch.Tensor, held: int = 0) -> torch.Tensor:
     """``[batch, new]`` positions of the columns after the first ``held``: the count of real
@@ -94,7 +96,7 @@ def _alias(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
     return None
 
 
-def attentions(model: Any) -> list[Any]:
+def attentions(model: HookedModel) -> list[Any]:
     """The bridge's attention components that store keys and values themselves."""
     return [m for m in model.modules() if callable(getattr(m, "_update_kv_cache", None))]
 

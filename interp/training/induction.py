@@ -29,8 +29,10 @@ from typing import Any
 import torch
 
 from interp.core.errors import InterpError
+from interp.core.protocol import eval_no_grad
 from interp.datasets import HELD_OUT_LENGTHS, TRAIN_LENGTHS, repeated_tokens
 from interp.models.attn_only import AttnOnlyConfig, AttnOnlyTransformer
+from interp.models.checkpoints import save_checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +239,6 @@ def evaluate(model: AttnOnlyTransformer, data) -> dict[str, float]:
         previous-token score in layer 0), as floats.
     """
     from interp.analysis.heads.scores import head_scores
-    from interp.core.protocol import eval_no_grad
 
     with eval_no_grad(model):  # training mode comes back afterwards, even on an error
         nll = model(data.tokens, "loss", loss_per_token=True)  # [batch, pos - 1]
@@ -399,8 +400,6 @@ def save_result(result: TrainResult, out_dir: str | os.PathLike[str]) -> Path:
     Raises:
         InterpError: if ``out_dir`` cannot be written.
     """
-    from interp.models.checkpoints import save_checkpoint
-
     meta = {
         "training": result.config.to_dict(),
         "seed": result.config.seed,

@@ -1,8 +1,8 @@
 """Circuits: sets of the graph's edges, the forms edges are given in, and circuit files.
 
 The graph (:mod:`interp.engine.edges.graph`: senders, receivers, and which sender may
-feed which receiver) is the edge engine's; :func:`circuit_graph` gives it for a
-model. Edge labels read ``L0H1 -> L1H1.k``, ``embed -> L1H1.v``, ``L29H1 ->
+feed which receiver) is the edge engine's: :func:`~interp.engine.edges.graph.build_graph` gives it
+for a model. Edge labels read ``L0H1 -> L1H1.k``, ``embed -> L1H1.v``, ``L29H1 ->
 logits``; tables have ``sender, receiver, receiver_input`` (``q``, ``k``, ``v``,
 ``mlp``, ``logits``). A circuit is a set of edges (:class:`Circuit`): edges are
 given as masks, tables, labels or pairs (:func:`edge_mask`; per position,
@@ -11,7 +11,7 @@ with :func:`load_circuit` to be evaluated on other prompts.
 
 Example:
     >>> from interp.models import load_model
-    >>> graph = circuit_graph(load_model("induction-2l"))
+    >>> graph = build_graph(load_model("induction-2l"))
     >>> graph.n_edges, graph.edge_labels()[:2]
     (42, ['embed -> L0H0.q', 'embed -> L0H1.q'])
 """
@@ -30,23 +30,34 @@ import pandas as pd
 
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
+from interp.core.version import VERSION
 from interp.engine.edges.graph import Graph, build_graph
-
-
-def circuit_graph(model: HookedModel) -> Graph:
-    """The graph of ``model`` (module docstring): print it for its counts.
-
-    Raises:
-        InterpError: for a model whose blocks run attention and MLP in parallel
-            (their inputs are one stream; this graph assumes sequential blocks),
-            or an encoder without an LM head (no logits receiver).
-    """
-    return build_graph(model)
+from interp.outputs.files import write_text
+from interp.outputs.tables import plain
 
 
 @dataclasses.dataclass(frozen=True)
 class Circuit:
-    """A set of edges of a graph, with how it was found and how faithful it was measured."""
+    """A set of edges of a graph, with how it was found and how faithful it was measured.
+
+    :func:`~interp.analysis.find_circuit` returns one and :func:`load_circuit` reads one
+    back; :func:`~interp.analysis.evaluate_circuit` takes one as its ``edges``.
+
+    Attributes:
+        graph: The graph the edges belong to (:func:`~interp.engine.edges.graph.build_graph`).
+        mask: ``[n_senders, n_receivers]`` bool: the edges in the circuit.
+        scores: ``[n_senders, n_receivers]``: the scores the edges were ranked by, or
+            ``None``.
+        info: How it was found and measured (faithfulness, size, target, evaluations,
+            forward-equivalents, how the scores were made): JSON-ready values.
+
+    Example:
+        >>> from interp.models import load_model
+        >>> g = build_graph(load_model("induction-2l"))
+        >>> c = Circuit(g, edge_mask(g, ["L0H1 -> L1H1.k", "L1H1 -> logits"]))
+        >>> c.n_edges, c.edges()["label"].tolist()
+        (2, ['L0H1 -> L1H1.k', 'L1H1 -> logits'])
+    """
 
     graph: Graph
     mask: np.ndarray  # [n_senders, n_receivers] bool: the edges in the circuit
@@ -58,7 +69,12 @@ class Circuit:
         return int(self.mask.sum())
 
     def edges(self) -> pd.DataFrame:
-        """One row per edge in the circuit (``sender, receiver, receiver_input, score, label``)."""
+        """One row per edge in the circuit, in sender then receiver order.
+
+        Returns:
+            A table: ``sender, receiver, receiver_input, score`` (NaN without scores),
+            ``label`` (``"a -> b"``).
+        """
         s, r = np.nonzero(self.mask)
         g = self.graph
         return pd.DataFrame(
@@ -75,17 +91,21 @@ class Circuit:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The circuit as a JSON document (nodes, edges, scores, how it was found)."""
-        from interp import __version__
-        from interp.outputs.tables import plain
+        """The circuit as a JSON document (nodes, edges, scores, how it was found).
 
+        Returns:
+            A JSON-ready dict: ``format`` (``"interp-circuit"``), ``version``,
+            ``interp_version``, ``model``, ``graph`` (its sizes), ``nodes`` (the senders and
+            receivers the edges use), ``edges`` (one dict per edge, with its score) and
+            ``info``.
+        """
         g = self.graph
         used_s = sorted({g.senders[i] for i in np.nonzero(self.mask)[0]})
         used_r = sorted({g.receivers[j] for j in np.nonzero(self.mask)[1]})
         return {
             "format": "interp-circuit",
             "version": 1,
-            "interp_version": __version__,
+            "interp_version": VERSION,
             "model": g.model_name,
             "graph": {
                 "n_layers": g.n_layers,
@@ -104,11 +124,16 @@ class Circuit:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`to_json` atomically.
 
+        Args:
+            path: The file to write (``.json`` by convention); an existing file is replaced
+                whole or not at all.
+
+        Returns:
+            The path written.
+
         Raises:
             InterpError: for a destination that cannot be written.
         """
-        from interp.outputs.files import write_text
-
         return write_text(path, json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")
 
 
@@ -183,7 +208,7 @@ def position_edge_mask(graph: Graph, edges: Any, n_positions: int) -> np.ndarray
 
     Example:
         >>> from interp.models import load_model
-        >>> g = circuit_graph(load_model("induction-2l"))
+        >>> g = build_graph(load_model("induction-2l"))
         >>> m = position_edge_mask(g, ["L0H1 -> L1H1.k @3", "embed -> logits"], 5)
         >>> m.shape, int(m.sum()), int(m[g.sender_index("L0H1")].sum())
         ((6, 13, 5), 6, 1)
@@ -250,6 +275,17 @@ def load_circuit(
     one model's heads says nothing about another's) unless ``any_model=True`` says that is
     meant (the graphs must still have the same shape).
 
+    Args:
+        path: A file written by :meth:`Circuit.save`.
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``); the circuit is placed on its graph
+            (only its config and hook names are read).
+        any_model: Accept a circuit found on another model whose graph has the same shape
+            (default ``False``).
+
+    Returns:
+        The :class:`Circuit`, its scores and ``info`` as saved.
+
     Raises:
         InterpError: for a missing or malformed file (a key missing, a value of the wrong
             type, an edge that names no edge of the graph: the message names it), a circuit
@@ -271,7 +307,7 @@ def load_circuit(
             raise InterpError(
                 f"{str(p)!r}: {key!r} must be a {kind.__name__}, got {type(doc[key]).__name__}"
             )
-    graph = circuit_graph(model)
+    graph = build_graph(model)
     if doc["model"] != graph.model_name and not any_model:
         raise InterpError(
             f"{str(p)!r} is a circuit of {doc['model']!r}, not of this model "

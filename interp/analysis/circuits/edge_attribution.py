@@ -47,7 +47,7 @@ import pandas as pd
 import torch
 
 from interp.analysis.circuits.circuit import edge_mask, position_edge_mask
-from interp.core.checks import check_int
+from interp.core.checks import check_finite, check_int
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
 from interp.core.memory import check_table
@@ -59,6 +59,7 @@ from interp.engine.cache import activation_of
 from interp.engine.chunks import Estimate, WeightedMean, plan
 from interp.engine.direction import Direction
 from interp.engine.edges.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
+from interp.engine.edges.graph import Graph
 from interp.engine.edges.passes import pass_shape, patch_cost, patch_edges
 from interp.engine.edges.task import EdgeTask, begin, check, chunk_tasks, edge_footprint
 from interp.outputs.frames import described, table_attrs
@@ -85,25 +86,63 @@ def attribute_edges(
     progress: bool = False,
     estimate: bool = False,
 ) -> pd.DataFrame | Estimate:
-    """One row per edge: ``sender, receiver, receiver_input, label`` and ``estimate`` (EAP,
-    EAP-IG) or ``exact`` (module docstring): the effect on the metric of patching that edge.
+    """The effect on the metric of patching each edge alone: one row per edge.
 
-    ``tokens`` are the clean tokens; ``ablation="patch"`` replaces senders'
-    outputs by the source run's (``direction``), ``"zero"`` by zero, ``"mean"``
-    by their mean over the batch, ``"resample"`` by another sequence's (``seed``).
-    ``edges`` limits the table (any form
-    :func:`interp.analysis.circuits.circuit.edge_mask` reads; for ``"exact"``
-    the default is every edge, one resumed pass each). ``positions`` restricts
-    the edits to those positions; ``positions="each"`` (prompts of one length)
-    scores every edge at every position on its own, the position where the
-    receiver reads the sender's output: one row per edge and position, with a
-    ``position`` column and labels ``"a -> b @p"`` (the rows of an edge sum to
-    its score without positions; :func:`~interp.analysis.evaluate_circuit`
-    reads them back). ``df.attrs`` records the method, the direction, the clean run's
-    metric (``clean``), the cost and the graph's size. The prompts run in chunks under
-    ``memory_budget`` (:mod:`interp.engine.chunks`; the scores of a metric that is a mean
-    over prompts are the same as one batch's); ``estimate=True`` returns the run's
-    :class:`~interp.engine.chunks.Estimate` instead.
+    ``estimate`` (EAP, EAP-IG) or ``exact`` (module docstring): EAP scores every edge at
+    once, ``score(s -> r) = sum (alt_s - base_s) . dM/d(input_r)``, from one source pass and
+    one base forward and backward pass; EAP-IG averages that gradient over ``steps``
+    interpolated embeddings; ``"exact"`` patches each edge alone (one resumed pass each).
+    The prompts run in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`; the
+    scores of a metric that is a mean over prompts are the same as one batch's).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the
+            clean prompt's.
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``, always
+            scored against the clean ``tokens``; differentiable for the estimates.
+        corrupted_tokens: The other prompt of a patching pair, the same shape as ``tokens``;
+            needed by ``ablation="patch"`` and by ``"eap-ig"``.
+        method: How a number is computed: ``'eap'`` (default: first order, one backward
+            pass), ``'eap-ig'`` (integrated gradients over ``steps``) or ``'exact'`` (a
+            resumed pass per edge, equal to hooks).
+        steps: EAP-IG's interpolation steps (``k / steps`` of the way, ``k = 1 .. steps``;
+            default 5); at least 1.
+        edges: The edges the table lists (any form
+            :func:`interp.analysis.circuits.circuit.edge_mask` reads, or per position with
+            ``positions="each"``); ``None`` is the whole graph (for ``"exact"``, one pass
+            each).
+        ablation: What replaces an activation (a sender's output): ``'patch'`` (default: the
+            other run's, in ``direction``), ``'zero'``, ``'mean'`` (over the batch) or
+            ``'resample'`` (another sequence's, seeded).
+        direction: Which run a patch edits: ``'noising'`` (the default: the corrupted run's
+            outputs into the clean run) or ``'denoising'`` (the clean run's into the
+            corrupted run).
+        positions: Where an intervention *edits*: ints (negative from the end) or a ``[pos]``
+            bool mask; ``None`` is every position; ``'each'`` (prompts of one length) scores
+            every edge at every position on its own: one row per edge and position, labels
+            ``"a -> b @p"``, whose rows sum to the edge's score without positions.
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
+            are computed by one forward pass.
+        seed: Every random draw (``ablation="resample"``); the same seed gives the same
+            numbers.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per edge of ``edges``: ``sender, receiver, receiver_input,
+        label`` (and ``position`` with ``positions="each"``), then ``estimate`` or
+        ``exact`` (the metric's change). ``attrs`` follow
+        :data:`interp.outputs.frames.SCHEMA` (the method, ablation, direction, metric),
+        plus ``clean`` (the clean run's metric), ``steps``, ``graph`` and ``chunks``. With
+        ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for an unknown method, ablation or direction, ``steps`` below 1,
@@ -253,7 +292,7 @@ def _embedding(model: HookedModel, tokens: Tokens) -> torch.Tensor:
     return activation_of(model, tokens, hook_name("embed")).float()
 
 
-def _table(graph: Any, wanted: np.ndarray, scores: np.ndarray, column: str) -> pd.DataFrame:
+def _table(graph: Graph, wanted: np.ndarray, scores: np.ndarray, column: str) -> pd.DataFrame:
     """One row per edge of ``wanted`` (``[sender, receiver]``), or per edge and position
     (``[sender, receiver, pos]``: a ``position`` column and ``@p`` labels)."""
     where = np.nonzero(wanted)
@@ -272,7 +311,7 @@ def _table(graph: Any, wanted: np.ndarray, scores: np.ndarray, column: str) -> p
     return pd.DataFrame(columns)
 
 
-def score_matrix(graph: Any, scores: Any) -> np.ndarray:
+def score_matrix(graph: Graph, scores: Any) -> np.ndarray:
     """Scores as ``[sender, receiver]`` (NaN where no score): an :func:`attribute_edges`
     table (its ``estimate`` or ``exact`` column) or an array of that shape.
 
@@ -336,13 +375,23 @@ def _series(x: Any, name: str) -> pd.Series:
 def edge_agreement(exact: pd.Series, estimated: pd.Series, *, threshold: float) -> pd.DataFrame:
     """How well an estimate finds the edges that matter: one row per measure.
 
-    ``exact`` and ``estimated`` hold one value per edge, indexed by label (or are
-    :func:`attribute_edges` tables: their ``exact`` / ``estimate`` column). The
-    edges that matter are those with ``|exact| > threshold``; rows: ROC AUC of
-    ``|estimate|`` for telling them apart from the rest (the probability that a
-    random edge that matters outscores a random one that does not; ties count
-    1/2), Spearman correlation of estimate and exact, and how many of the
-    ``m`` edges that matter are in the estimate's top ``m``.
+    The edges that matter are those with ``|exact| > threshold``. Rows: ROC AUC of
+    ``|estimate|`` for telling them apart from the rest (the probability that a random
+    edge that matters outscores a random one that does not; ties count 1/2), Spearman
+    correlation of estimate and exact, and how many of the ``m`` edges that matter are in
+    the estimate's top ``m``. Reads no model.
+
+    Args:
+        exact: One exact effect per edge, indexed by label, or an :func:`attribute_edges`
+            table of ``method="exact"`` (its ``exact`` column).
+        estimated: One estimate per edge over the same edges, indexed by label, or an
+            :func:`attribute_edges` table of an estimate (its ``estimate`` column).
+        threshold: The ``|exact|`` above which an edge matters (a finite number; some edges
+            must be on each side).
+
+    Returns:
+        A table with one row per measure: ``measure, value``; ``attrs`` follow
+        :data:`interp.outputs.frames.SCHEMA`, plus ``threshold``.
 
     Example:
         >>> exact = pd.Series([5.0, 0.1, -3.0, 0.0], index=list("abcd"))
@@ -355,8 +404,6 @@ def edge_agreement(exact: pd.Series, estimated: pd.Series, *, threshold: float) 
             series over different edges, a threshold that is not a finite number, or no
             edge (or every edge) above the threshold.
     """
-    from interp.core.checks import check_finite
-
     exact, estimated = _series(exact, "exact"), _series(estimated, "estimated")
     threshold = check_finite(threshold, "threshold")
     if set(exact.index) != set(estimated.index):

@@ -108,23 +108,55 @@ def evaluate_circuit(
     progress: bool = False,
     estimate: bool = False,
 ) -> pd.DataFrame | Estimate:
-    """The metric with only ``edges`` kept (module docstring): one row with ``n_edges,
-    fraction_of_edges, metric, clean, corrupted, faithfulness``.
+    """The metric with only ``edges`` kept, and its faithfulness (module docstring).
 
-    ``edges``: a :class:`~interp.analysis.circuits.circuit.Circuit`, a mask, a table
-    with ``sender`` and ``receiver`` columns, ``"a -> b"`` labels or pairs;
-    ``None`` means the whole graph. With ``positions="each"`` (prompts of one
-    length) an edge is a sender -> receiver pair *at one position*, the
-    stream position where the receiver reads the sender's output: ``edges`` is
-    then read by :func:`~interp.analysis.circuits.circuit.position_edge_mask` (``"a -> b
-    @3"`` labels, a table with a ``position`` column, a ``[sender, receiver,
-    pos]`` mask; an edge without a position counts at every position), and
-    ``n_edges`` counts edge-positions. Costs the two baselines (a plain clean
-    forward; the corrupted run, which also records the senders' outputs) and one
-    pass for the circuit; :func:`circuit_curve` shares the baselines and packs
-    several circuits into each pass. The prompts run in chunks under ``memory_budget``
-    (:mod:`interp.engine.chunks`); ``estimate=True`` returns the run's
-    :class:`~interp.engine.chunks.Estimate` instead.
+    ``faithfulness = (m_circuit - m_corrupted) / (m_clean - m_corrupted)``, every edge
+    outside the circuit switched to the replacement in one exact pass. Costs the two
+    baselines (a plain clean forward; the corrupted run, which also records the senders'
+    outputs) and one pass for the circuit; :func:`circuit_curve` shares the baselines and
+    packs several circuits into each pass. The prompts run in chunks under
+    ``memory_budget`` (:mod:`interp.engine.chunks`).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the
+            clean prompt's.
+        edges: The circuit: a ``Circuit``, a ``[sender, receiver]`` bool mask, a table with
+            ``sender`` and ``receiver`` columns, ``'a -> b'`` labels or pairs; ``None`` is the
+            whole graph. With ``positions="each"``, read per position
+            (:func:`~interp.analysis.circuits.circuit.position_edge_mask`: ``"a -> b @3"``
+            labels, a table with a ``position`` column, a ``[sender, receiver, pos]`` mask; an
+            edge without a position counts at every position).
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``, always
+            scored against the clean ``tokens``.
+        corrupted_tokens: The other prompt of a patching pair, the same shape as ``tokens``
+            (the replacement of ``ablation="patch"``).
+        ablation: What replaces an activation (the output of a sender outside the circuit):
+            ``'patch'`` (default: the corrupted run's), ``'zero'``, ``'mean'`` (over the
+            batch) or ``'resample'`` (another sequence's, seeded).
+        positions: Where an intervention *edits*: ints (negative from the end) or a ``[pos]``
+            bool mask; ``None`` is every position; ``'each'`` (prompts of one length) makes an
+            edge a sender -> receiver pair at one position, the stream position where the
+            receiver reads the sender's output.
+        cache: An ActivationCache of the clean ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches.
+        seed: Every random draw (``ablation="resample"``, random circuits); the same seed
+            gives the same numbers.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A one-row table: ``n_edges`` (edge-positions with ``positions="each"``),
+        ``fraction_of_edges, metric, clean, corrupted, faithfulness``. ``attrs`` follow
+        :data:`interp.outputs.frames.SCHEMA` (the ablation, metric), plus ``graph`` (its
+        size) and ``chunks``. With ``estimate=True``, the run's
+        :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for edges not in the graph, an unknown ablation, tokens
@@ -169,7 +201,7 @@ def measure_circuits(
     masks: Sequence[np.ndarray],
     *,
     cache: Any,
-    memory_budget: Any,
+    memory_budget: int | None,
     progress: bool,
     estimate: bool,
     analysis: str,
@@ -251,15 +283,49 @@ def circuit_curve(
 ) -> pd.DataFrame | Estimate:
     """Faithfulness of the top-``n`` edges by ``|score|`` for each size ``n`` (module docstring).
 
-    ``scores``: an :func:`interp.analysis.attribute_edges` table or a
-    ``[sender, receiver]`` array. ``sizes`` default to ``points`` sizes from 1
-    to every edge, spaced geometrically. ``random_draws`` adds that many
-    random circuits of each size (seeded) as a baseline; ``cache`` (of the
-    clean tokens) is checked against them. Rows: ``kind``
-    (``top`` or ``random``), ``draw``, ``n_edges``, ``fraction_of_edges``,
-    ``metric``, ``faithfulness``. Circuits are evaluated several to a pass, the prompts in
-    chunks under ``memory_budget``; ``estimate=True`` returns the run's
-    :class:`~interp.engine.chunks.Estimate` instead.
+    Each circuit's faithfulness is :func:`evaluate_circuit`'s, exactly; circuits are
+    evaluated several to a pass beside baselines run once, the prompts in chunks under
+    ``memory_budget`` (:mod:`interp.engine.chunks`). Random circuits of the same sizes
+    (``random_draws``) give the baseline a ranking must beat.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the
+            clean prompt's.
+        scores: Edge scores: an :func:`interp.analysis.attribute_edges` table or a
+            ``[sender, receiver]`` array (NaN: not ranked); circuits are the top-``n`` edges
+            by ``|score|``.
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``, always
+            scored against the clean ``tokens``.
+        corrupted_tokens: The other prompt of a patching pair, the same shape as ``tokens``
+            (the replacement of ``ablation="patch"``).
+        sizes: The circuit sizes (numbers of edges, at most the edges ``scores`` rank);
+            ``None`` is ``points`` sizes from 1 to every ranked edge, spaced geometrically.
+        points: How many sizes when ``sizes`` is ``None`` (default 20; at least 2, at most
+            one per edge).
+        random_draws: How many random circuits (seeded) of each size to add as a baseline
+            (default 0).
+        ablation: What replaces an activation (the output of a sender outside the circuit):
+            ``'patch'`` (default: the corrupted run's), ``'zero'``, ``'mean'`` (over the
+            batch) or ``'resample'`` (another sequence's, seeded).
+        seed: Every random draw (``ablation="resample"``, random circuits); the same seed
+            gives the same numbers.
+        cache: An ActivationCache of the clean ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per circuit: ``kind`` (``top`` or ``random``), ``draw``,
+        ``n_edges``, ``fraction_of_edges``, ``metric``, ``faithfulness``. ``attrs`` as
+        :func:`evaluate_circuit`'s. With ``estimate=True``, the run's
+        :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: as :func:`evaluate_circuit`, for sizes out of range, or

@@ -70,16 +70,44 @@ def path_patch(
 ) -> pd.DataFrame | Estimate:
     """One row per sender: the metric when its source-run output reaches only ``receivers``.
 
-    ``senders``: labels (``"L0H1"``, ``"L3.mlp"``, ``"embed"``) or ``(layer,
-    head)`` pairs; default every sender that precedes all the receivers.
-    ``receivers``: labels (``"L1H1.k"``; ``"L1H1"`` for its q, k and v;
-    ``"L2.mlp"``; ``"logits"``); default the logits. Columns: ``sender,
-    receivers, clean, corrupted, patched, effect`` (``patched - base run``) and
-    ``normalized`` (``effect / (source run - base run)``: 1 means the path
-    carries the whole difference between the runs). ``positions`` restricts
-    where the senders' outputs change. ``cache`` is the clean run's (checked).
-    The prompts run in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`);
-    ``estimate=True`` returns the run's :class:`~interp.engine.chunks.Estimate` instead.
+    ``effect = patched - m(base run)`` and ``normalized = effect / (m(source run) - m(base
+    run))``: 1 means the path from the sender to the receivers carries the whole
+    difference between the runs. Exact: two baselines and one resumed pass per sender
+    (packed by layer); the prompts run in chunks under ``memory_budget``
+    (:mod:`interp.engine.chunks`).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the
+            clean prompt's.
+        corrupted_tokens: The other prompt of a patching pair, the same shape as ``tokens``.
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``, always
+            scored against the clean ``tokens``.
+        direction: Which run a patch edits: ``'noising'`` (the default: the corrupted run's
+            outputs into the clean run) or ``'denoising'`` (the clean run's into the
+            corrupted run).
+        senders: Edge ends that send: labels (``"L0H1"``, ``"L3.mlp"``, ``"embed"``) or
+            ``(layer, head)`` pairs; ``None`` is every sender that precedes all the receivers.
+        receivers: Edge ends that receive: labels (``"L1H1.k"``; ``"L1H1"`` for its q, k and
+            v; ``"L2.mlp"``; ``"logits"``); ``None`` is the logits.
+        positions: Where an intervention *edits* (where the senders' outputs change): ints
+            (negative from the end) or a ``[pos]`` bool mask; ``None`` is every position.
+        cache: An ActivationCache of ``tokens`` (the clean run's); it is read only after its
+            earliest token-dependent activation is recomputed on ``tokens`` and matches.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per sender: ``sender, receivers, clean, corrupted, patched,
+        effect, normalized``. ``attrs`` follow :data:`interp.outputs.frames.SCHEMA` (the
+        direction, metric), plus ``receivers`` and ``chunks``. With
+        ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for unknown senders or receivers, a sender that does not

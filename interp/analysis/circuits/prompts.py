@@ -1,4 +1,4 @@
-"""A circuit task: clean and corrupted prompts, a metric, and held-out prompts of the same task.
+"""A circuit task's prompts: clean and corrupted prompts, a metric, and held-out prompts.
 
 Circuit analyses compare two runs. :func:`circuit_task` gives the default task
 for a model, the one ``interp circuit``, ``interp paths`` and the circuits lab
@@ -9,8 +9,8 @@ the other name; metric: the logit difference IO - S) for models with one.
 
 Example:
     >>> from interp.models import load_model
-    >>> task = circuit_task(load_model("induction-2l"), n=4)
-    >>> task.name, tuple(task.clean.shape) == tuple(task.corrupted.shape)
+    >>> prompts = circuit_task(load_model("induction-2l"), n=4)
+    >>> prompts.name, tuple(prompts.clean.shape) == tuple(prompts.corrupted.shape)
     ('repeated tokens', True)
 """
 
@@ -23,10 +23,11 @@ import torch
 
 from interp.core.metrics import logit_diff_metric, loss_metric
 from interp.core.protocol import HookedModel
+from interp.datasets import name_mover_prompts, name_mover_templates, repeated_random_tokens
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class CircuitPrompts:
     """Clean and corrupted prompts, a metric, and held-out prompts of the same task."""
 
     name: str
@@ -39,11 +40,9 @@ class Task:
     description: str
 
 
-def circuit_task(model: HookedModel, *, n: int = 16, seed: int = 0) -> Task:
+def circuit_task(model: HookedModel, *, n: int = 16, seed: int = 0) -> CircuitPrompts:
     """The default task for ``model`` (module docstring): repeated tokens for models without a
     tokenizer, indirect-object identification for models with one."""
-    from interp.datasets import name_mover_prompts, name_mover_templates, repeated_random_tokens
-
     if getattr(model, "tokenizer", None) is None:
         seg = min(12, (int(model.cfg.n_ctx) - 1) // 2)
 
@@ -59,7 +58,7 @@ def circuit_task(model: HookedModel, *, n: int = 16, seed: int = 0) -> Task:
 
         clean, corrupted, metric = pair(0, n)
         held_clean, held_corrupted, held_metric = pair(1000, n)
-        return Task(
+        return CircuitPrompts(
             name="repeated tokens",
             clean=clean,
             corrupted=corrupted,
@@ -75,7 +74,7 @@ def circuit_task(model: HookedModel, *, n: int = 16, seed: int = 0) -> Task:
     held = name_mover_prompts(
         n, seed=seed, tokenizer=tok, templates=name_mover_templates("held_out")
     )
-    return Task(
+    return CircuitPrompts(
         name="name movers",
         clean=p.clean,
         corrupted=p.corrupted,

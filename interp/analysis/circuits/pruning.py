@@ -15,9 +15,9 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+
+from interp.engine.edges.graph import Graph
 
 
 def top_edges(scores: np.ndarray, n: int) -> np.ndarray:
@@ -29,7 +29,7 @@ def top_edges(scores: np.ndarray, n: int) -> np.ndarray:
     return mask.reshape(scores.shape) & ~np.isnan(scores)
 
 
-def prune(graph: Any, mask: np.ndarray) -> np.ndarray:
+def prune(graph: Graph, mask: np.ndarray) -> np.ndarray:
     """``mask`` without edges that cannot carry information from the input to the logits:
     an edge stays when its sender is reached from the embeddings and its receiver's
     component reaches the logits, both through edges of the circuit."""

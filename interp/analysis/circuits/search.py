@@ -67,23 +67,54 @@ def find_circuit(
     progress: bool = False,
     estimate: bool = False,
 ) -> Circuit | Estimate:
-    """The smallest top-``n`` circuit (by ``|score|``, then pruned to edges connected to both
-    the input and the logits) whose exact faithfulness reaches ``target``.
+    """The smallest top-``n`` circuit whose exact faithfulness reaches ``target``.
 
-    ``n`` is found by doubling, then bisection, every candidate measured
-    exactly (faithfulness need not grow with ``n``; the answer is the smallest
-    ``n`` this search verified). ``bracket=(lo, hi)`` starts the bisection
-    there instead, ``hi`` a size known to reach the target (say the first point of a
-    :func:`~interp.analysis.circuits.evaluation.circuit_curve` that does, ``lo`` the one
-    before), so a dip in faithfulness between doublings is not mistaken for the answer.
-    ``cache`` (of the clean tokens) is checked. When the prompts need several chunks
-    under ``memory_budget`` (:mod:`interp.engine.chunks`), each candidate is measured over
-    every chunk, its baselines run again; ``estimate=True`` returns the run's
-    :class:`~interp.engine.chunks.Estimate` instead (at most: two candidates per doubling of
-    ``n``, the most the search can measure). The :class:`Circuit`'s ``info`` records its
-    faithfulness, size, fraction of all edges, the target, the evaluations, the
-    forward-equivalents it ran and how scores were made; ``circuit.save(path)`` writes it
-    as JSON.
+    A top-``n`` circuit is the ``n`` edges of largest ``|score|``, pruned to the edges
+    connected to both the input and the logits. ``n`` is found by doubling, then
+    bisection, every candidate measured exactly (faithfulness need not grow with ``n``; the
+    answer is the smallest ``n`` this search verified). When the prompts need several
+    chunks under ``memory_budget`` (:mod:`interp.engine.chunks`), each candidate is
+    measured over every chunk, its baselines run again.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence); in patching, the
+            clean prompt's.
+        scores: Edge scores: an :func:`interp.analysis.attribute_edges` table or a
+            ``[sender, receiver]`` array (NaN: not ranked); circuits are the top-``n`` edges
+            by ``|score|``.
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``, always
+            scored against the clean ``tokens``.
+        corrupted_tokens: The other prompt of a patching pair, the same shape as ``tokens``
+            (the replacement of ``ablation="patch"``).
+        target: The faithfulness to reach, in (0, 1] (default 0.8).
+        bracket: ``(lo, hi)``: start the bisection there instead of doubling, ``hi`` a size
+            known to reach the target (say the first point of a
+            :func:`~interp.analysis.circuits.evaluation.circuit_curve` that does, ``lo`` the
+            one before), so a dip between doublings is not mistaken for the answer.
+        ablation: What replaces an activation (the output of a sender outside the circuit):
+            ``'patch'`` (default: the corrupted run's), ``'zero'``, ``'mean'`` (over the
+            batch) or ``'resample'`` (another sequence's, seeded).
+        cache: An ActivationCache of the clean ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches.
+        seed: Every random draw (``ablation="resample"``, random circuits); the same seed
+            gives the same numbers.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+            It counts the most the search can measure: two candidates per doubling of ``n``.
+
+    Returns:
+        The :class:`~interp.analysis.circuits.circuit.Circuit`; its ``info`` records its
+        faithfulness, size, fraction of all edges, the target, the evaluations, the
+        forward-equivalents it ran and how scores were made (``circuit.save(path)`` writes
+        it as JSON). With ``estimate=True``, the run's
+        :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: as :func:`~interp.analysis.circuits.evaluation.circuit_curve`, for a

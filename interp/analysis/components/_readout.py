@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from interp.core.checks import token_id
+from interp.core.checks import position_mask, token_id
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
 from interp.core.protocol import HookedModel, logits_meaningful
@@ -78,8 +78,6 @@ def read_positions(at: Any, n: int, *, default_all: bool) -> list[int]:
     Raises:
         InterpError: as :func:`interp.core.checks.position_mask`.
     """
-    from interp.core.checks import position_mask
-
     if at is None:
         return list(range(n)) if default_all else [n - 1]
     mask = position_mask(n, at, name="at")

@@ -49,6 +49,7 @@ from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Mask, Tokens
 from interp.engine.chunks import Estimate
 from interp.engine.sweeps.sites import head_edits, site
+from interp.engine.sweeps.sweep import plan
 from interp.outputs.frames import rows_frame
 
 Ablation = Literal["zero", "mean", "resample"]
@@ -57,6 +58,19 @@ MetricArg = Metric | Callable[[torch.Tensor, torch.Tensor], Any] | None
 
 def zero_head_hooks(model: HookedModel, *, heads: Iterable[Any]) -> list[tuple[str, Callable]]:
     """``fwd_hooks`` for ``run_with_hooks`` that zero the given heads' ``hook_z``.
+
+    One hook per layer that has a head in ``heads`` (layer order); each returns a copy of
+    ``z [batch, pos, head, d_head]`` with those heads' slices zero. Reads no weights and runs
+    nothing: the hooks are for the caller's own ``run_with_hooks``.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``). Only its sizes are read.
+        heads: An iterable of ``(layer, head)`` pairs or ``'L1H4'`` labels; ``None`` is every
+            head; duplicates collapse with a warning.
+
+    Returns:
+        ``[(hook name, hook)]``: ``blocks.{l}.attn.hook_z`` and its hook, one per layer.
 
     Example:
         >>> from interp.models import load_induction_model
@@ -102,13 +116,49 @@ def ablate_heads(
 ) -> pd.DataFrame | Estimate:
     """Ablate each head alone: columns ``layer, head, label, clean, ablated, effect``.
 
-    ``effect = ablated - clean``; rows are layer-major, for ``heads`` (all by
-    default). ``loss_mask`` selects the predictions the default loss counts;
-    ``positions`` where the ablation applies. ``cache`` (of ``tokens``) supplies
-    the activations mean and resample ablation need. ``batch_size`` edits share
-    a forward pass (default: as many as the memory budget and the CPU rule of
-    :mod:`interp.engine.batching` allow; ``memory_budget`` in bytes).
-    ``df.attrs`` records how it was computed (:data:`interp.outputs.frames.SCHEMA`).
+    ``effect = ablated - clean``, where ``clean`` is the metric of the unedited run and
+    ``ablated`` the metric with one head's ``hook_z`` replaced (module docstring). Exact, on
+    :mod:`interp.engine.sweeps.sweep`: every row equals one ``run_with_hooks`` (to 1e-5);
+    the prompts run in chunks under ``memory_budget`` (:mod:`interp.engine.chunks`).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        ablation: What replaces an activation: ``'zero'`` (default), ``'mean'`` (over the
+            batch or ``reference_tokens``, per position) or ``'resample'`` (another
+            sequence's, seeded).
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``; ``None`` is
+            the mean next-token loss over ``loss_mask``.
+        heads: An iterable of ``(layer, head)`` pairs or ``'L1H4'`` labels; ``None`` is every
+            head; duplicates collapse with a warning.
+        loss_mask: ``[batch, pos]`` bool: which positions count (the predictions the
+            default loss averages); only beside the default metric.
+        positions: Where an intervention *edits*: ints (negative from the end) or a ``[pos]``
+            bool mask; ``None`` is every position.
+        reference_tokens: The sequences a mean or resample ablation draws from (default: the
+            tokens); the same length as ``tokens``.
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; it supplies
+            the ``hook_z`` a mean or resample ablation needs.
+        batch_size: How many edits share a forward pass; ``None`` is as many as
+            ``memory_budget`` and the CPU rule of :mod:`interp.engine.batching` allow.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks, and its edits share passes, to stay under it; ``None`` is a quarter
+            of the memory free on the model's device.
+        seed: Every random draw (the resampled sequences); the same seed gives the same
+            numbers.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per head of ``heads`` (layer-major): ``layer, head, label,
+        clean, ablated, effect`` (metric values). ``attrs`` follow
+        :data:`interp.outputs.frames.SCHEMA` (the ablation, metric and engine path), plus
+        ``engine_note`` and ``chunks``. With ``estimate=True``, the run's
+        :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for an unknown ablation, heads out of range, a ``loss_mask``
@@ -155,9 +205,57 @@ def ablate_head_groups(
 ) -> pd.DataFrame | Estimate:
     """Ablate named sets of heads together: one row per group.
 
-    Columns: ``group, heads, n_heads, clean, ablated, effect``, e.g. "top-6
-    induction heads" against several sets of 6 random heads. Options as
-    :func:`ablate_heads`.
+    ``effect = ablated - clean`` with every head of a group ablated at once, e.g. "top-6
+    induction heads" against several sets of 6 random heads (redundant heads hide from
+    single-head ablations). Exact, on the same engine as :func:`ablate_heads`.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        groups: ``{name: heads}``: each named set of heads (``(layer, head)`` pairs or
+            ``'L1H4'`` labels) is ablated together, one row per name.
+        ablation: What replaces an activation: ``'zero'`` (default), ``'mean'`` (over the
+            batch or ``reference_tokens``, per position) or ``'resample'`` (another
+            sequence's, seeded).
+        metric: A ``Metric`` (``loss_metric``, ``logit_diff_metric``: they declare what they
+            read and check their ids) or any ``metric(logits, tokens) -> scalar``; ``None`` is
+            the mean next-token loss over ``loss_mask``.
+        loss_mask: ``[batch, pos]`` bool: which positions count (the predictions the
+            default loss averages); only beside the default metric.
+        positions: Where an intervention *edits*: ints (negative from the end) or a ``[pos]``
+            bool mask; ``None`` is every position.
+        reference_tokens: The sequences a mean or resample ablation draws from (default: the
+            tokens); the same length as ``tokens``.
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; it supplies
+            the ``hook_z`` a mean or resample ablation needs.
+        batch_size: How many edits share a forward pass; ``None`` is as many as
+            ``memory_budget`` and the CPU rule of :mod:`interp.engine.batching` allow.
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks, and its edits share passes, to stay under it; ``None`` is a quarter
+            of the memory free on the model's device.
+        seed: Every random draw (the resampled sequences); the same seed gives the same
+            numbers.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per group, in the order given: ``group, heads`` (its labels,
+        comma-separated), ``n_heads, clean, ablated, effect``. ``attrs`` as
+        in :func:`ablate_heads`. With ``estimate=True``, the run's
+        :class:`~interp.engine.chunks.Estimate` instead.
+
+    Example:
+        >>> from interp.models import load_induction_model
+        >>> from interp.datasets import repeated_tokens
+        >>> model = load_induction_model()
+        >>> data = repeated_tokens(8, d_vocab=64, seq_len=32, segment_lengths=(6, 10), seed=0)
+        >>> df = ablate_head_groups(model, data.tokens, loss_mask=data.loss_mask,
+        ...                         groups={"induction": ["L1H1", "L0H1"], "other": ["L0H0"]})
+        >>> df["group"].tolist(), df["n_heads"].tolist()
+        (['induction', 'other'], [2, 1])
 
     Raises:
         InterpError: as :func:`ablate_heads`, for ``groups`` that is not a
@@ -214,8 +312,6 @@ def sweep_plan(
     Raises:
         InterpError: for bad tokens or heads.
     """
-    from interp.engine.sweeps.sweep import plan
-
     check_model(model)
     tokens = check_tokens(model, tokens, chunked=True)
     chosen = sorted(parse_heads(model, heads))

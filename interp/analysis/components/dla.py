@@ -251,7 +251,7 @@ def _at_positions(
     return kept  # the logits are not read: unembedded at one row where the runtime can
 
 
-def _shares(model, acts, names, tokens, ans, bad, pos):
+def _shares(model: HookedModel, acts, names, tokens, ans, bad, pos):
     """The shares ``[batch, P]`` of every piece, the model's own total ``[batch, P]``, how
     much of the final stream the pieces miss, the stream's largest entry, the largest logit
     read and the logits' dtype. In float32 on the tokens' device (a model split over

@@ -33,8 +33,9 @@ from interp.analysis.generation.interventions import Intervention, Window
 from interp.analysis.generation.prompts import Prompt
 from interp.analysis.generation.result import Generation
 from interp.core.errors import InterpError
-from interp.core.protocol import HookedModel, check_model, eval_no_grad
+from interp.core.protocol import HookedModel, check_model, eval_no_grad, model_device
 from interp.engine.chunks import Estimate
+from interp.runtime import runtime_of
 
 
 def compare_generations(
@@ -138,16 +139,12 @@ def _scoring(job: Any) -> float:
 def _score(model: HookedModel, g: Generation, edits: list[Any]) -> torch.Tensor:
     """``[batch, steps]``: each new token of ``g`` under the model with ``edits``, from one
     whole forward pass of the sequence (NaN where ``g`` has padding)."""
-    from interp.runtime import runtime_of
-
     L = g.prompt_length
     tokens, mask = g.tokens, g.mask
     pads = (~mask[:, :L]).sum(-1)
     window = Window(0, tokens.shape[1], L, pads, torch.arange(tokens.shape[0]))
     hooks = [h for e in edits for h in e.hooks(window)]
     rt = runtime_of(model)
-    from interp.core.protocol import model_device
-
     dev = model_device(model)
     logits, _ = rt.extend(
         tokens.to(dev), attention_mask=mask.long().to(dev), hooks=hooks, keep=False, last=False

@@ -53,8 +53,10 @@ from interp.core.protocol import (
     is_causal,
     logits_meaningful,
 )
+from interp.engine.cache import check_cache
 from interp.engine.chunks import Estimate, Footprint, Plan, plan
 from interp.outputs.frames import table_attrs
+from interp.runtime import runtime_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +89,7 @@ def plan_generation(
     kv_cache: bool = True,
     keep_logits: bool = False,
     cache: Any = None,
-    memory_budget: Any = None,
+    memory_budget: int | None = None,
     estimate: Any = False,
     progress: Any = False,
     analysis: str = "generate",
@@ -99,8 +101,6 @@ def plan_generation(
     Raises:
         InterpError: as :func:`generate`.
     """
-    from interp.runtime import runtime_of
-
     check_model(model)
     if not is_causal(model) or not logits_meaningful(model):
         raise InterpError(
@@ -126,8 +126,6 @@ def plan_generation(
     edits = list(check_interventions(model, prompts, interventions))
     checked = None
     if cache is not None:
-        from interp.engine.cache import check_cache
-
         if prompts.padded:
             raise InterpError("cache= needs prompts of one length (an unpadded [batch, pos] batch)")
         checked = check_cache(model, prompts.tokens, cache)
@@ -154,8 +152,6 @@ def footprint(
     """Bytes a generation holds per prompt: the keys and values of every column (with a
     cache), the largest pass (the prompt's with a cache, else the whole sequence's), the
     logits of a step in float32 and, when kept, every step's."""
-    from interp.runtime import runtime_of
-
     dims = Dims.of(model)
     total = prompt + n_new
     kv = 2 * dims.n_layers * dims.n_kv_heads * dims.d_head * total * dims.element if cached else 0
@@ -289,8 +285,6 @@ def run_generation(
     """Run a checked generation (:func:`plan_generation`), its chunks in turn; ``edits`` are
     its interventions already bound (:meth:`.interventions.Intervention.bind`), else they
     are bound here."""
-    from interp.runtime import runtime_of
-
     prompts, chunks = job.prompts, job.plan.chunks
     pad = pad_id(model)
     draws = uniforms(job.seed, range(prompts.batch), job.n_new)

@@ -54,6 +54,7 @@ from interp.analysis.generation.interventions import (
     along,
     check_hook,
 )
+from interp.analysis.generation.prompts import prompts_of
 from interp.core.checks import check_seed, check_tokens
 from interp.core.errors import InterpError
 from interp.core.head_checks import parse_heads
@@ -61,6 +62,7 @@ from interp.core.hooks import hook_name
 from interp.core.protocol import HookedModel
 from interp.engine.ablations import check_ablation
 from interp.engine.cache import StopForward
+from interp.runtime import runtime_of
 
 
 def capture(
@@ -68,8 +70,6 @@ def capture(
 ) -> dict[str, torch.Tensor]:
     """The activations ``names`` of one clean pass over ``tokens`` (padding masked), the pass
     stopped once the last of them has fired."""
-    from interp.runtime import runtime_of
-
     got: dict[str, torch.Tensor] = {}
 
     def grab(name: str) -> Any:  # by the name asked for (a bridge's hook.name is the alias's)
@@ -256,7 +256,6 @@ class Patch(Intervention):
             object.__setattr__(self, "heads", tuple(self.heads))
 
     def check(self, model: HookedModel, prompts: Any) -> None:
-        from interp.analysis.generation.prompts import prompts_of
 
         if self.positions in ("new", "all"):
             raise InterpError(
@@ -288,7 +287,6 @@ class Patch(Intervention):
         return 1.0
 
     def bind(self, model: HookedModel, prompts: Any, n_new: int, **context: Any) -> Any:
-        from interp.analysis.generation.prompts import prompts_of
 
         src = prompts_of(model, self.source, name="source")
         by_layer = _by_layer(model, self.heads) if self.hook is None else {}

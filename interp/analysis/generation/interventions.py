@@ -41,6 +41,7 @@ import torch
 from interp.core.checks import check_finite, check_int
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel, hook_names
+from interp.runtime import runtime_of
 
 Positions = Literal["prompt", "new", "all"] | Sequence[int]
 POSITION_WORDS = ("prompt", "new", "all")
@@ -246,7 +247,6 @@ class Steering(Intervention):
     positions: Positions = "all"
 
     def check(self, model: HookedModel, prompts: Any) -> None:
-        from interp.runtime import runtime_of
 
         super().check(model, prompts)
         check_hook(model, self.hook, what="steering")

@@ -36,6 +36,7 @@ from interp.analysis.generation.interventions import Window
 from interp.analysis.generation.prompts import Prompts
 from interp.analysis.generation.sampling import Sampling, choose
 from interp.core.protocol import HookedModel
+from interp.runtime import runtime_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +71,6 @@ def continue_prompts(
     prompts' indices in the whole batch; ``draws`` ``[batch, n_new]`` their uniform numbers;
     ``edits`` the bound interventions (each with ``hooks(window)``); ``bar`` a progress bar
     advanced once per pass."""
-    from interp.runtime import runtime_of
-
     rt = runtime_of(model)
     device = prompts.tokens.device
     seq, mask = prompts.tokens, prompts.mask.long()

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from interp.analysis.heads.subspace import head_subspaces
 from interp.core.checks import check_finite, check_int, check_seed, check_tokens, position_mask
 from interp.core.errors import InterpError
-from interp.core.head_checks import check_layer_head
+from interp.core.head_checks import check_layer_head, parse_heads
 from interp.core.hooks import head_label, hook_name
 from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Tokens
@@ -228,7 +228,7 @@ def null_space_probe(
     )
 
 
-def _measure(model, tokens, clean_out, clean, in_name, names, d, pos_t, head, n_heads):
+def _measure(model: HookedModel, tokens, clean_out, clean, in_name, names, d, pos_t, head, n_heads):
     q_name, k_name, v_name, p_name = names
 
     def add(x: torch.Tensor, hook: Any) -> torch.Tensor:
@@ -271,7 +271,7 @@ def _measure(model, tokens, clean_out, clean, in_name, names, d, pos_t, head, n_
     }
 
 
-def _run_hooked_cache(model, tokens, names, hooks):
+def _run_hooked_cache(model: HookedModel, tokens, names, hooks):
     """Forward with intervention hooks, caching ``names`` (works for any HookedRootModule)."""
     store: dict[str, torch.Tensor] = {}
 
@@ -323,8 +323,6 @@ def read_fraction(
     Raises:
         InterpError: for a head out of range, ``component`` not Q/K/V, or bad tokens.
     """
-    from interp.core.head_checks import parse_heads
-
     cfg = check_model(model)
     _check_component(component)
     tokens = check_tokens(model, tokens)

@@ -42,7 +42,9 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.core.protocol import HookedModel
+from interp.analysis.senses.words import ordinary_word_ids
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, logits_meaningful
 from interp.runtime import runtime_of
 
 ORDINALS: dict[str, list[str]] = {
@@ -218,8 +220,6 @@ def successor_scores(
 def sample_ids(model: HookedModel, seed: int) -> torch.Tensor:
     """Up to :data:`SAMPLE` token ids (seeded): ordinary words when there is a tokenizer,
     else every id but BOS (0)."""
-    from interp.analysis.senses.words import ordinary_word_ids
-    from interp.core.errors import InterpError
 
     if getattr(model, "tokenizer", None) is not None:
         try:
@@ -250,7 +250,6 @@ def top_token_pairs(
     ``second`` (key or output id), ``value``. No OV rows where the model's logits mean
     nothing. ``circuits`` reuses the products of an earlier call."""
     from interp.analysis.heads.qk.bands import rotary_keys
-    from interp.core.protocol import logits_meaningful
 
     ov = circuits or OVCircuits(model)
     lay = runtime_of(model).layer(layer)

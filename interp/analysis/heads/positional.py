@@ -66,6 +66,7 @@ from interp.core.hooks import head_label
 from interp.core.protocol import HookedModel, check_model
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
+from interp.runtime.attention import QKGeometry
 
 ROW_CHUNK = 4096  # token rows normalised at once (a [chunk, d_model] slab per step)
 
@@ -126,7 +127,7 @@ def token_weights(model: HookedModel, distribution: Any) -> tuple[torch.Tensor, 
 
 
 def mean_queries_keys(
-    model: HookedModel, layer: int, distribution: Any, n_positions: int, geometry: Any = None
+    model: HookedModel, layer: int, distribution: Any, n_positions: int, geometry: QKGeometry = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``qbar, kbar [P, n_heads, d_head]``: every head's mean query and key vector (before the
     rotation) over ``distribution``, at each of ``P`` positions (``P = 1`` unless the model
@@ -179,7 +180,7 @@ def mean_queries_keys(
 
 
 def self_scores(
-    model: HookedModel, layer: int, distribution: Any, n_positions: int, geometry: Any
+    model: HookedModel, layer: int, distribution: Any, n_positions: int, geometry: QKGeometry
 ) -> torch.Tensor:
     """``[P, n_heads]`` float64: each head's mean score of a token with itself at each of
     ``P`` positions (a query and a key at one position hold one token), over
@@ -244,7 +245,7 @@ def layer_kernels(
     *,
     distribution: Any = "uniform",
     max_offset: int,
-    geometry: Any = None,
+    geometry: QKGeometry = None,
 ) -> torch.Tensor:
     """``[n_heads, max_offset + 1]``: the positional kernel of every head of ``layer``
     (module docstring), NaN at offsets a sliding window masks. ``geometry`` is the layer's

@@ -29,7 +29,7 @@ rows (so a perfect induction head on BOS + 4 tokens twice scores 4/9);
 counts first-half entries). ARENA has no duplicate-token detector; the same
 rule on the duplicate stripe, ``A.diagonal(-L).mean()``, is used. Averaged over the batch.
 
-The three differ on the same pattern; the README's "Definitions" section
+The three differ on the same pattern; the stripe scores section of ``docs/heads.md``
 works one 9-token example through all of them. Because stripes come from token
 ids, every convention works on any hooked model and any tensor of ids.
 
@@ -82,6 +82,7 @@ from interp.core.protocol import (
     model_device,
 )
 from interp.core.shapes import Mask, Tokens
+from interp.datasets import repeated_random_tokens
 from interp.engine.cache import run_until
 from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, plan
 from interp.outputs.frames import head_frame, table_attrs
@@ -111,8 +112,6 @@ def probe_tokens(
             (:func:`interp.core.memory.check_ids`; the analyses that read a probe run it in
             chunks).
     """
-    from interp.datasets import repeated_random_tokens
-
     cfg = check_model(model)
     n = check_int(n, "n", minimum=1)
     n_ctx = getattr(cfg, "n_ctx", None) or 101
@@ -152,7 +151,7 @@ def pattern_scores(
         stripes: Which stripes to score: ``'induction'``, ``'previous_token'``,
             ``'duplicate_token'`` (default: all three).
         convention: How a stripe becomes a score: ``'interp'`` (default),
-            ``'transformer_lens'``, ``'arena'`` (README: Definitions).
+            ``'transformer_lens'``, ``'arena'`` (docs/heads.md: stripe scores).
         exclude_bos: Leave key 0 out; ``None`` is the convention's default (True for
             ``'interp'``, False for ``'transformer_lens'``; ``'arena'`` has none).
         exclude_current_token: Zero the diagonal (``'transformer_lens'`` only).
@@ -248,7 +247,7 @@ def head_scores(
         stripes: Which stripes to score: ``'induction'``, ``'previous_token'``,
             ``'duplicate_token'`` (default: all three).
         convention: How a stripe becomes a score: ``'interp'`` (default),
-            ``'transformer_lens'``, ``'arena'`` (README: Definitions).
+            ``'transformer_lens'``, ``'arena'`` (docs/heads.md: stripe scores).
         exclude_bos: Leave key 0 out; ``None`` is the convention's default (True for
             ``'interp'``, False for ``'transformer_lens'``; ``'arena'`` has none).
         exclude_current_token: Zero the diagonal (``'transformer_lens'`` only).
@@ -333,7 +332,7 @@ def head_scores(
     return df
 
 
-def _attrs(analysis: str, convention: str, model: Any, cost: float) -> dict[str, Any]:
+def _attrs(analysis: str, convention: str, model: HookedModel, cost: float) -> dict[str, Any]:
     return table_attrs(
         analysis,
         description=f"the attention each head puts on each stripe ({convention} convention)",

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from interp.core.errors import InterpError
+from interp.core.head_checks import check_layer_head
 from interp.core.protocol import HookedModel
 
 
@@ -275,7 +276,6 @@ def head_subspaces(model: HookedModel, *, layer: int, head: int, component: str 
     Raises:
         InterpError: for a layer or head out of range, or an unknown ``component``.
     """
-    from interp.core.head_checks import check_layer_head
     from interp.runtime import head_weight
 
     layer, head = check_layer_head(model, layer, head)

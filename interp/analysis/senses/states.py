@@ -117,7 +117,7 @@ def word_states(
     return out
 
 
-def _states_from_cache(model, items, cache, fwd_hooks, out) -> torch.Tensor:
+def _states_from_cache(model: HookedModel, items, cache, fwd_hooks, out) -> torch.Tensor:
     if fwd_hooks:
         raise InterpError("a cache holds one unedited run; pass fwd_hooks or cache, not both")
     if len({it.n_tokens for it in items}) != 1:

@@ -214,6 +214,25 @@ def _is_int(x: Any) -> bool:
 def build_graph(model: HookedModel) -> Graph:
     """The graph of ``model`` (module docstring): print it for its counts.
 
+    Senders are the embeddings, every head and every MLP; receivers every head's q, k and
+    v input (one k and v per key/value head on grouped-query models), every MLP and the
+    logits; an edge is a sender that writes before its receiver reads.
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``). Only its config, hook names and
+            weights' shapes are read (no forward pass).
+
+    Returns:
+        The :class:`Graph`: senders, receivers, and ``valid[s, r]``, which sender may feed
+        which receiver.
+
+    Example:
+        >>> from interp.models import load_model
+        >>> graph = build_graph(load_model("induction-2l"))
+        >>> graph.n_edges, len(graph.senders), len(graph.receivers)
+        (42, 6, 13)
+
     Raises:
         InterpError: for a model whose blocks run attention and MLP in parallel
             (their inputs are one stream; this graph assumes sequential blocks),

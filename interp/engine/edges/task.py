@@ -386,7 +386,13 @@ def edge_footprint(
 
 
 def eap_bytes(
-    model: Any, *, senders: int, receivers: int, pos: int, rows: Any = None, steps: bool = False
+    model: HookedModel,
+    *,
+    senders: int,
+    receivers: int,
+    pos: int,
+    rows: Any = None,
+    steps: bool = False,
 ) -> int:
     """Edge attribution's peak bytes per prompt of ``pos`` tokens (:func:`edge_footprint`'s
     ``"eap"``; ``steps``: EAP-IG's later steps too), from the model's config alone (a model

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from interp.core.checks import check_seed
 from interp.experiments.bank_sense import causal_masking as cm
 from interp.experiments.bank_sense import qk_split
 from interp.experiments.bank_sense import sense_training as st
@@ -61,8 +62,6 @@ def analyse(*, seed: int = 0, progress: bool = False) -> BankSenseFindings:
     Raises:
         InterpError: for a bad seed.
     """
-    from interp.core.checks import check_seed
-
     seed = check_seed(seed)
     bar = progress_bar(5, progress, "bank-sense lab")
     identity = {s: th.identity_forward(s) for s in th.SENTENCES}

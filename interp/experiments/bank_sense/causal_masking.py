@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from interp.core.errors import InterpError
+from interp.core.paths import data_dir
 from interp.experiments.bank_sense.toy_heads import bank_model, check_against_reference, run_head
 from interp.models.toy import attention, softmax
 
@@ -80,8 +81,6 @@ def tired_cat(path: str | Path | None = None) -> dict[str, Any]:
     the upper triangle and renormalises each row over its allowed keys, which
     is exactly a ``-inf`` masked softmax of the log-weights.
     """
-    from interp.core.paths import data_dir
-
     file = Path(path) if path is not None else data_dir() / "tired_cat_attention.csv"
     if not file.is_file():
         raise InterpError(f"tired-cat pattern not found at {file}")

@@ -25,7 +25,6 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,6 +33,7 @@ import torch
 from interp.analysis.heads.qk.attribution import qk_attribution
 from interp.analysis.heads.qk.inputs import needed_hooks, side_pieces
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
 from interp.engine.cache import cache_of
 from interp.experiments.bank_sense import toy_heads as th
 from interp.runtime import runtime_of
@@ -41,7 +41,9 @@ from interp.runtime import runtime_of
 CHECK_ATOL = 1e-6  # the pieces' sum against the model's scores (float32 pieces, float64 toy)
 
 
-def score_split(model: Any, sentence: str, axes: Sequence[str], *, query: int = -1) -> pd.DataFrame:
+def score_split(
+    model: HookedModel, sentence: str, axes: Sequence[str], *, query: int = -1
+) -> pd.DataFrame:
     """The toy head's scores of ``query`` (default the last word) against every word of
     ``sentence``, one row per source word and (query coordinate, key coordinate) pair:
     ``value`` in the model's score units (after its ``1/sqrt(d_k)``) and ``unscaled``

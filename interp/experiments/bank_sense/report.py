@@ -11,6 +11,7 @@ import numpy as np
 
 from interp.experiments.bank_sense import toy_heads as th
 from interp.experiments.bank_sense.analysis import SGD_STEPS, TITLE, BankSenseFindings
+from interp.outputs.figures import grouped_bars, trace_2d
 from interp.outputs.render import Report
 
 CAUTIONS = [
@@ -25,8 +26,6 @@ CAUTIONS = [
 
 def figures(f: BankSenseFindings) -> dict[str, Any]:
     """Attention bars (identity head and trained classifier) and the 2-D SGD trace."""
-    from interp.outputs.figures import grouped_bars, trace_2d
-
     ident = {s: [float(x) for x in r["A"][-1]] for s, r in f.identity.items()}
     trained = {s: [float(x) for x in A[-1]] for s, A in f.classifier_patterns.items()}
     return {

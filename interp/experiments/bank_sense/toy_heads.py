@@ -20,7 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from interp.analysis.heads.subspace import subspaces
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
+from interp.models.attn_only import words_to_ids
 from interp.models.toy import attention, softmax, toy_model
 
 AXES = ("finance", "water", "structure", "generic")
@@ -70,7 +73,7 @@ def bank_model(*, causal: bool = False, residual: bool = False):
     )
 
 
-def run_head(model: Any, sentence: str | Sequence[str]) -> dict[str, np.ndarray]:
+def run_head(model: HookedModel, sentence: str | Sequence[str]) -> dict[str, np.ndarray]:
     """Run a one-layer, one-head toy model and read its hooks.
 
     Returns ``tokens``, ``X [pos, d_model]``, ``scores [query_pos, key_pos]``
@@ -323,8 +326,6 @@ def matching_directions(
         raise InterpError(f"Wq must be [4, 3] (4 input coordinates x 3 matching), got {Wq.shape}")
     if not np.isfinite(Wq).all():
         raise InterpError("Wq contains NaN or infinite entries")
-    from interp.models.attn_only import words_to_ids
-
     ids = words_to_ids(sentence, VOCAB).numpy()
     X = embedding_matrix()[ids]
     # Values are irrelevant to matching; pass the keys' map so the reference head runs.
@@ -348,8 +349,6 @@ def null_space_example() -> dict[str, np.ndarray]:
     The null direction ``n`` is computed from the SVD (scaled so its first entry
     is 1), then ``M n``, ``M e`` and ``M (e + n)`` for ``e = (1, 2, 3)``.
     """
-    from interp.analysis.heads.subspace import subspaces
-
     M = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
     s = subspaces(M)
     n = s.null_space[0] / s.null_space[0, 0]

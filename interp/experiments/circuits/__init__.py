@@ -5,7 +5,7 @@ as figures, an HTML report and summary lines. The lab's task (:func:`circuit_tas
 lives in :mod:`interp.analysis.circuits.prompts`.
 """
 
-from interp.analysis.circuits.prompts import Task, circuit_task
+from interp.analysis.circuits.prompts import CircuitPrompts, circuit_task
 from interp.experiments.circuits.analysis import (
     DIRECTION,
     EXACT_ALL,
@@ -29,7 +29,7 @@ __all__ = [
     "TARGET",
     "TITLE",
     "CircuitFindings",
-    "Task",
+    "CircuitPrompts",
     "analyse",
     "circuit_task",
     "figures",

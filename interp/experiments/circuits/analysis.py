@@ -10,7 +10,7 @@ indirect-object identification (:func:`interp.datasets.name_mover_prompts`,
 logit difference IO - S), the graph has about 70,000 edges, and the exact
 effects are computed for the top edges of the best estimate.
 
-1. The graph and its size (:func:`interp.analysis.circuit_graph`).
+1. The graph and its size (:func:`interp.analysis.build_graph`).
 2. Every edge scored by EAP and EAP-IG (5 steps), and exactly (all edges, or
    the top ones): ROC AUC of each estimate against the edges whose exact
    effect exceeds 5% of the clean - corrupted difference, Spearman, top-k.
@@ -23,8 +23,8 @@ effects are computed for the top edges of the best estimate.
 
 Example (on a random model: the numbers mean nothing; the lab runs real models):
     >>> from interp.models.hf import random_gpt2
-    >>> task = circuit_task(random_gpt2(2, vocab=30), n=4, seed=0)
-    >>> task.name, task.clean.shape == task.corrupted.shape
+    >>> prompts = circuit_task(random_gpt2(2, vocab=30), n=4, seed=0)
+    >>> prompts.name, prompts.clean.shape == prompts.corrupted.shape
     ('name movers', True)
 """
 
@@ -36,13 +36,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interp.analysis.circuits.circuit import circuit_graph
+from interp.analysis.circuits.circuit import Circuit
 from interp.analysis.circuits.edge_attribution import attribute_edges, edge_agreement
 from interp.analysis.circuits.evaluation import circuit_curve, evaluate_circuit
 from interp.analysis.circuits.paths import path_patch
-from interp.analysis.circuits.prompts import Task, circuit_task
+from interp.analysis.circuits.prompts import CircuitPrompts, circuit_task
 from interp.analysis.circuits.search import find_circuit
+from interp.core.checks import check_int, check_seed
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel, ModelSource
+from interp.engine.edges.graph import build_graph
 from interp.experiments.common import load, progress_bar
 
 NAME = "circuits"
@@ -80,7 +83,7 @@ class CircuitFindings:
 
 
 def analyse(
-    model: Any = "induction-2l", *, n: int = 16, seed: int = 0, progress: bool = False
+    model: ModelSource = "induction-2l", *, n: int = 16, seed: int = 0, progress: bool = False
 ) -> CircuitFindings:
     """Run the lab (module docstring) on ``n`` prompt pairs.
 
@@ -88,36 +91,34 @@ def analyse(
         InterpError: for a model whose circuits cannot be evaluated exactly, or a
             task the model does not do (clean and corrupted metrics equal).
     """
-    from interp.core.checks import check_int, check_seed
-
     seed, n = check_seed(seed), check_int(n, "n", minimum=2)
     model, name = load(model)
-    graph = circuit_graph(model)
-    task = circuit_task(model, n=n, seed=seed)
+    graph = build_graph(model)
+    prompts = circuit_task(model, n=n, seed=seed)
     bar = progress_bar(7, progress, "circuits lab")
-    kw = dict(corrupted_tokens=task.corrupted, metric=task.metric)
-    eap = attribute_edges(model, task.clean, direction=DIRECTION, **kw)
+    kw = dict(corrupted_tokens=prompts.corrupted, metric=prompts.metric)
+    eap = attribute_edges(model, prompts.clean, direction=DIRECTION, **kw)
     bar.update()
-    ig = attribute_edges(model, task.clean, method="eap-ig", steps=5, direction=DIRECTION, **kw)
+    ig = attribute_edges(model, prompts.clean, method="eap-ig", steps=5, direction=DIRECTION, **kw)
     bar.update()
     scores = eap.rename(columns={"estimate": "eap"})
     scores["eap_ig"] = ig["estimate"].to_numpy()
     if graph.n_edges <= EXACT_ALL:
         exact = attribute_edges(
-            model, task.clean, method="exact", direction=DIRECTION, progress=progress, **kw
+            model, prompts.clean, method="exact", direction=DIRECTION, progress=progress, **kw
         )
         scope = f"every edge ({graph.n_edges})"
     else:
         top = scores.reindex(scores["eap_ig"].abs().sort_values(ascending=False).index)
         picked = top.head(EXACT_TOP)["label"].tolist()
         exact = attribute_edges(
-            model, task.clean, method="exact", edges=picked, direction=DIRECTION,
+            model, prompts.clean, method="exact", edges=picked, direction=DIRECTION,
             progress=progress, **kw,
         )  # fmt: skip
         scope = f"the top {EXACT_TOP} edges by |EAP-IG| of {graph.n_edges:,}"
     scores = scores.merge(exact[["label", "exact"]], on="label", how="left")
     clean = float(eap.attrs["clean"])
-    whole = evaluate_circuit(model, task.clean, edges=None, **kw)
+    whole = evaluate_circuit(model, prompts.clean, edges=None, **kw)
     corrupted = float(whole["corrupted"].iloc[0])
     if clean == corrupted:
         raise InterpError(f"{name} gives the same metric on clean and corrupted prompts")
@@ -128,7 +129,7 @@ def analyse(
     curves = []
     for method in ("eap", "eap_ig"):
         c = circuit_curve(
-            model, task.clean, scores=_matrix(scores, method), sizes=sizes,
+            model, prompts.clean, scores=_matrix(scores, method), sizes=sizes,
             random_draws=3 if method == "eap" else 0, seed=seed, **kw,
         )  # fmt: skip
         c.loc[c["kind"] == "top", "kind"] = method.replace("_", "-")
@@ -137,29 +138,29 @@ def analyse(
     bar.update()
     ranking = "exact" if graph.n_edges <= EXACT_ALL else "eap_ig"
     circuit = find_circuit(
-        model, task.clean, scores=_matrix(scores, ranking), target=TARGET,
+        model, prompts.clean, scores=_matrix(scores, ranking), target=TARGET,
         bracket=_bracket(curve, ranking), **kw,
     )  # fmt: skip
     info = {**circuit.info, "ranked_by": ranking.replace("_", "-")}
     held = evaluate_circuit(
-        model, task.held_clean, corrupted_tokens=task.held_corrupted, metric=task.held_metric,
-        edges=circuit,
+        model, prompts.held_clean, corrupted_tokens=prompts.held_corrupted,
+        metric=prompts.held_metric, edges=circuit,
     )  # fmt: skip
     bar.update()
-    paths = _paths(model, task, circuit)
+    paths = _paths(model, prompts, circuit)
     bar.update()
     bar.close()
     return CircuitFindings(
         model_name=name,
         n_layers=graph.n_layers,
         seed=seed,
-        task=task.name,
-        task_description=task.description,
+        task=prompts.name,
+        task_description=prompts.description,
         graph=graph.describe(),
         n_edges=graph.n_edges,
         clean=clean,
         corrupted=corrupted,
-        unit=task.metric.unit,
+        unit=prompts.metric.unit,
         scores=scores,
         exact_scope=scope,
         agreement=agreement,
@@ -213,7 +214,7 @@ def _agreement(scores: pd.DataFrame, span: float) -> pd.DataFrame:
     return out
 
 
-def _paths(model: Any, task: Task, circuit: Any) -> pd.DataFrame:
+def _paths(model: HookedModel, prompts: CircuitPrompts, circuit: Circuit) -> pd.DataFrame:
     """Path patching from every earlier sender into each of the circuit's receiving heads'
     inputs (the heads it reads into; at most 4, the most connected)."""
     edges = circuit.edges()
@@ -224,7 +225,7 @@ def _paths(model: Any, task: Task, circuit: Any) -> pd.DataFrame:
     rows = []
     for receiver in counts.index[:4]:
         df = path_patch(
-            model, task.clean, corrupted_tokens=task.corrupted, metric=task.metric,
+            model, prompts.clean, corrupted_tokens=prompts.corrupted, metric=prompts.metric,
             direction=DIRECTION, receivers=[receiver],
         )  # fmt: skip
         rows.append(df.assign(receiver=receiver)[["sender", "receiver", "patched", "normalized"]])

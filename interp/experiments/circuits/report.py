@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from interp.experiments.circuits.analysis import DIRECTION, MATTERS, TITLE, CircuitFindings, tables
+from interp.outputs.figures import circuit_figure, heatmap, lines, scatter
 from interp.outputs.render import Report
 from interp.outputs.tables import styled_html
 
@@ -17,8 +18,6 @@ from interp.outputs.tables import styled_html
 def figures(f: CircuitFindings) -> dict[str, Any]:
     """The circuit as a layered graph, faithfulness curves, estimates against exact effects,
     and path patching into the circuit's receivers."""
-    from interp.outputs.figures import circuit_figure, heatmap, lines, scatter
-
     info = f.circuit_info
     out = {
         "circuit": circuit_figure(

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from interp.analysis.heads.subspace import null_space_dimension
+from interp.core.checks import check_seed
 from interp.experiments.common import progress_bar
 from interp.experiments.feature_recovery import feature_task as fr
 
@@ -49,8 +51,6 @@ class FeatureFindings:
 
 def query_map_arithmetic(d_in: int = 12_288, d_out: int = 128, seed: int = 0) -> pd.DataFrame:
     """The article's count: a random ``d_in x d_out`` query map has ``d_in - d_out`` null dims."""
-    from interp.analysis.heads.subspace import null_space_dimension
-
     W = np.random.default_rng(seed).standard_normal((d_in, d_out)).astype(np.float32)
     t = time.perf_counter()
     nullity = null_space_dimension(W, convention="row")
@@ -75,7 +75,6 @@ def analyse(*, seed: int = 0, progress: bool = False) -> FeatureFindings:
     """
     from interp.analysis.heads.null_probe import null_space_probe, read_fraction
     from interp.analysis.heads.scores import probe_tokens
-    from interp.core.checks import check_seed
     from interp.experiments.bank_sense.toy_heads import null_space_example
     from interp.models.checkpoints import load_induction_model
 

@@ -14,13 +14,12 @@ from interp.experiments.feature_recovery.analysis import (
     FeatureFindings,
     tables,
 )
+from interp.outputs.figures import grouped_bars
 from interp.outputs.render import Report
 
 
 def figures(f: FeatureFindings) -> dict[str, Any]:
     """Held-out accuracy per seed; the probes' changes on a log scale."""
-    from interp.outputs.figures import grouped_bars
-
     s = f.seeds
     worst = f.probe.groupby("space")[list(PROBE_COLUMNS)].max()
     floor = 1e-9  # a log axis cannot show an exact zero

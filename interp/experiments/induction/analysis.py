@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import pandas as pd
 import torch
 
 from interp.analysis.components.ablation import ablate_head_groups, ablate_heads, zero_head_hooks
+from interp.analysis.components.lens import logit_lens
 from interp.analysis.heads.composition import composition_scores
 from interp.analysis.heads.icl import in_context_learning_score, per_token_loss
 from interp.analysis.heads.patterns import attention_patterns
@@ -57,6 +57,7 @@ from interp.analysis.heads.weight_circuits import (
 from interp.core.errors import InterpError
 from interp.core.hooks import head_label
 from interp.core.metrics import next_token_nll
+from interp.core.protocol import HookedModel, ModelSource
 from interp.datasets import BOS, HELD_OUT_LENGTHS, RepeatedTokens, repeated_random_tokens
 from interp.datasets import repeated_tokens as make_repeated
 from interp.experiments.common import half_losses, load, progress_bar
@@ -169,7 +170,11 @@ class InductionFindings:
 
 
 def eval_data(
-    model: Any, *, n: int = 256, seed: int = EVAL_SEED, lengths: tuple[int, ...] = HELD_OUT_LENGTHS
+    model: HookedModel,
+    *,
+    n: int = 256,
+    seed: int = EVAL_SEED,
+    lengths: tuple[int, ...] = HELD_OUT_LENGTHS,
 ) -> RepeatedTokens:
     """Held-out repeated sequences for ``model`` (two copies, random filler).
 
@@ -185,7 +190,7 @@ def eval_data(
 
 
 def _conventions(
-    model: Any, probe: torch.Tensor, heads: dict[str, tuple[int, int]]
+    model: HookedModel, probe: torch.Tensor, heads: dict[str, tuple[int, int]]
 ) -> pd.DataFrame:
     """The key heads' scores on the classic probe, in every convention (one forward pass)."""
     with torch.no_grad():
@@ -208,7 +213,7 @@ def _conventions(
 
 
 def _loss_by_position(
-    model: Any, probe: RepeatedTokens, heads: dict[str, tuple[int, int]]
+    model: HookedModel, probe: RepeatedTokens, heads: dict[str, tuple[int, int]]
 ) -> pd.DataFrame:
     """Mean loss at each predicting position, clean and with each key head zero-ablated."""
     columns = {"clean": per_token_loss(model, probe.tokens).mean(0)}
@@ -231,12 +236,12 @@ def _loss_by_position(
 
 
 def analyse(
-    model: Any = "induction-2l", *, seed: int = 0, progress: bool = False
+    model: ModelSource = "induction-2l", *, seed: int = 0, progress: bool = False
 ) -> InductionFindings:
     """Run the whole lab on ``model`` (alias, folder or loaded model); see the module docstring.
 
     ``seed`` moves the held-out sequences and the probes (seed 0 gives the
-    numbers quoted in the README).
+    numbers quoted on the labs page, ``docs/labs/index.md``).
 
     Raises:
         InterpError: for a model with fewer than two layers or no fixed context.
@@ -348,12 +353,10 @@ def analyse(
     )
 
 
-def lens_by_half(model: Any, data: RepeatedTokens) -> pd.DataFrame:
+def lens_by_half(model: HookedModel, data: RepeatedTokens) -> pd.DataFrame:
     """The logit lens over the held-out sequences, summarised per stage for the first half
     (unpredictable) and the repeated half: the next token's mean probability, median rank
     and how often it is the top prediction."""
-    from interp.analysis.components.lens import logit_lens
-
     lens = logit_lens(model, data.tokens, k=1)
     b, n = data.tokens.shape
     halves = {"repeated": data.loss_mask, "first half": data.first_half_mask}

@@ -18,19 +18,20 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 from interp.analysis.generation import HeadAblation, generate
 from interp.core.hooks import head_label
+from interp.core.protocol import HookedModel
 from interp.datasets import HELD_OUT_LENGTHS, repeated_tokens
 
 GIVEN = 3  # tokens of the second copy in the prompt
 SEED = 20_003  # distinct from the lab's other held-out batches
 
 
-def continuation(model: Any, head: tuple[int, int], *, n: int = 32, seed: int = 0) -> pd.DataFrame:
+def continuation(
+    model: HookedModel, head: tuple[int, int], *, n: int = 32, seed: int = 0
+) -> pd.DataFrame:
     """One row per sequence and run (``clean``, ``L{l}H{h} ablated``): ``sequence,
     segment_len, run, survived, correct, repeat_tokens`` (the tokens asked for)."""
     cfg = model.cfg

@@ -9,6 +9,7 @@ from typing import Any
 
 from interp.experiments.induction.analysis import TITLE, InductionFindings
 from interp.experiments.induction.continuation import summary_row
+from interp.outputs.figures import heatmap, lines
 from interp.outputs.render import Report
 from interp.outputs.tables import styled_html
 
@@ -34,8 +35,6 @@ CAUTIONS = [
 
 def figures(f: InductionFindings) -> dict[str, Any]:
     """The lab's figures by name (:class:`interp.outputs.figures.Plot`)."""
-    from interp.outputs.figures import heatmap, lines
-
     curves = f.loss_by_position
     rep = curves[curves["half"] == "repeated"]["position"]
     series = {c: curves[c].tolist() for c in curves.columns if c not in ("position", "half")}
@@ -91,8 +90,6 @@ def figures(f: InductionFindings) -> dict[str, Any]:
 def lens_lines(f: InductionFindings) -> Any:
     """The lens figure: the next token's probability after each stage, per half; the caption
     states the repeated half's numbers."""
-    from interp.outputs.figures import lines
-
     lens = f.lens
     names = lens[lens["half"] == "repeated"]["stage_name"].tolist()
     series = {

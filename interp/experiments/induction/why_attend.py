@@ -29,6 +29,7 @@ import pandas as pd
 from interp.analysis.heads.qk.attribution import qk_attribution
 from interp.analysis.heads.qk.inputs import head_inputs
 from interp.analysis.heads.qk.interventions import qk_interventions
+from interp.core.protocol import HookedModel
 from interp.datasets import RepeatedTokens
 from interp.experiments.qk import checked, side_shares, top_pairs
 
@@ -52,7 +53,7 @@ def induction_targets(data: RepeatedTokens) -> tuple[list[list[int]], list[list[
 
 
 def why_attend(
-    model: Any, data: RepeatedTokens, head: tuple[int, int], *, top: int = 1
+    model: HookedModel, data: RepeatedTokens, head: tuple[int, int], *, top: int = 1
 ) -> WhyAttend:
     """Attribute ``head``'s score on each prompt's induction target and check the ``top``
     writers of each side by intervention (module docstring)."""

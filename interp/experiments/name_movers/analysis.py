@@ -34,7 +34,6 @@ Example (on a random model, so the numbers mean nothing; the lab runs SmolLM2):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import pandas as pd
 import torch
@@ -45,9 +44,10 @@ from interp.analysis.components.dla import direct_logit_attribution
 from interp.analysis.components.lens import logit_lens
 from interp.analysis.components.patching import patch_heads
 from interp.analysis.heads.patterns import attention_patterns
+from interp.core.checks import check_int, check_seed
 from interp.core.errors import InterpError
 from interp.core.metrics import logit_diff_metric
-from interp.core.protocol import eval_no_grad
+from interp.core.protocol import HookedModel, ModelSource, eval_no_grad
 from interp.datasets import NameMoverPrompts, name_mover_prompts, name_mover_templates
 from interp.experiments.common import load, progress_bar, random_head_groups
 from interp.experiments.name_movers.why_attend import WhyAttend, s2_heads, why_attend
@@ -99,7 +99,9 @@ class NameMoverFindings:
         return str(self.patching.attrs.get("direction", DIRECTION))
 
 
-def logit_diffs(model: Any, prompts: NameMoverPrompts, *, corrupted: bool = False) -> torch.Tensor:
+def logit_diffs(
+    model: HookedModel, prompts: NameMoverPrompts, *, corrupted: bool = False
+) -> torch.Tensor:
     """``[n]`` per-prompt logit difference ``logit[io] - logit[s]`` at the last position."""
     tokens = prompts.corrupted if corrupted else prompts.clean
     with eval_no_grad(model):
@@ -108,7 +110,9 @@ def logit_diffs(model: Any, prompts: NameMoverPrompts, *, corrupted: bool = Fals
     return (last[rows, prompts.io_ids] - last[rows, prompts.s_ids]).cpu()
 
 
-def check_performance(model: Any, *, n_per_template: int = 8, seed: int = 0) -> pd.DataFrame:
+def check_performance(
+    model: HookedModel, *, n_per_template: int = 8, seed: int = 0
+) -> pd.DataFrame:
     """Per template (train and held-out): mean logit difference, fraction right, kept or not."""
     rows = []
     for split in ("train", "held_out"):
@@ -156,7 +160,7 @@ def _name_attention(
     return pd.DataFrame(out)
 
 
-def _lens_at_final(model: Any, prompts: NameMoverPrompts) -> pd.DataFrame:
+def _lens_at_final(model: HookedModel, prompts: NameMoverPrompts) -> pd.DataFrame:
     """The logit lens at the final position, per stage: the mean probability and median
     rank of the indirect object (the answer) and of the subject, over the prompts."""
     per = {}
@@ -212,7 +216,7 @@ def direct_verdicts(f: NameMoverFindings, k: int = 3) -> pd.DataFrame:
 
 
 def analyse(
-    model: Any = "smollm2-135m",
+    model: ModelSource = "smollm2-135m",
     *,
     n: int = 12,
     k: int = 5,
@@ -226,8 +230,6 @@ def analyse(
         InterpError: for a model without a Hugging Face tokenizer, or one that
             fails every template.
     """
-    from interp.core.checks import check_int, check_seed
-
     seed, n, k = check_seed(seed), check_int(n, "n", minimum=2), check_int(k, "k", minimum=1)
     model, name = load(model)
     if getattr(model, "tokenizer", None) is None:

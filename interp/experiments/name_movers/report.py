@@ -18,6 +18,7 @@ from interp.experiments.name_movers.analysis import (
     direct_verdicts,
     tables,
 )
+from interp.outputs.figures import bars, dla_heatmap, grouped_bars, heatmap, lines, scatter
 from interp.outputs.render import Report
 from interp.outputs.tables import styled_html
 
@@ -49,8 +50,6 @@ def attention_caption(name_attention: pd.DataFrame) -> str:
 
 def figures(f: NameMoverFindings) -> dict[str, Any]:
     """Recovery per head (exact and estimate), estimate vs exact, name attention, ablations."""
-    from interp.outputs.figures import bars, dla_heatmap, grouped_bars, heatmap, lines, scatter
-
     t = tables(f)["patching"]
     out = {}
     span = float(np.nanmax(np.abs(t["normalized"]))) or 1.0

@@ -22,7 +22,6 @@ Example (the heads the lab explains, from its own tables):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import pandas as pd
 
@@ -30,6 +29,7 @@ from interp.analysis.heads.qk.attribution import qk_attribution
 from interp.analysis.heads.qk.inputs import needed_hooks
 from interp.analysis.heads.qk.interventions import qk_interventions
 from interp.core.head_checks import parse_heads
+from interp.core.protocol import HookedModel
 from interp.datasets import NameMoverPrompts
 from interp.engine.cache import cache_of
 from interp.experiments.qk import checked, side_shares, top_pairs
@@ -57,7 +57,7 @@ def s2_heads(patching: pd.DataFrame, name_attention: pd.DataFrame, k: int = 2) -
 
 
 def why_attend(
-    model: Any, prompts: NameMoverPrompts, heads: list[str], *, top: int = 3
+    model: HookedModel, prompts: NameMoverPrompts, heads: list[str], *, top: int = 3
 ) -> WhyAttend:
     """Split each head's ``s[END, S2] - s[END, IO]`` and check each side's ``top`` writers
     (module docstring). One forward pass, stopped after the last head's layer, feeds every

@@ -51,12 +51,14 @@ from interp.analysis.senses.clue import clue_attention
 from interp.analysis.senses.probe import nearest_neighbour_probe
 from interp.analysis.senses.states import sense_similarity, word_states
 from interp.analysis.senses.words import WordTokens, encode_word, ordinary_word_ids
+from interp.core.checks import check_int, check_seed
 from interp.core.errors import InterpError
 from interp.core.metrics import loss_metric
-from interp.core.protocol import bos_token_id, is_causal
+from interp.core.protocol import HookedModel, ModelSource, bos_token_id, is_causal
 from interp.datasets import RepeatedTokens, ambiguous_words, repeated_random_tokens
 from interp.experiments import LABS
 from interp.experiments.common import half_losses, load, progress_bar, random_head_groups
+from interp.models.loader import check_model_name
 
 NAME = "pretrained"
 TITLE = "Real heads: induction and word sense in pretrained transformers"
@@ -118,7 +120,7 @@ class InductionInModel:
 
 
 def induction_in(
-    model: Any,
+    model: HookedModel,
     *,
     n: int = 8,
     half_len: int = 50,
@@ -214,7 +216,7 @@ def sense_steps(n_random: int = 5) -> int:
 
 
 def sense_in(
-    model: Any,
+    model: HookedModel,
     data: pd.DataFrame | None = None,
     *,
     k: int = 6,
@@ -313,7 +315,11 @@ class PretrainedFindings:
 
 
 def analyse(
-    models: Sequence[Any] = DEFAULT_MODELS, *, k: int = 6, seed: int = 0, progress: bool = False
+    models: Sequence[ModelSource] = DEFAULT_MODELS,
+    *,
+    k: int = 6,
+    seed: int = 0,
+    progress: bool = False,
 ) -> PretrainedFindings:
     """Both parts of the lab for each model (aliases, folders or loaded models).
 
@@ -324,8 +330,6 @@ def analyse(
         InterpError: for no models, an unknown name, or a model without a fast
             Hugging Face tokenizer (the sense part reads real text).
     """
-    from interp.core.checks import check_int, check_seed
-    from interp.models.loader import check_model_name
 
     seed, k = check_seed(seed), check_int(k, "k", minimum=1)
     models = list(models)

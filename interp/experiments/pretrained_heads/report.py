@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from interp.experiments.pretrained_heads.analysis import TITLE, PretrainedFindings, top_by_kind
+from interp.outputs.figures import bars, heatmap, line_panels
 from interp.outputs.render import Report
 from interp.outputs.tables import styled_html
 
@@ -38,8 +39,6 @@ def _stem(name: str) -> str:
 
 def figures(f: PretrainedFindings) -> dict[str, Any]:
     """Per model: induction-score heatmap and group ablation; both models' sense curves."""
-    from interp.outputs.figures import bars, heatmap, line_panels
-
     out: dict[str, Any] = {}
     cos_series: dict[str, Any] = {}
     probe_series: dict[str, Any] = {}

@@ -32,11 +32,13 @@ import torch
 from interp.analysis.heads.stripes import STRIPES, stripe_mask
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
+from interp.core.memory import forward_bytes
 from interp.core.protocol import HookedModel
 from interp.engine.batching import Cost
 from interp.engine.cache import check_cache, run_until, with_batch
 from interp.engine.chunks import Footprint
 from interp.runtime import runtime_of
+from interp.runtime.attention import QKGeometry
 
 PATTERN_RTOL = 1e-3  # recomputed patterns vs the model's: refused above this (float32 models)
 MASKED = float("-inf")
@@ -90,8 +92,6 @@ def footprint(model: HookedModel, pos: int, draws: int) -> Footprint:
     """The atlas's memory per prompt (:mod:`interp.engine.chunks`): a forward pass stopped
     after the last pattern (no logits), and a layer's patterns as the readers hold them: the
     model's, the recomputed one and each control draw's, with the scores they come from."""
-    from interp.core.memory import forward_bytes
-
     cfg = model.cfg
     d_vocab = int(getattr(cfg, "d_vocab_out", 0) or cfg.d_vocab)
     patterns = (draws + 2) * 2 * int(cfg.n_heads) * pos * pos * 4
@@ -208,7 +208,7 @@ class PatternReader:
         pattern_sums(self.sums, f"{layer}.control.", control, masks)
 
     def queries_keys(
-        self, x: torch.Tensor, lay: Any, geometry: Any, W_q: torch.Tensor, W_k: torch.Tensor
+        self, x: torch.Tensor, lay: Any, geometry: QKGeometry, W_q: torch.Tensor, W_k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotated queries ``[batch, pos, head, d_head]`` and keys (one per query head) of the
         head input ``x [batch, pos, d_model]``, as the layer computes them."""
@@ -227,7 +227,7 @@ class PatternReader:
         ratio = out[0].shape[2] // out[1].shape[2]  # grouped keys: one per query head
         return out[0], out[1].repeat_interleave(ratio, dim=2)
 
-    def visible(self, n: int, geometry: Any, device: Any) -> torch.Tensor:
+    def visible(self, n: int, geometry: QKGeometry, device: Any) -> torch.Tensor:
         """``[query, key]`` bool: the keys each query may see (causal, sliding window)."""
         q = torch.arange(n, device=device)[:, None]
         k = torch.arange(n, device=device)[None, :]
@@ -237,7 +237,7 @@ class PatternReader:
         return mask
 
     def pattern_of(
-        self, q: torch.Tensor, k: torch.Tensor, geometry: Any, mask: torch.Tensor
+        self, q: torch.Tensor, k: torch.Tensor, geometry: QKGeometry, mask: torch.Tensor
     ) -> torch.Tensor:
         s = torch.einsum("bqhe,bkhe->bhqk", q, k) * geometry.scale
         if geometry.softcap:
@@ -245,7 +245,7 @@ class PatternReader:
         return s.masked_fill(~mask, MASKED).softmax(-1)
 
     def add_bands(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, geometry: Any, mask: torch.Tensor
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, geometry: QKGeometry, mask: torch.Tensor
     ) -> None:
         """Each band's summed absolute share of the scores over the visible cells: a pair's
         share is ``q_a k_a + q_b k_b`` (a ``[query, 2] @ [2, key]`` product per sequence, head

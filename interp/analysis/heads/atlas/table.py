@@ -3,7 +3,7 @@
 :func:`head_atlas` runs a probe (by default :func:`interp.analysis.probe_tokens`
 with ``n=8``: BOS, 50 random tokens, the same 50 again) twice, once as it is
 and once with each sequence's first token swapped, and reads the weights.
-Its columns, per head (the README's "Atlas" section says the same):
+Its columns, per head (the atlas section of ``docs/heads.md`` says the same):
 
 ``previous_token``, ``induction``, ``duplicate_token``
     the stripe scores of :func:`interp.analysis.head_scores`, ``"interp"``
@@ -109,6 +109,7 @@ from interp.engine.batching import Cost
 from interp.engine.cache import cache_rows, check_cache
 from interp.engine.chunks import Estimate, chunk_bar, plan
 from interp.outputs.frames import head_frame, table_attrs
+from interp.runtime.attention import QKGeometry
 
 CONTROL_HEADS = 256
 PROBE_SEQUENCES = 8
@@ -155,17 +156,39 @@ def head_atlas(
     progress: bool = False,
     estimate: bool = False,
 ) -> pd.DataFrame | Estimate:
-    """One row per head: every score of the module docstring and a ``role`` that beats a
-    shuffled-weights control computed in the same call and reaches an effect-size floor.
+    """One row per head: every score of the module docstring and a ``role`` against a control.
 
-    ``tokens`` defaults to :func:`interp.analysis.probe_tokens` (``n=8``, ``seed``); they
-    need repeats (the induction and duplicate stripes). ``cache`` (of ``tokens``) is read
-    for the clean pass; the swapped pass always runs. ``df.attrs`` holds the thresholds,
-    the effect sizes (floor, control maximum, which binds, why), the control's statistics
-    and ``forward_equivalents``. The probe runs in chunks under
-    ``memory_budget`` (:mod:`interp.engine.chunks`: every score is a mean of sums and counts,
-    so chunks give one batch's numbers); ``estimate=True`` returns the run's
-    :class:`~interp.engine.chunks.Estimate` instead.
+    A head has a role when its score beats a shuffled-weights control computed in the same
+    call (the control's maximum over all its heads) and reaches the role's effect-size
+    floor. Two passes over the probe (as it is, and with each sequence's first token
+    swapped) and reads of the weights; the probe runs in chunks under ``memory_budget``
+    (:mod:`interp.engine.chunks`: every score is a mean of sums and counts, so chunks give
+    one batch's numbers).
+
+    Args:
+        model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
+            (``interp.core.protocol.HookedModel``).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence) with repeats (the
+            induction and duplicate stripes need them); ``None`` is
+            :func:`interp.analysis.probe_tokens` (``n=8``, ``seed``).
+        seed: Every random draw (the default probe, the swapped first tokens, the control's
+            shuffles); the same seed gives the same numbers.
+        cache: An ActivationCache of ``tokens``; it is read only after its earliest
+            token-dependent activation is recomputed on ``tokens`` and matches; it serves
+            the clean pass (the swapped pass always runs).
+        memory_budget: The bytes an analysis may hold beyond the model's weights: its prompts
+            run in chunks to stay under it; ``None`` is a quarter of the memory free on the
+            model's device.
+        progress: Show a progress bar over chunks and passes, with an ETA.
+        estimate: ``True``: return an ``Estimate`` (chunks, peak bytes over the weights,
+            forward-equivalents) instead of running; work that cannot fit is refused with it.
+
+    Returns:
+        A table with one row per head: ``layer, head, label, role, roles``, then the value
+        columns of :data:`COLUMNS` (module docstring). ``attrs`` follow
+        :data:`interp.outputs.frames.SCHEMA`, plus the thresholds, the effect sizes (floor,
+        control maximum, which binds, why) and the control's statistics. With
+        ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: for bad tokens or a bad seed, tokens without repeats, a cache of other
@@ -274,7 +297,7 @@ def measure_atlas(
             description="every head's pattern, positional and OV scores on a probe, and a role "
             "that beats a shuffled-weights control and reaches an effect-size floor",
             method="exact",
-            unit="per column (README: Atlas)",
+            unit="per column (docs/heads.md: the atlas)",
             model=model,
             seed=seed,
             forward_equivalents=cost.forward_equivalents,
@@ -353,7 +376,7 @@ def _weight_values(model: HookedModel, L: int, H: int, draws: int, seed: int, id
     return values, control, notes
 
 
-def _kernel_values(model: HookedModel, tokens: torch.Tensor, L: int, geometry: Any):
+def _kernel_values(model: HookedModel, tokens: torch.Tensor, L: int, geometry: QKGeometry):
     """Every head's positional kernel over the probe's tokens, its peak offset and range."""
     n = tokens.shape[1]
     try:

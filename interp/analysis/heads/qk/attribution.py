@@ -15,7 +15,8 @@ norm's bias, ``b_Q`` / ``b_K``, carried through the frozen norms and the
 rotation. The rows add up to the score the model computed; the check is made
 on every call against the model's own ``hook_attn_scores`` and reported in
 ``df.attrs`` (``score_gap``: the largest gap over the largest score, and a
-rows-vs-model refusal above :data:`CHECK_RTOL`). What the pieces miss is an
+rows-vs-model refusal above
+:data:`~interp.analysis.heads.qk.shares.CHECK_RTOL`). What the pieces miss is an
 explicit ``remainder`` row, never a silent gap.
 
 Two things are not linear and are said so in ``df.attrs``: a soft cap
@@ -37,34 +38,26 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
 import pandas as pd
-import torch
 
-from interp.analysis.heads.qk.cells import Cells, check_read_padding, plan_cells
-from interp.analysis.heads.qk.inputs import head_inputs, residual_pieces, side_pieces
+from interp.analysis.heads.qk.cells import (
+    check_read_padding,
+    contrast_index,
+    per_sequence,
+    plan_cells,
+)
+from interp.analysis.heads.qk.shares import BYS, By, attribute_scores
 from interp.core.checks import check_tokens
 from interp.core.errors import InterpError
 from interp.core.head_checks import check_layer_head
-from interp.core.hooks import head_label, hook_name
-from interp.core.precision import rtol
+from interp.core.memory import forward_bytes, stream_bytes
 from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Tokens
-from interp.engine.batching import Cost
-from interp.engine.chunks import Estimate
-from interp.outputs.frames import table_attrs
+from interp.engine.cache import cache_rows, check_cache
+from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, plan
 from interp.runtime import runtime_of
-from interp.runtime.attention import QKGeometry
-
-By = Literal["head", "component", "layer"]
-BYS = ("head", "component", "layer")
-# rows vs the model's score, over the largest score: refused above this (float32; in float16 /
-# bfloat16 the precision's rule, interp.core.precision, and df.attrs["check_rtol"] says which)
-CHECK_RTOL = 1e-4
-MASKED = -1e20  # a model's score below this is a mask, not a score
 
 
 def qk_attribution(
@@ -134,189 +127,113 @@ def qk_attribution(
         (a soft cap among them), ``contrast``, ``by`` and ``chunks``. With
         ``estimate=True``, the run's :class:`~interp.engine.chunks.Estimate` instead.
 
+    Example:
+        >>> import torch
+        >>> from interp.models import load_model
+        >>> model = load_model("induction-2l")
+        >>> tokens = torch.tensor([[0, 5, 6, 7, 5, 6]] * 4)
+        >>> est = qk_attribution(model, tokens, layer=1, head=1, estimate=True)
+        >>> est.chunks, est.prompts
+        (1, 4)
+
     Raises:
         InterpError: for a layer or head out of range, an unknown ``by``,
             positions out of range or a key after its query, lists of positions
             that are not one per sequence, a ``contrast`` that is not two positions
             (or beside ``key_positions``), a model whose norms or rotation cannot be
             frozen, or rows that do not reproduce the model's scores (above
-            :data:`CHECK_RTOL`).
+            :data:`~interp.analysis.heads.qk.shares.CHECK_RTOL`).
     """
-    from interp.analysis.heads.qk.chunks import attribute_in_chunks
-
-    return attribute_in_chunks(
-        model,
-        tokens,
-        layer=layer,
-        head=head,
-        query_positions=query_positions,
-        key_positions=key_positions,
-        contrast=contrast,
-        by=by,
-        cache=cache,
-        memory_budget=memory_budget,
-        progress=progress,
-        estimate=estimate,
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class Attributed:
-    """:func:`qk_attribution`'s table and what it read, for the analyses built on it (so
-    that they run no second forward pass)."""
-
-    table: pd.DataFrame
-    acts: Any  # the activations read (hooks of :func:`needed_hooks`)
-    pieces: dict[str, torch.Tensor]  # component -> [batch, pos, d_model]: what it wrote
-    query: torch.Tensor  # [batch, query, d_head]: its rotated queries at cells.query_rows
-    key: torch.Tensor  # [batch, pos, d_head]: its rotated keys at every position
-    cells: Cells  # the scores the rows attribute
-    cost: Cost  # the passes run
-
-
-def attribute_scores(
-    model: HookedModel,
-    tokens: Tokens,
-    *,
-    layer: int,
-    head: int,
-    query_positions: Any = -1,
-    key_positions: Any = None,
-    contrast: Any = None,
-    by: str = "component",
-    cache: Any = None,
-) -> Attributed:
-    """:func:`qk_attribution`'s table with the activations, pieces and vectors it read."""
     check_model(model)
     layer, head = check_layer_head(model, layer, head)
     if by not in BYS:
         raise InterpError(f"unknown by {by!r}; choose one of {', '.join(BYS)}")
-    tokens = check_tokens(model, tokens)
+    tokens = check_tokens(model, tokens, chunked=True)
     bsz, n = tokens.shape
     geometry = runtime_of(model).qk_geometry(layer)
-    cells = plan_cells(
-        bsz,
-        n,
-        query_positions=query_positions,
-        key_positions=key_positions,
-        contrast=contrast,
-        geometry=geometry,
-    )
+    cells = plan_cells(bsz, n, query_positions=query_positions, key_positions=key_positions,
+                       contrast=contrast, geometry=geometry)  # fmt: skip
     check_read_padding(model, tokens, cells)
-    rows = cells.query_rows
+    pl = plan(
+        model, bsz, n, footprint(model, n, layer, by), memory_budget=memory_budget,
+        analysis="qk_attribution", forward_equivalents=(layer + 1) / int(model.cfg.n_layers),
+        fix="use shorter prompts", estimate=estimate, progress=progress,
+    )  # fmt: skip
+    if estimate:
+        return pl.estimate
+    options = dict(layer=layer, head=head, by=by)
+    if not pl.split:
+        df = attribute_scores(model, tokens, query_positions=query_positions,
+                              key_positions=key_positions, contrast=contrast, cache=cache,
+                              **options).table  # fmt: skip
+        df.attrs["chunks"] = 1
+        return df
+    if contrast is not None:
+        a, b = contrast_index(contrast, n, bsz)
     with eval_no_grad(model):
-        acts, cost = head_inputs(model, tokens, cache, layer)
-        terms = residual_pieces(model, acts, layer, by=by)
-        side = dict(model=model, acts=acts, terms=terms, layer=layer, head=head, geometry=geometry)
-        names_q, Q = side_pieces(**side, side="q", rows=rows)  # [i, batch, query, d_head]
-        names_k, K = side_pieces(**side, side="k", rows=list(range(n)))  # [j, batch, pos, d_head]
-        # the whole scores of the query rows (every key: the check needs whole rows)
-        explained = torch.einsum("bpd,bkd->bpk", Q.sum(0), K.sum(0)) * geometry.scale
-        gap, scale_of, against = _check(acts, layer, head, rows, explained, geometry)
-        check_rtol = rtol(acts[hook_name("pattern", layer)].dtype, float32=CHECK_RTOL)
-        if gap > check_rtol:
-            raise InterpError(
-                f"the pieces reproduce L{layer}H{head}'s {against} only to {gap:.2g} (above "
-                f"{check_rtol:g}); this architecture does something to its queries or keys that "
-                "QK attribution does not read, so no rows are returned"
-            )
-        qi = torch.full((n,), -1, dtype=torch.long)
-        qi[rows] = torch.arange(len(rows))
-        qi = qi[cells.query]  # each cell's row of Q
-        Kc = K[:, cells.seq, cells.key]  # [j, cell, d_head]
-        if cells.other is not None:
-            Kc = Kc - K[:, cells.seq, cells.other]
-        share = torch.einsum("icd,jcd->cij", Q[:, cells.seq, qi], Kc) * geometry.scale
-        block = share.view(len(cells.groups), cells.per_group, *share.shape[1:]).mean(1)
-    df = _rows(block, names_q, names_k, cells)
-    df.insert(0, "label", head_label(layer, head))
-    df.insert(0, "head", head)
-    df.insert(0, "layer", layer)
-    total = float(block.sum())
-    notes = list(geometry.notes)
-    if geometry.softcap:
-        notes.append(
-            f"scores are soft-capped ({geometry.softcap:g} * tanh(s / {geometry.softcap:g})) after "
-            "the sum: the rows attribute the score before the cap"
-        )
+        checked = check_cache(model, tokens, cache)
+    parts: list[pd.DataFrame] = []
+    for sl in chunk_bar(pl.chunks, progress=progress, desc="qk attribution"):
+        part = attribute_scores(
+            model, tokens[sl], query_positions=_rows_of(query_positions, sl),
+            key_positions=_rows_of(key_positions, sl),
+            contrast=None if contrast is None else (a[sl], b[sl]),
+            cache=cache_rows(checked, sl), **options,
+        ).table  # fmt: skip
+        if "sequence" in part.columns:
+            part["sequence"] += sl.start
+        parts.append(part)
+    return _combine(parts, pl)
+
+
+def footprint(model: HookedModel, pos: int, layer: int, by: str) -> Footprint:
+    """Per sequence: a forward pass stopped after ``layer`` (no logits), the activations it
+    keeps (each earlier layer's heads' outputs and MLP, the layer's input) and the pieces
+    built from them, twice (the pieces, then their normed copies; their projections to
+    ``d_head`` are smaller): one per earlier head and MLP (``by="head"``), per earlier
+    attention and MLP (``"component"``) or per earlier block (``"layer"``), and the
+    embeddings, bias and remainder."""
+    cfg = model.cfg
+    stream = stream_bytes(model, pos, element=4)
+    per_layer = {"head": int(cfg.n_heads) + 2, "component": 2, "layer": 1}[by]
+    pieces = layer * per_layer + 3
+    forward = forward_bytes(model, 1, pos, rows=())
+    return Footprint(fixed=0, per_prompt=int(forward + (2 * pieces + 2 * layer + 2) * stream))
+
+
+def _rows_of(value: Any, sl: slice) -> Any:
+    """Positions for the sequences ``sl``: one list per sequence is sliced, shared ones
+    pass through."""
+    return list(value)[sl] if per_sequence(value) else value
+
+
+def _combine(parts: list[pd.DataFrame], pl: Any) -> pd.DataFrame:
+    """The chunks' tables as one batch's: per-sequence rows joined, means weighted by each
+    chunk's sequences; the attrs of the first, with the whole run's cost, total and gap."""
+    sizes = [s.stop - s.start for s in pl.chunks]
+    first = parts[0]
+    if "sequence" in first.columns:
+        df = pd.concat(parts, ignore_index=True)
+        total = sum(float(p.attrs["total"]) for p in parts)
+    else:
+        mean, totals = WeightedMean(), WeightedMean()
+        for part, w in zip(parts, sizes, strict=True):
+            mean.add(part["value"].to_numpy(float), w)
+            totals.add(float(part.attrs["total"]), w)
+        df = first.copy()
+        df["value"] = mean.value
+        total = float(totals.value)
+    df.attrs = dict(first.attrs)
     df.attrs.update(
-        table_attrs(
-            "qk_attribution",
-            description="each (query-side, key-side) pair's exact share of a head's pre-softmax "
-            "score, every norm's scale frozen from this run",
-            method="exact",
-            metric="attention score" if contrast is None else "score[a] - score[b]",
-            unit="score (pre-softmax, after the model's scale)",
-            model=model,
-            forward_equivalents=cost.forward_equivalents,
-            by=by,
-            total=total,
-            score_gap=gap,
-            score_scale=scale_of,
-            checked_against=against,
-            remainder=any(t[0] == "remainder" for t in terms),
-            check_rtol=check_rtol,
-            frozen="ln1" + (" and QK-norm" if geometry.q_norm is not None else "") + " scales",
-            rotary=None if geometry.rotary is None else geometry.rotary.style,
-            notes=notes,
-            contrast=cells.contrast,
-        )
+        total=total,
+        score_gap=max(float(p.attrs["score_gap"]) for p in parts),
+        forward_equivalents=round(
+            sum(
+                float(p.attrs["forward_equivalents"]) * pl.share(s)
+                for p, s in zip(parts, pl.chunks, strict=True)
+            ),
+            3,
+        ),  # fmt: skip
+        chunks=len(pl.chunks),
     )
-    return Attributed(
-        table=df,
-        acts=acts,
-        pieces={t[0]: t[3] for t in terms},
-        query=Q.sum(0),
-        key=K.sum(0),
-        cells=cells,
-        cost=cost,
-    )
-
-
-def _rows(block: torch.Tensor, names_q, names_k, cells: Cells) -> pd.DataFrame:
-    """One row per group of ``cells`` and pair of pieces, from ``block [group, i, j]``."""
-    g, nq, nk = block.shape
-    data = {
-        name: np.repeat(np.array([grp[c] for grp in cells.groups], dtype=int), nq * nk)
-        for c, name in enumerate(cells.columns)
-    }
-    data["query_component"] = np.tile(np.repeat(np.array(names_q, dtype=object), nk), g)
-    data["key_component"] = np.tile(np.array(names_k, dtype=object), g * nq)
-    data["value"] = block.reshape(-1).double().numpy()
-    return pd.DataFrame(data)
-
-
-def _check(acts, layer, head, qpos, explained, geometry) -> tuple[float, float, str]:
-    """How far the explained scores ``[batch, query, key]`` (every key) are from the model's:
-    its ``hook_attn_scores`` over the largest score where that hook holds scores, else (a
-    bridge whose hook holds the pattern) its ``hook_pattern`` against the softmax of the
-    explained scores over the keys the model lets each query see."""
-    scores = acts[hook_name("attn_scores", layer)][:, head].float()[:, qpos]
-    pattern = acts[hook_name("pattern", layer)][:, head].float()[:, qpos]
-    mine = _capped(explained, geometry)
-    live = scores > MASKED
-    holds_scores = not torch.allclose(scores.masked_fill(~live, 0.0), pattern, atol=1e-6)
-    visible = geometry.visible(scores.shape[-1], device=scores.device)[qpos]  # [query, key]
-    seen = live if holds_scores else pattern > 0
-    # the mask rule against the model's own mask: a key the rule shows and the model hides
-    # (or, where the hook holds scores, the other way round) is a rule this model breaks
-    if bool((seen & ~visible).any()) or (holds_scores and bool((~seen & visible).any())):
-        raise InterpError(
-            f"layer {layer}'s mask is not the one the runtime's rule gives (causal="
-            f"{geometry.causal}, sliding window {geometry.window}); this architecture masks "
-            "its keys in a way QK attribution does not read, so no rows are returned"
-        )
-    if holds_scores:
-        scale_of = float(scores[live].abs().max())
-        gap = float((mine - scores)[live].abs().max()) / max(scale_of, 1e-12)
-        return gap, scale_of, "scores"
-    probs = torch.softmax(mine.masked_fill(~visible, float("-inf")), -1)
-    return float((probs - pattern).abs().max()), float(mine[:, visible].abs().max()), "pattern"
-
-
-def _capped(s: torch.Tensor, geometry: QKGeometry) -> torch.Tensor:
-    """What the model's ``hook_attn_scores`` holds for explained scores ``s`` (after the
-    soft cap, where there is one)."""
-    if geometry.softcap:
-        return geometry.softcap * torch.tanh(s / geometry.softcap)
-    return s
+    return df

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from interp.analysis.heads.qk.attribution import attribute_scores
+from interp.analysis.heads.qk.shares import attribute_scores
 from interp.core.checks import check_int
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel, check_model

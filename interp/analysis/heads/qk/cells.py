@@ -33,6 +33,7 @@ import torch
 
 from interp.core.checks import check_not_padding, position_index, warn_duplicates
 from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
 from interp.runtime.attention import QKGeometry
 
 CAUSAL = QKGeometry(scale=1.0)  # the mask rule when none is given: causal, no window
@@ -216,7 +217,7 @@ def contrast_index(contrast: Any, n: int, bsz: int) -> tuple[list[int], list[int
     return out[0], out[1]
 
 
-def check_read_padding(model: Any, tokens: torch.Tensor, cells: Cells) -> None:
+def check_read_padding(model: HookedModel, tokens: torch.Tensor, cells: Cells) -> None:
     """Refuse cells that read right padding, by the one padding rule of every analysis that
     reads positions (:func:`interp.core.checks.check_not_padding`, as DLA and the lens apply it).
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import pandas as pd
 import torch
 
-from interp.analysis.heads.qk.attribution import attribute_scores
+from interp.analysis.heads.qk.shares import attribute_scores
 from interp.core.checks import check_int, check_tokens
 from interp.core.errors import InterpError
 from interp.core.head_checks import check_layer_head
@@ -192,7 +192,7 @@ def qk_interventions(
     return out
 
 
-def _read(model, tokens, layer, head, hooks) -> tuple[torch.Tensor, torch.Tensor]:
+def _read(model: HookedModel, tokens, layer, head, hooks) -> tuple[torch.Tensor, torch.Tensor]:
     """The head's scores and pattern ``[batch, query_pos, key_pos]`` with ``hooks`` on, from
     one pass stopped after its pattern."""
     got: dict[str, torch.Tensor] = {}
