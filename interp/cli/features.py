@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from interp.cli.args import add_cost, add_model, count_arg
+from interp.cli.args import add_cost, add_model, announce, check_model_args, count_arg, load
 from interp.core.errors import InterpError
 
 
@@ -52,7 +52,6 @@ def _feature_ids(text: str | None) -> list[int] | None:
 
 def run_features(args: argparse.Namespace) -> int:
     """Check the options, read the features, write the page (and table)."""
-    from interp.cli.args import announce, check_model_args, load
     from interp.cli.outputs import check_distinct, check_out
     from interp.outputs.files import check_output_file
 

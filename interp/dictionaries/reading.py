@@ -273,7 +273,9 @@ def read_features(
         cache: an ActivationCache of ``tokens``; it is read only after its earliest
             token-dependent activation is recomputed on ``tokens`` and matches; hooks it
             lacks are computed by one forward pass.
-        memory_budget: bytes the passes may hold (default: a quarter of free memory).
+        memory_budget: The bytes an analysis may hold beyond the model's weights: the
+            sequences run in chunks to stay under it; ``None`` is a quarter of the memory
+            free on the model's device.
         estimate: ``True``: return an ``Estimate`` (chunks, peak bytes, forward-equivalents)
             instead of running.
         progress: show a progress bar over the chunks.
