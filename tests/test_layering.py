@@ -42,7 +42,13 @@ LAYERS = [
     ("interp.runtime",),
     ("interp.engine",),
     ("interp.analysis", "interp.analysis.generation", "interp.datasets", "interp.dictionaries"),
-    ("interp.training", "interp.outputs.render", "interp.outputs.figures", "interp.experiments"),
+    (
+        "interp.training",
+        "interp.outputs.render",
+        "interp.outputs.figures",
+        "interp.outputs.pages",
+        "interp.experiments",
+    ),
     ("interp.cli",),
 ]
 

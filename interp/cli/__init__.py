@@ -7,7 +7,8 @@
 * :mod:`interp.cli.components`: ``interp dla``, ``lens``, ``attention``;
 * :mod:`interp.cli.circuits`: ``interp circuit``, ``paths``;
 * :mod:`interp.cli.atlas`: ``interp atlas``;
-* :mod:`interp.cli.generate`: ``interp generate``.
+* :mod:`interp.cli.generate`: ``interp generate``;
+* :mod:`interp.cli.features`: ``interp features`` (a dictionary's features on a page).
 
 Errors print one line on stderr and exit non-zero (2 for bad input, 130 for
 Ctrl-C, 1 for anything unexpected); set ``INTERP_DEBUG=1`` for a traceback.
@@ -33,6 +34,7 @@ GROUPS = (
     "interp.cli.circuits",
     "interp.cli.atlas",
     "interp.cli.generate",
+    "interp.cli.features",
 )
 
 

@@ -5,11 +5,18 @@
 name and architecture; :func:`load_dictionary` / :meth:`Dictionary.save` read and write
 sae-lens folders (and Gemma Scope npz files); :class:`Splice` / :func:`spliced` put one
 into a model at its hook with its error term kept as a node; :func:`train_dictionary`
-trains a TopK dictionary on a hook's activations and :func:`dictionary_report` scores one.
+trains a TopK dictionary on a hook's activations and :func:`dictionary_report` scores one;
+:func:`read_features` reads what each feature does (top contexts, density, logit effects).
 """
 
 from interp.dictionaries.dictionary import ARCHITECTURES, Dictionary, architecture_name
 from interp.dictionaries.files import load_dictionary
+from interp.dictionaries.reading import (
+    FeatureReading,
+    feature_logit_effects,
+    read_features,
+    token_strings,
+)
 from interp.dictionaries.report import DictionaryReport, dictionary_report
 from interp.dictionaries.sae_lens import dictionary_config, save_dictionary
 from interp.dictionaries.splice import Splice, check_dictionary, check_hook, hook_width, spliced
@@ -19,6 +26,7 @@ __all__ = [
     "ARCHITECTURES",
     "Dictionary",
     "DictionaryReport",
+    "FeatureReading",
     "Splice",
     "TrainedDictionary",
     "architecture_name",
@@ -27,9 +35,12 @@ __all__ = [
     "default_lr",
     "dictionary_config",
     "dictionary_report",
+    "feature_logit_effects",
     "hook_width",
     "load_dictionary",
+    "read_features",
     "save_dictionary",
     "spliced",
+    "token_strings",
     "train_dictionary",
 ]

@@ -221,8 +221,8 @@ def train_dictionary(
         model_name=model_name(model), hook=hook, n_features=n_features, k=k, seed=seed,
         epochs=epochs, batch_size=batch_size, lr=lr, aux_k=aux_k, aux_coefficient=aux_coefficient,
         dead_after=dead_after, skip_columns=skip, steps=step, positions_seen=total,
-        train_sequences=batch, seq_len=pos, input_scale=scale, final_loss=last.get("loss"),
-        final_dead_fraction=last.get("dead"),
+        train_sequences=batch, seq_len=pos, chunks=len(run.chunks), input_scale=scale,
+        final_loss=last.get("loss"), final_dead_fraction=last.get("dead"),
     )  # fmt: skip
     report = dictionary_report(
         model, tokens if eval_tokens is None else eval_tokens, D, skip_columns=skip,

@@ -1,0 +1,111 @@
+"""``interp features``: a dictionary's features on one self-contained page.
+
+``interp features --dictionary FOLDER --out page.html`` loads the dictionary (a sae-lens
+folder or a Gemma Scope npz; ``--hook`` names the hook of an npz), the model it was
+trained on (its ``cfg.json`` metadata, or ``--model``), reads every feature over held-out
+text of the offline corpus (:func:`interp.dictionaries.read_features`: top contexts,
+densities, logit effects) and writes the page (:mod:`interp.outputs.pages.features`), and
+with ``--table`` the features' table. The page has a slot above the cards for a head's top
+(query feature, key feature) pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from interp.cli.args import add_cost, add_model, announce, check_model_args, count_arg, load
+from interp.core.errors import InterpError
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``features`` to ``sub``."""
+    p = sub.add_parser("features", help="a dictionary's features: contexts, density, logits")
+    p.add_argument("--dictionary", required=True, help="a sae-lens folder or a params.npz")
+    p.add_argument("--hook", help="the hook of a Gemma Scope npz (a folder names its own)")
+    add_model(p, default=None)
+    p.add_argument("--out", required=True, help="the page (.html)")
+    p.add_argument("--table", help="also write the features' table: .csv .parquet .md .json")
+    p.add_argument("--sequences", type=count_arg(1), default=64,
+                   help="held-out sequences of the standard library (default 64)")  # fmt: skip
+    p.add_argument("--seq-len", type=count_arg(2), default=128, help="tokens per sequence")
+    p.add_argument("--top", type=count_arg(1), default=10, help="contexts per feature")
+    p.add_argument("--show", type=count_arg(1), default=50,
+                   help="features on the page: the densest (default 50)")  # fmt: skip
+    p.add_argument("--features", help="the features on the page instead, e.g. 3,17,40")
+    add_cost(p)
+    p.set_defaults(func=run_features)
+
+
+def _feature_ids(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        ids = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise InterpError(f"--features {text!r} must be feature ids, e.g. 3,17,40") from None
+    if not ids:
+        raise InterpError("--features is empty: name feature ids, e.g. 3,17,40")
+    return ids
+
+
+def run_features(args: argparse.Namespace) -> int:
+    """Check the options, read the features, write the page (and table)."""
+    from interp.cli.outputs import check_distinct, check_out
+    from interp.outputs.files import check_output_file
+
+    out = Path(args.out)
+    if out.suffix.lower() != ".html":
+        raise InterpError(f"--out {args.out!r} must end in .html (a self-contained page)")
+    check_output_file(out, "--out")
+    table = check_out(args.table) if args.table is not None else None
+    check_distinct({"--out": out, "--table": table})
+    shown = _feature_ids(args.features)
+    from interp.dictionaries import load_dictionary
+
+    D = load_dictionary(args.dictionary, hook_name=args.hook)
+    if args.model is None:
+        args.model = D.metadata.get("model_name")
+        if not args.model:
+            raise InterpError(
+                f"{args.dictionary} does not say which model it was trained on: pass --model"
+            )
+    check_model_args(args)
+    if shown is not None:
+        bad = [f for f in shown if not 0 <= f < D.d_sae]
+        if bad:
+            raise InterpError(
+                f"--features {bad[0]} is not a feature: this dictionary has 0..{D.d_sae - 1}"
+            )
+    from interp.core.protocol import model_name
+    from interp.datasets.python_text import python_text
+    from interp.dictionaries import read_features
+    from interp.outputs.pages.features import feature_page
+
+    model = load(args)
+    seq_len = min(args.seq_len, getattr(model.cfg, "n_ctx", None) or args.seq_len)
+    corpus = python_text(model, n_sequences=args.sequences, seq_len=seq_len, split="test")
+    options = dict(dictionary=D, top=args.top, skip_columns=1, memory_budget=args.memory)
+    announce(read_features(model, corpus.tokens, **options, estimate=True))
+    if args.estimate:
+        return 0
+    reading = read_features(model, corpus.tokens, **options, progress=True)
+    f = reading.features
+    if shown is None:
+        order = f.sort_values(["density", "feature"], ascending=[False, True])["feature"]
+        shown = [int(x) for x in order.head(args.show)]
+    title = f"Features of the dictionary at {D.hook_name} ({model_name(model)})"
+    feature_page(reading, features=shown, title=title).write(out)
+    if table is not None:
+        from interp.outputs.tables import export
+
+        export(f, table)
+    dead = int((f["n_active"] == 0).sum())
+    print(
+        f"read {len(f):,} features over {f.attrs['n_positions']:,} positions of "
+        f"{corpus.name} (held-out files): {dead:,} never active, median density "
+        f"{float(f['density'].median()):.3%}"
+    )
+    print(f"wrote {out}" + (f" and {table}" if table is not None else ""))
+    return 0
