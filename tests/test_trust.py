@@ -179,9 +179,24 @@ CASES = {
             ),
         ),
     ),
+    "feature_head_attribution": (
+        "ind",
+        lambda m, t, c: A.feature_head_attribution(
+            m, t, dictionary=_z_dictionary(), query_positions=[-1, 3], cache=c
+        ),
+    ),
     "word_states": ("gpt2", lambda m, items, c: A.word_states(m, items, cache=c)),
     "clue_attention": ("gpt2", lambda m, items, c: A.clue_attention(m, items, cache=c)),
 }
+
+
+def _z_dictionary():
+    """A random TopK dictionary on the shipped model's layer-1 ``hook_z`` (2 heads x 32)."""
+    from interp.dictionaries import Dictionary
+
+    return Dictionary.random(
+        d_in=64, d_sae=32, architecture="topk", k=3, hook_name="blocks.1.attn.hook_z", seed=0
+    )
 
 
 def _public_functions():
