@@ -48,13 +48,11 @@ from interp.analysis.heads.qk.cells import (
     per_sequence,
     plan_cells,
 )
-from interp.analysis.heads.qk.features import Dictionaries, qk_dictionaries
-from interp.analysis.heads.qk.shares import BYS, By, attribute_scores
+from interp.analysis.heads.qk.features import Dictionaries
+from interp.analysis.heads.qk.shares import By, attribute_scores, check_qk_options
 from interp.core.checks import check_tokens
-from interp.core.errors import InterpError
-from interp.core.head_checks import check_layer_head
 from interp.core.memory import forward_bytes, stream_bytes
-from interp.core.protocol import HookedModel, check_model, eval_no_grad
+from interp.core.protocol import HookedModel, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.dictionaries import Dictionary
 from interp.engine.cache import cache_rows, check_cache
@@ -166,17 +164,10 @@ def qk_attribution(
             residual stream at or before the head's input, ``dictionary`` beside a side's
             own).
     """
-    check_model(model)
-    layer, head = check_layer_head(model, layer, head)
-    if by not in BYS:
-        raise InterpError(f"unknown by {by!r}; choose one of {', '.join(BYS)}")
-    dicts = qk_dictionaries(
-        model,
-        layer=layer,
-        dictionary=dictionary,
-        query_dictionary=query_dictionary,
-        key_dictionary=key_dictionary,
-    )
+    layer, head, dicts = check_qk_options(
+        model, layer=layer, head=head, by=by, dictionary=dictionary,
+        query_dictionary=query_dictionary, key_dictionary=key_dictionary,
+    )  # fmt: skip
     tokens = check_tokens(model, tokens, chunked=True)
     bsz, n = tokens.shape
     geometry = runtime_of(model).qk_geometry(layer)

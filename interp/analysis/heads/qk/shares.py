@@ -28,6 +28,7 @@ import torch
 
 from interp.analysis.heads.qk.cells import Cells, check_read_padding, plan_cells
 from interp.analysis.heads.qk.features import (
+    Dictionaries,
     Side,
     component_side,
     describe,
@@ -80,6 +81,37 @@ class Attributed:
         return self.pieces[label]
 
 
+def check_qk_options(
+    model: HookedModel,
+    *,
+    layer: Any,
+    head: Any,
+    by: Any,
+    dictionary: Any = None,
+    query_dictionary: Any = None,
+    key_dictionary: Any = None,
+) -> tuple[int, int, Dictionaries]:
+    """The model, head, ``by`` and dictionaries of a QK attribution, checked in one place
+    (:func:`qk_attribution` before its plan, :func:`attribute_scores` for its other callers).
+
+    Raises:
+        InterpError: for a model that is not hooked, a layer or head out of range, an
+            unknown ``by``, or a dictionary that does not fit the head's input.
+    """
+    check_model(model)
+    layer, head = check_layer_head(model, layer, head)
+    if by not in BYS:
+        raise InterpError(f"unknown by {by!r}; choose one of {', '.join(BYS)}")
+    dicts = qk_dictionaries(
+        model,
+        layer=layer,
+        dictionary=dictionary,
+        query_dictionary=query_dictionary,
+        key_dictionary=key_dictionary,
+    )
+    return layer, head, dicts
+
+
 def attribute_scores(
     model: HookedModel,
     tokens: Tokens,
@@ -96,17 +128,10 @@ def attribute_scores(
     cache: Any = None,
 ) -> Attributed:
     """:func:`qk_attribution`'s table with the activations, pieces and vectors it read."""
-    check_model(model)
-    layer, head = check_layer_head(model, layer, head)
-    if by not in BYS:
-        raise InterpError(f"unknown by {by!r}; choose one of {', '.join(BYS)}")
-    dicts = qk_dictionaries(
-        model,
-        layer=layer,
-        dictionary=dictionary,
-        query_dictionary=query_dictionary,
-        key_dictionary=key_dictionary,
-    )
+    layer, head, dicts = check_qk_options(
+        model, layer=layer, head=head, by=by, dictionary=dictionary,
+        query_dictionary=query_dictionary, key_dictionary=key_dictionary,
+    )  # fmt: skip
     tokens = check_tokens(model, tokens)
     bsz, n = tokens.shape
     geometry = runtime_of(model).qk_geometry(layer)
