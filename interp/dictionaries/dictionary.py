@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import operator
 import os
 from pathlib import Path
 
@@ -33,6 +34,8 @@ import torch
 from torch import nn
 
 from interp.core.errors import InterpError
+from interp.core.validate import check_bool, check_int, check_seed
+from interp.dictionaries.inputs import as_weight, check_finite_weight
 from interp.dictionaries.sae_lens import save_dictionary
 
 ARCHITECTURES = ("relu", "topk", "jumprelu")
@@ -60,8 +63,20 @@ def architecture_name(name: str) -> str:
     return ALIASES[name.lower()]
 
 
+def _is_int(k: object) -> bool:
+    try:
+        operator.index(k)
+    except TypeError:
+        return False
+    return True
+
+
 class Dictionary(nn.Module):
     """A sparse dictionary at one hook: encoder, decoder, nonlinearity and hook name.
+
+    Every tensor is a floating-point ``torch.Tensor`` or numpy array (converted), finite:
+    a NaN or an infinity is refused here, not found later as NaN scores. The biases,
+    decoder and thresholds take ``W_enc``'s dtype and device.
 
     Args:
         W_enc: ``[d_in, d_sae]`` encoder.
@@ -78,8 +93,12 @@ class Dictionary(nn.Module):
             figures), kept in ``cfg.json``'s ``metadata`` by :meth:`save`.
 
     Raises:
-        InterpError: a tensor of the wrong shape, an unknown architecture, a ``topk``
-            dictionary without a valid ``k`` or a ``jumprelu`` one without thresholds.
+        InterpError: a tensor that is not a tensor or numpy array, of an integer, bool or
+            complex dtype, of the wrong shape, or holding a NaN or an infinite value (named,
+            with how many); an unknown architecture; a ``topk`` dictionary without an
+            integer ``k`` in ``1..d_sae``; a ``jumprelu`` one without thresholds; a
+            ``hook_name`` that is not a string, ``apply_b_dec_to_input`` that is not a bool
+            or ``metadata`` that is not a dict.
     """
 
     def __init__(
@@ -97,15 +116,22 @@ class Dictionary(nn.Module):
         metadata: dict | None = None,
     ) -> None:
         super().__init__()
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InterpError(
+                f"metadata must be a dict (saved in cfg.json), got {type(metadata).__name__}"
+            )
         self.metadata = dict(metadata or {})
         self.architecture = architecture_name(architecture)
+        W_enc = as_weight(W_enc, "W_enc")
         if W_enc.ndim != 2:
             raise InterpError(
                 f"W_enc has shape {tuple(W_enc.shape)}: it must be [d_in, d_sae] (2 dimensions)"
             )
         d_in, d_sae = W_enc.shape
+        if d_in == 0 or d_sae == 0:
+            raise InterpError(f"W_enc has shape {tuple(W_enc.shape)}: d_in and d_sae must be >= 1")
         want = {"b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
-        given = {"b_enc": b_enc, "W_dec": W_dec, "b_dec": b_dec}
+        given = {"W_enc": W_enc, "b_enc": b_enc, "W_dec": W_dec, "b_dec": b_dec}
         if self.architecture == "jumprelu":
             if threshold is None:
                 raise InterpError(
@@ -114,34 +140,45 @@ class Dictionary(nn.Module):
                 )
             want["threshold"], given["threshold"] = (d_sae,), threshold
         for key, shape in want.items():
-            t = given[key]
-            if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
-                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            t = given[key] = as_weight(given[key], key)
+            if tuple(t.shape) != shape:
                 raise InterpError(
-                    f"{key} has shape {got}, but W_enc [d_in={d_in}, d_sae={d_sae}] needs "
-                    f"{key} {list(shape)}: the tensors come from different dictionaries, or one "
-                    "is transposed"
+                    f"{key} has shape {tuple(t.shape)}, but W_enc [d_in={d_in}, d_sae={d_sae}] "
+                    f"needs {key} {list(shape)}: the tensors come from different dictionaries, "
+                    "or one is transposed"
                 )
+        for key, t in given.items():
+            check_finite_weight(t, key)
         if self.architecture == "topk":
-            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= d_sae:
+            if isinstance(k, bool) or not _is_int(k):
                 raise InterpError(
                     f"a topk dictionary needs an integer k in 1..d_sae={d_sae}, got {k!r}: pass "
                     "k (cfg.json key 'k')"
                 )
-        elif k is not None and self.architecture != "topk":
+            k = int(k)
+            if not 1 <= k <= d_sae:
+                raise InterpError(
+                    f"a topk dictionary needs an integer k in 1..d_sae={d_sae}, got {k}: pass "
+                    "k (cfg.json key 'k')"
+                )
+        else:
             k = None
         if not isinstance(hook_name, str):
             raise InterpError(f"hook_name must be a string, got {type(hook_name).__name__}")
         self.hook_name = hook_name
         self.k = k
-        self.apply_b_dec_to_input = bool(apply_b_dec_to_input)
-        self.W_enc = nn.Parameter(W_enc.detach().clone())
-        self.b_enc = nn.Parameter(b_enc.detach().clone().to(W_enc.dtype))
-        self.W_dec = nn.Parameter(W_dec.detach().clone().to(W_enc.dtype))
-        self.b_dec = nn.Parameter(b_dec.detach().clone().to(W_enc.dtype))
-        if threshold is not None and self.architecture == "jumprelu":
-            self.threshold = nn.Parameter(threshold.detach().clone().to(W_enc.dtype))
-        else:
+        self.apply_b_dec_to_input = check_bool(apply_b_dec_to_input, "apply_b_dec_to_input")
+        dtype = W_enc.dtype
+        for key, t in given.items():
+            cast = t.detach().clone().to(device=W_enc.device, dtype=dtype)
+            if t.dtype != dtype:
+                check_finite_weight(
+                    cast,
+                    f"{key} (cast from {t.dtype} to W_enc's {dtype})",
+                    fix=f"its values do not fit in {dtype}; give every tensor one dtype",
+                )
+            setattr(self, key, nn.Parameter(cast))
+        if self.architecture != "jumprelu":
             self.threshold = None
 
     @classmethod
@@ -171,11 +208,11 @@ class Dictionary(nn.Module):
             A float32 :class:`Dictionary` with zero biases (jumprelu thresholds 0).
 
         Raises:
-            InterpError: a width below 1 or a bad ``k`` / architecture.
+            InterpError: a width that is not an integer >= 1, a seed that is not an integer
+                >= 0, or a bad ``k`` / architecture.
         """
-        if not all(isinstance(n, int) and n >= 1 for n in (d_in, d_sae)):
-            raise InterpError(f"d_in and d_sae must be positive integers, got {d_in}, {d_sae}")
-        g = torch.Generator().manual_seed(seed)
+        d_in, d_sae = check_int(d_in, "d_in", minimum=1), check_int(d_sae, "d_sae", minimum=1)
+        g = torch.Generator().manual_seed(check_seed(seed))
         W_dec = torch.randn(d_sae, d_in, generator=g)
         W_dec = W_dec / W_dec.norm(dim=-1, keepdim=True)
         arch = architecture_name(architecture)

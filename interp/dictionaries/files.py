@@ -41,15 +41,18 @@ import torch
 
 from interp.core.errors import InterpError
 from interp.dictionaries.dictionary import Dictionary, architecture_name
+from interp.dictionaries.inputs import (
+    DTYPES,
+    as_weight,
+    check_finite_weight,
+    check_path,
+    weight_dtype,
+)
 from interp.dictionaries.sae_lens import CFG, NPZ, TENSORS, WEIGHTS
+from interp.models.placement import check_device
 
 IDENTITY_NORMS = ("none", "expected_average_only_in")  # sae-lens applies neither at inference
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
+CORRUPT_FILE = "the file is corrupt; retrain or re-download it"
 
 
 def _bad(path: Path, what: str) -> InterpError:
@@ -58,11 +61,21 @@ def _bad(path: Path, what: str) -> InterpError:
 
 def _read_cfg(path: Path) -> dict[str, Any]:
     try:
-        cfg = json.loads((path / CFG).read_text())
+        cfg = json.loads((path / CFG).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise _bad(
+            path / CFG, f"is not UTF-8 text (byte {e.start}): the file is corrupt; re-download it"
+        ) from None
     except json.JSONDecodeError as e:
-        raise _bad(path / CFG, f"is not valid JSON ({e.msg}, line {e.lineno})") from None
+        raise _bad(
+            path / CFG, f"is not valid JSON ({e.msg}, line {e.lineno}): fix or re-download it"
+        ) from None
+    except OSError as e:
+        raise _bad(path / CFG, f"cannot be read ({e.strerror or type(e).__name__})") from None
     if not isinstance(cfg, dict):
         raise _bad(path / CFG, "must hold a JSON object of sae-lens config keys")
+    if not isinstance(cfg.get("metadata") or {}, dict):
+        raise _bad(path / CFG, "'metadata' must be a JSON object (hook_name, model_name ...)")
     return cfg
 
 
@@ -74,6 +87,8 @@ def _key(cfg: dict[str, Any], key: str, path: Path, kind: type | tuple[type, ...
         raise _bad(
             path / CFG, f"{key!r} is {value!r}: it must be a {getattr(kind, '__name__', kind)}"
         )
+    if kind is int and value < 1:
+        raise _bad(path / CFG, f"{key!r} is {value}: it must be at least 1")
     return value
 
 
@@ -105,28 +120,44 @@ def _load_safetensors(file: Path) -> dict[str, torch.Tensor]:
 
     try:
         return load_file(str(file))
-    except (SafetensorError, OSError) as e:
-        raise _bad(file, f"is not a readable safetensors file ({e})") from None
+    except (SafetensorError, OSError, ValueError, TypeError, RuntimeError) as e:
+        raise _bad(file, f"is not a readable safetensors file ({e}): {CORRUPT_FILE}") from None
 
 
-def _load_npz(file: Path) -> dict[str, torch.Tensor]:
+def _load_npz(file: Path) -> dict[str, Any]:
+    import zipfile
+    import zlib
+
     import numpy as np
 
+    if not zipfile.is_zipfile(file):
+        raise _bad(file, f"is not an npz archive (truncated, or not a numpy file): {CORRUPT_FILE}")
     try:
-        with np.load(file) as data:
+        with np.load(file, allow_pickle=False) as data:
             # Gemma Scope spells the matrices w_enc / w_dec in some releases
             return {
-                ("W_" + k[2:] if k.startswith("w_") else k): torch.from_numpy(np.array(data[k]))
-                for k in data.files
+                ("W_" + k[2:] if k.startswith("w_") else k): np.array(data[k]) for k in data.files
             }
-    except (OSError, ValueError) as e:
-        raise _bad(file, f"is not a readable npz file ({e})") from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+        raise _bad(file, f"is not a readable npz file ({e}): {CORRUPT_FILE}") from None
 
 
-def _tensors(state: dict[str, torch.Tensor], file: Path, arch: str) -> dict[str, torch.Tensor]:
+def _weight(value: Any, name: str, file: Path) -> torch.Tensor:
+    try:
+        return as_weight(value, repr(name))
+    except InterpError as e:
+        raise _bad(file, f"{e}; {CORRUPT_FILE}") from None
+
+
+def _tensors(state: dict[str, Any], file: Path, arch: str) -> dict[str, torch.Tensor]:
     state = dict(state)
     if "log_threshold" in state and "threshold" not in state:
-        state["threshold"] = state.pop("log_threshold").exp()
+        log = check_finite_weight(
+            _weight(state.pop("log_threshold"), "log_threshold", file),
+            f"{file}: 'log_threshold'",
+            fix=CORRUPT_FILE,
+        )
+        state["threshold"] = log.exp()
     need = [k for k in TENSORS if k != "threshold" or arch == "jumprelu"]
     missing = [k for k in need if k not in state]
     if missing:
@@ -140,7 +171,10 @@ def _tensors(state: dict[str, torch.Tensor], file: Path, arch: str) -> dict[str,
             f"holds {', '.join(map(repr, extra))}, which a {arch} dictionary does not use: "
             "remove them or set cfg.json's 'architecture' to the dictionary they belong to",
         )
-    return {k: state[k] for k in need}
+    out = {k: _weight(state[k], k, file) for k in need}
+    for k, t in out.items():
+        check_finite_weight(t, f"{file}: {k!r}", fix=CORRUPT_FILE)
+    return out
 
 
 def _check_widths(tensors: dict[str, torch.Tensor], d_in: int, d_sae: int, file: Path) -> None:
@@ -160,29 +194,44 @@ def load_dictionary(
     path: str | os.PathLike[str],
     *,
     hook_name: str | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
+    device: torch.device | str | None = None,
 ) -> Dictionary:
     """Read a dictionary: a sae-lens folder, or a Gemma Scope ``params.npz`` (or its folder).
+
+    Everything is checked before the dictionary is made: the path, the options, the
+    config's keys, and each tensor's dtype, shape and values (a NaN or an infinity in a
+    file is refused, naming the tensor and the file, never loaded as NaN scores).
 
     Args:
         path: the folder (``cfg.json`` + ``sae_weights.safetensors``, or ``params.npz``)
             or the ``.npz`` file.
         hook_name: the hook it sits at, replacing the config's (required for an npz file,
             which does not name one).
-        dtype: the dtype of its tensors (default: the config's ``dtype``, else the file's).
+        dtype: the dtype of its tensors: a ``torch.dtype`` or ``'float32'``,
+            ``'float16'``, ``'bfloat16'``, ``'float64'`` (default: the config's ``dtype``;
+            float32 for an npz file).
+        device: where its tensors go (``'cpu'``, ``'cuda'``, ``'cuda:1'``, ``'mps'``;
+            default the CPU).
 
     Returns:
         The :class:`Dictionary`.
 
     Raises:
-        InterpError: a missing file or key, a tensor whose shape does not match ``d_in`` /
-            ``d_sae``, an unknown architecture or activation normalisation.
+        InterpError: a path that is not a str / ``os.PathLike``, a bad ``hook_name``,
+            ``dtype`` or ``device``; a missing file or key; a file that is not UTF-8, not
+            valid JSON, truncated or corrupt; a tensor of an integer dtype, whose shape does
+            not match ``d_in`` / ``d_sae``, holding NaN or infinite values, or whose values
+            do not fit ``dtype``; an unknown architecture or activation normalisation.
     """
-    p = Path(path)
+    p = check_path(path, "dictionary path")
+    if hook_name is not None and not isinstance(hook_name, str):
+        raise InterpError(f"hook_name must be a string or None, got {type(hook_name).__name__}")
+    dtype, device = weight_dtype(dtype), check_device(device)
     if p.is_dir() and not (p / CFG).is_file() and (p / NPZ).is_file():
         p = p / NPZ
     if p.is_file() and p.suffix == ".npz":
-        return _from_npz(p, hook_name, dtype)
+        return _from_npz(p, hook_name, dtype, device)
     if not p.is_dir():
         raise InterpError(f"{p}: no such dictionary folder: pass a sae-lens folder or a .npz file")
     if not (p / CFG).is_file():
@@ -202,6 +251,9 @@ def load_dictionary(
         )
     if cfg.get("reshape_activations", "none") not in ("none", "hook_z"):
         raise _bad(p / CFG, f"'reshape_activations' {cfg['reshape_activations']!r} is unknown")
+    apply_b_dec = cfg.get("apply_b_dec_to_input", True)
+    if not isinstance(apply_b_dec, bool):
+        raise _bad(p / CFG, f"'apply_b_dec_to_input' is {apply_b_dec!r}: it must be true or false")
     file_dtype = cfg.get("dtype", "float32")
     if dtype is None and str(file_dtype).removeprefix("torch.") not in DTYPES:
         raise _bad(p / CFG, f"'dtype' {file_dtype!r} is unknown: use one of {sorted(DTYPES)}")
@@ -211,20 +263,54 @@ def load_dictionary(
     tensors = {key: t.to(torch.float64) for key, t in tensors.items()}
     if arch == "topk" and cfg.get("rescale_acts_by_decoder_norm", False):
         norms = tensors["W_dec"].norm(dim=-1)  # [d_sae]; folded: same activations
+        if not bool((norms > 0).all()):
+            raise _bad(
+                p / WEIGHTS,
+                f"'W_dec' has {int((norms == 0).sum())} all-zero row(s), which "
+                "rescale_acts_by_decoder_norm divides by: drop those features or set "
+                "'rescale_acts_by_decoder_norm' to false in cfg.json",
+            )
         tensors["W_enc"], tensors["b_enc"] = tensors["W_enc"] * norms, tensors["b_enc"] * norms
         tensors["W_dec"] = tensors["W_dec"] / norms[:, None]
-    return Dictionary(
-        *(tensors[key].to(dtype) for key in ("W_enc", "b_enc", "W_dec", "b_dec")),
+    return _build(
+        tensors, p / WEIGHTS, dtype, device,
         architecture=arch,
         hook_name=hook_name if hook_name is not None else _hook_name(cfg),
         k=k,
-        threshold=tensors["threshold"].to(dtype) if arch == "jumprelu" else None,
-        apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
+        apply_b_dec_to_input=apply_b_dec,
         metadata=dict(cfg.get("metadata") or {}),
-    )
+    )  # fmt: skip
 
 
-def _from_npz(file: Path, hook_name: str | None, dtype: torch.dtype | None) -> Dictionary:
+def _build(
+    tensors: dict[str, torch.Tensor],
+    file: Path,
+    dtype: torch.dtype,
+    device: torch.device | None,
+    **options: Any,
+) -> Dictionary:
+    """The dictionary of checked tensors, cast to ``dtype`` (refused where they overflow)."""
+    cast = {}
+    for key, t in tensors.items():
+        cast[key] = check_finite_weight(
+            t.to(dtype),
+            f"{file}: {key!r} in {str(dtype).removeprefix('torch.')}",
+            fix=f"its values are too large for {dtype}; load it with dtype='float32'",
+        )
+    try:
+        D = Dictionary(
+            *(cast[key] for key in ("W_enc", "b_enc", "W_dec", "b_dec")),
+            threshold=cast.get("threshold"),
+            **options,
+        )
+    except InterpError as e:
+        raise _bad(file, str(e)) from None
+    return D if device is None else D.to(device)
+
+
+def _from_npz(
+    file: Path, hook_name: str | None, dtype: torch.dtype | None, device: torch.device | None
+) -> Dictionary:
     if hook_name is None:
         raise _bad(
             file, "does not name its hook: pass hook_name= (e.g. 'blocks.12.hook_resid_post')"
@@ -236,12 +322,10 @@ def _from_npz(file: Path, hook_name: str | None, dtype: torch.dtype | None) -> D
         )
     d_in, d_sae = tensors["W_enc"].shape
     _check_widths(tensors, int(d_in), int(d_sae), file)
-    dtype = dtype or torch.float32
-    return Dictionary(
-        *(tensors[key].to(dtype) for key in ("W_enc", "b_enc", "W_dec", "b_dec")),
+    return _build(
+        tensors, file, dtype or torch.float32, device,
         architecture="jumprelu",
         hook_name=hook_name,
-        threshold=tensors["threshold"].to(dtype),
         apply_b_dec_to_input=False,  # Gemma Scope encodes x itself
         metadata={"source": "gemma-scope params.npz"},
-    )
+    )  # fmt: skip

@@ -21,6 +21,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from interp.core.errors import InterpError
+from interp.dictionaries.inputs import check_finite_weight, check_path
 from interp.outputs.files import check_output_dir, write_files
 
 if TYPE_CHECKING:  # pragma: no cover - typing only: dictionary.py imports this module
@@ -32,6 +36,10 @@ NPZ = "params.npz"
 SAE_LENS_NAMES = {"relu": "standard", "topk": "topk", "jumprelu": "jumprelu"}
 SAE_LENS_VERSION = "6.0.0"  # the cfg.json layout written: sae-lens 6.x reads it as its own
 TENSORS = ("W_enc", "b_enc", "W_dec", "b_dec", "threshold")
+UNSAVED = (
+    "the weights were changed since the dictionary was made (a diverged training step, an "
+    "edit); nothing was written: retrain it, or reload the saved copy"
+)
 
 
 def dictionary_config(D: Dictionary) -> dict[str, Any]:
@@ -73,19 +81,44 @@ def save_dictionary(D: Dictionary, path: str | os.PathLike[str]) -> Path:
         The folder.
 
     Raises:
-        InterpError: a destination that cannot be written.
+        InterpError: not a dictionary; a path that is not a str / ``os.PathLike``; a
+            tensor holding NaN or infinite values (changed since the dictionary was made,
+            e.g. by a diverged training step; nothing is written); metadata that JSON
+            cannot hold; a destination that cannot be written.
     """
     from safetensors.torch import save_file
 
-    out = check_output_dir(path, "dictionary folder")
-    out.mkdir(parents=True, exist_ok=True)
-    names = ["W_enc", "b_enc", "W_dec", "b_dec"] + (["threshold"] * (D.architecture == "jumprelu"))
-    state = {n: getattr(D, n).detach().cpu().contiguous() for n in names}
-    text = json.dumps(dictionary_config(D), indent=1) + "\n"
-    write_files(
-        {
-            out / WEIGHTS: lambda f: save_file(state, str(f)),
-            out / CFG: lambda f: f.write_text(text),
-        }
+    names = ["W_enc", "b_enc", "W_dec", "b_dec"] + (
+        ["threshold"] * (getattr(D, "architecture", None) == "jumprelu")
     )
+    if not all(isinstance(getattr(D, n, None), torch.Tensor) for n in names):
+        raise InterpError(
+            f"save_dictionary needs a Dictionary, got {type(D).__name__}: make one with "
+            "interp.dictionaries.Dictionary(...) or load_dictionary(path)"
+        )
+    for n in names:
+        check_finite_weight(getattr(D, n), n, fix=UNSAVED)
+    try:
+        text = json.dumps(dictionary_config(D), indent=1) + "\n"
+    except (TypeError, ValueError) as e:
+        raise InterpError(
+            f"the dictionary's metadata cannot be written to {CFG} ({e}): keep only strings, "
+            "numbers, lists and dicts in D.metadata"
+        ) from None
+    out = check_output_dir(check_path(path, "dictionary folder"), "dictionary folder")
+    out.mkdir(parents=True, exist_ok=True)
+    state = {n: getattr(D, n).detach().cpu().contiguous() for n in names}
+
+    def weights(f: Path) -> None:
+        save_file(state, str(f))
+        os.chmod(f, 0o666 & ~_umask())  # safetensors writes 0600; give it cfg.json's mode
+
+    write_files({out / WEIGHTS: weights, out / CFG: lambda f: f.write_text(text)})
     return out
+
+
+def _umask() -> int:
+    """The process umask (read by setting it, so set it straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

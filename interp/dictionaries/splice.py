@@ -42,9 +42,14 @@ import torch
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel, hook_names, model_cfg, model_device
 from interp.dictionaries.dictionary import Dictionary
+from interp.dictionaries.inputs import check_finite_weight
 from interp.runtime import runtime_of
 
 Edit = Callable[[torch.Tensor], torch.Tensor]
+CHANGED = (
+    "its weights were changed since it was made or loaded (a diverged training step, an "
+    "edit), and every score through it would be NaN: reload or retrain it"
+)
 
 
 def hook_width(model: HookedModel, hook: str) -> int:
@@ -111,7 +116,9 @@ def check_dictionary(model: HookedModel, D: Any) -> Dictionary:
     Raises:
         InterpError: no model, not a :class:`Dictionary`, no hook name, a hook the model
             does not have or that holds attention patterns, a ``d_in`` other than the hook's
-            width, or tensors on another device than the model's.
+            width, tensors on another device than the model's, or a tensor holding NaN
+            or infinite values (set after the dictionary was made: every score through it
+            would be NaN).
     """
     model_cfg(model)
     if not isinstance(D, Dictionary):
@@ -136,6 +143,10 @@ def check_dictionary(model: HookedModel, D: Any) -> Dictionary:
             f"the dictionary is on {D.device} and the model on {model_device(model)}: "
             "move it with D.to(device)"
         )
+    for name in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold"):
+        t = getattr(D, name)
+        if t is not None:
+            check_finite_weight(t, f"the dictionary's {name}", fix=CHANGED)
     return D
 
 

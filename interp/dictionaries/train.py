@@ -84,6 +84,35 @@ def _check(model: HookedModel, tokens: Any, hook: Any, n_features: Any, k: Any) 
     return tokens
 
 
+def _number(value: Any, name: str, *, positive: bool = False) -> float:
+    """A finite number (a string such as ``'1e-3'`` refused, not parsed), >= 0 or > 0."""
+    if isinstance(value, (str, bytes)):
+        raise InterpError(f"{name} must be a number, got the string {value!r}: pass {name}=1e-3")
+    out = check_finite(value, name, positive=positive)
+    if out < 0:
+        raise InterpError(f"{name} must be >= 0, got {out}: 0 turns it off")
+    return out
+
+
+def _diverged(what: str, step: int, n_steps: int, lr: float, hook: str) -> InterpError:
+    return InterpError(
+        f"training diverged at step {step} of {n_steps}: {what}; nothing was returned or "
+        f"saved: lower lr (now {lr:g}), or check that the activations at {hook!r} are finite"
+    )
+
+
+def _finite_activations(x: torch.Tensor, rows: slice, hook: str) -> torch.Tensor:
+    """Refuse a chunk of activations holding NaN or infinity, before training on it."""
+    if not bool(torch.isfinite(x).all()):
+        raise InterpError(
+            f"the activations at {hook!r} of sequences {rows.start}..{rows.stop - 1} hold "
+            f"{int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} infinite "
+            "value(s): a dictionary cannot be trained on them; run the model in float32, or "
+            "drop those sequences"
+        )
+    return x
+
+
 def _depth(model: HookedModel, hook: str) -> float:
     """The share of the model's blocks a pass stopped at ``hook`` runs."""
     n = max(1, int(model.cfg.n_layers))
@@ -123,9 +152,10 @@ def train_dictionary(
         seed: every random draw; the same seed gives the same numbers.
         epochs: passes over ``tokens``.
         batch_size: positions per optimiser step.
-        lr: Adam's learning rate (default :func:`default_lr`).
-        aux_k: dead features the AuxK loss uses (default ``min(d_in // 2, n_features)``).
-        aux_coefficient: the AuxK loss's weight.
+        lr: Adam's learning rate, a positive number (default :func:`default_lr`).
+        aux_k: dead features the AuxK loss uses, at most ``n_features`` (default
+            ``min(d_in // 2, n_features)``).
+        aux_coefficient: the AuxK loss's weight, >= 0 (0 turns it off).
         dead_after: positions without activating after which a feature counts as dead
             (default a twentieth of all training positions, at least one batch).
         skip_columns: leading columns not trained on (a BOS column, whose norm dwarfs the
@@ -140,25 +170,33 @@ def train_dictionary(
         A :class:`TrainedDictionary`.
 
     Raises:
-        InterpError: bad tokens, a hook the model lacks, ``k`` above ``n_features``, a bad
-            option, or a budget one prompt does not fit.
+        InterpError: bad tokens or eval tokens, a hook the model lacks, ``k`` or ``aux_k``
+            above ``n_features``, a bad option (``lr`` not a positive finite number, a
+            string included; ``aux_coefficient`` negative or not finite), a budget one
+            prompt does not fit (all before any pass); activations at ``hook`` holding NaN
+            or infinity; or a loss or weight that stops being finite (training diverged:
+            the message names the step, and no dictionary is returned).
     """
     tokens = _check(model, tokens, hook, n_features, k)
+    if eval_tokens is not None:
+        eval_tokens = check_tokens(model, eval_tokens, chunked=True)
     seed, epochs = check_seed(seed), check_int(epochs, "epochs", minimum=1)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
-    lr = default_lr(n_features) if lr is None else check_finite(lr, "lr", positive=True)
-    aux_coefficient = check_finite(aux_coefficient, "aux_coefficient")
+    lr = default_lr(n_features) if lr is None else _number(lr, "lr", positive=True)
+    aux_coefficient = _number(aux_coefficient, "aux_coefficient")
     skip = check_int(skip_columns, "skip_columns", minimum=0)
     check_bool(progress, "progress")
     batch, pos = tokens.shape
     if skip >= pos:
         raise InterpError(f"skip_columns={skip} leaves none of the {pos} columns to train on")
     d_in = hook_width(model, hook)
-    aux_k = (
-        min(max(1, d_in // 2), n_features)
-        if aux_k is None
-        else check_int(aux_k, "aux_k", minimum=1)
-    )
+    if aux_k is None:
+        aux_k = min(max(1, d_in // 2), n_features)
+    elif (aux_k := check_int(aux_k, "aux_k", minimum=1)) > n_features:
+        raise InterpError(
+            f"aux_k={aux_k} is more than n_features={n_features}: the AuxK loss uses at most "
+            "every feature; pick aux_k <= n_features (or None, the default)"
+        )
     total = batch * (pos - skip) * epochs
     dead_after = (
         max(batch_size, total // 20)
@@ -178,7 +216,7 @@ def train_dictionary(
 
     def chunk(rows: slice) -> torch.Tensor:  # [n, d_in] float32, scaled
         x = hook_activations(model, tokens[rows], hook)[:, skip:].float()
-        return x.reshape(-1, d_in)
+        return _finite_activations(x.reshape(-1, d_in), rows, hook)
 
     first = chunk(run.chunks[0])
     scale = math.sqrt(d_in) / float(first.norm(dim=-1).mean().clamp(min=1e-12))
@@ -212,10 +250,15 @@ def train_dictionary(
                     group["lr"] = lr * min(1.0, (1 - frac) / 0.2)
                 last = _step(params, opt, x, k, aux_k, aux_coefficient, since, dead_after)
                 step += 1
+                if not math.isfinite(last["loss"]):
+                    raise _diverged(f"the loss is {last['loss']}", step, n_steps, lr, hook)
                 bar.update(1)
                 if step % 50 == 0:
                     bar.set_postfix(loss=f"{last['loss']:.4f}", dead=f"{last['dead']:.2f}")
     bar.close()
+    for name, t in params.items():
+        if not bool(torch.isfinite(t).all()):
+            raise _diverged(f"{name} is no longer finite", step, n_steps, lr, hook)
     D = _folded(params, scale, hook=hook, k=k)
     training = dict(
         model_name=model_name(model), hook=hook, n_features=n_features, k=k, seed=seed,
