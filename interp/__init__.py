@@ -12,6 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from interp.core.errors import CheckpointError, InterpError
+from interp.core.moved import install as _install_old_paths
 from interp.core.version import VERSION as __version__
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -20,6 +21,9 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 __all__ = ["CheckpointError", "InterpError", "__version__", "export", "read_table"]
+
+# Old module paths (interp.errors, interp.labs, ...) import again, warning with the new place.
+_install_old_paths()
 
 
 def export(

@@ -25,6 +25,8 @@ LAYERS = [
         "interp.core.glossary",
         "interp.core.shapes",
         "interp.core.validate",
+        "interp.core.moved",
+        "interp.core.moved_paths",
         "interp.outputs.files",
         "interp.outputs.tables",
     ),

@@ -34,6 +34,7 @@ import importlib
 from typing import Any
 
 from interp.core.glossary import rst as _glossary
+from interp.core.moved import renamed
 
 __doc__ = (__doc__ or "").replace("\nGLOSSARY\n", "\n" + _glossary() + "\n")
 
@@ -114,4 +115,4 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'interp.analysis' has no attribute {name!r}")
+    return renamed(__name__, name)  # an old name warns and names the new one, or AttributeError

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from interp.core.errors import InterpError
+from interp.core.moved import renamed
 from interp.core.paths import INDUCTION_CHECKPOINT, data_dir
 from interp.core.precision import check_runs
 from interp.models import pretrained
@@ -353,3 +354,7 @@ def prompt_ids(tokenizer: Any, text: str) -> Any:
     if bos is not None and (not ids or ids[0] not in starts):
         ids = [bos, *ids]
     return torch.tensor([ids], dtype=torch.long)
+
+
+def __getattr__(name: str) -> Any:
+    return renamed(__name__, name)  # an old name warns and names the new one

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from interp.core.errors import InterpError
+from interp.core.moved import renamed
 from interp.core.protocol import HookedModel
 from interp.core.version import VERSION
 from interp.engine.edges.graph import Graph, build_graph
@@ -343,3 +344,7 @@ def load_circuit(
     if not isinstance(info, dict):
         raise InterpError(f"{str(p)!r}: 'info' must be a mapping, got {type(info).__name__}")
     return Circuit(graph=graph, mask=mask, scores=scores, info=dict(info))
+
+
+def __getattr__(name: str) -> Any:
+    return renamed(__name__, name)  # an old name warns and names the new one

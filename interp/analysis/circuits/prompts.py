@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from interp.core.metrics import logit_diff_metric, loss_metric
+from interp.core.moved import renamed
 from interp.core.protocol import HookedModel
 from interp.datasets import name_mover_prompts, name_mover_templates, repeated_random_tokens
 
@@ -85,3 +86,7 @@ def circuit_task(model: HookedModel, *, n: int = 16, seed: int = 0) -> CircuitPr
         description=f"{n} indirect-object prompts (training templates) and their corrupted "
         "twins (the other name repeated); metric: logit difference IO - S",
     )
+
+
+def __getattr__(name: str) -> Any:
+    return renamed(__name__, name)  # an old name warns and names the new one

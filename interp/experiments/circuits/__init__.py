@@ -6,6 +6,7 @@ lives in :mod:`interp.analysis.circuits.prompts`.
 """
 
 from interp.analysis.circuits.prompts import CircuitPrompts, circuit_task
+from interp.core.moved import renamed
 from interp.experiments.circuits.analysis import (
     DIRECTION,
     EXACT_ALL,
@@ -37,3 +38,7 @@ __all__ = [
     "summary",
     "tables",
 ]
+
+
+def __getattr__(name: str) -> object:
+    return renamed(__name__, name)  # an old name warns and names the new one
