@@ -184,12 +184,15 @@ def load(args: argparse.Namespace) -> Any:
     return load_model(args.model, device=args.device, dtype=args.dtype)
 
 
-def check_model_args(args: argparse.Namespace) -> None:
-    """``--model`` names something loadable and ``--device`` exists, before any loading.
+def check_model_args(
+    args: argparse.Namespace, *, heads: list[str] | None = None, option: str = "--heads"
+) -> None:
+    """``--model`` names something loadable, ``--device`` exists and the ``heads`` are the
+    model's (from its config alone: :mod:`interp.cli.model_checks`), before any loading.
 
     Raises:
         InterpError: as :func:`interp.models.loader.check_model_name` and
-            :func:`interp.models.placement.check_device`.
+            :func:`interp.models.placement.check_device`, or for a head out of range.
     """
     from interp.models.loader import check_model_name
     from interp.models.placement import check_device
@@ -197,6 +200,10 @@ def check_model_args(args: argparse.Namespace) -> None:
     check_model_name(args.model)
     if getattr(args, "device", None) is not None:
         check_device(args.device)
+    if heads is not None:
+        from interp.cli.model_checks import check_heads_fit, model_spec_of
+
+        check_heads_fit(model_spec_of(args.model), heads, option)
 
 
 def heads_arg(text: str | None) -> list[str] | None:

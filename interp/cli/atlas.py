@@ -93,7 +93,7 @@ def run_atlas(args: argparse.Namespace) -> int:
     table = check_out(args.table) if args.table is not None else None
     check_distinct({"--out": out, "--table": table})
     heads = heads_arg(args.heads)
-    check_model_args(args)
+    check_model_args(args, heads=heads)
     from interp.analysis.heads.atlas.table import measure_atlas
     from interp.analysis.heads.scores import probe_tokens
     from interp.core.head_checks import parse_heads

@@ -199,6 +199,7 @@ def run_attention(args: argparse.Namespace) -> int:
     heads = heads_arg(args.heads)
     if args.wrong is not None and args.answer is None:
         raise InterpError("--wrong goes with --answer")
+    check_model_args(args, heads=heads)
     answer, wrong = _prechecked(args, None)
     from interp.analysis.heads.patterns import attention_patterns
     from interp.analysis.heads.scores import head_scores

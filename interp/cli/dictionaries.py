@@ -66,6 +66,8 @@ def corpus_tokens(
         return train.tokens, test.tokens, info
     from interp.datasets import TRAIN_LENGTHS, repeated_tokens
 
+    _check_repeated_seq_len(model, args, seq_len)
+
     def draw(n: int, seed: int) -> Any:
         return repeated_tokens(
             n,
@@ -81,6 +83,31 @@ def corpus_tokens(
                 n_tokens=int(train.numel()), eval_tokens=int(test.numel()),
                 seeds=[args.seed + 1, args.seed + 2])  # fmt: skip
     return train, test, info
+
+
+def _check_repeated_seq_len(model: HookedModel, args: argparse.Namespace, seq_len: int) -> None:
+    """Refuse a ``--seq-len`` that ``--corpus repeated`` cannot fill, naming the option."""
+    from interp.core.errors import InterpError
+    from interp.datasets import TRAIN_LENGTHS, repeated_seq_lens
+
+    d_vocab, n_ctx = int(model.cfg.d_vocab), getattr(model.cfg, "n_ctx", None)
+    lo, hi = repeated_seq_lens(d_vocab)
+    hi = min(hi, n_ctx or hi)
+    given = f"--seq-len {seq_len}" if args.seq_len else f"the default --seq-len ({seq_len})"
+    why = (
+        f"its segments are up to {max(TRAIN_LENGTHS)} tokens, shown twice after BOS, and a "
+        f"sequence's tokens are distinct in this model's {d_vocab}-token vocabulary"
+    )
+    if lo > hi:
+        raise InterpError(
+            f"--corpus repeated cannot fill any sequence for this model ({why}; its context is "
+            f"{n_ctx}): use --corpus python"
+        )
+    if not lo <= seq_len <= hi:
+        raise InterpError(
+            f"--corpus repeated cannot fill {given} ({why}): pass --seq-len {lo}..{hi}, or use "
+            "--corpus python"
+        )
 
 
 def run_train_dictionary(args: argparse.Namespace) -> int:

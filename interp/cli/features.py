@@ -72,6 +72,9 @@ def run_features(args: argparse.Namespace) -> int:
                 f"{args.dictionary} does not say which model it was trained on: pass --model"
             )
     check_model_args(args)
+    from interp.cli.model_checks import check_dictionary_fits, model_spec_of
+
+    check_dictionary_fits(model_spec_of(args.model), D.hook_name, D.d_in)
     if shown is not None:
         bad = [f for f in shown if not 0 <= f < D.d_sae]
         if bad:

@@ -32,6 +32,12 @@ from interp.cli.args import (
     seed_arg,
 )
 from interp.cli.inputs import encode, token_id, tokenizer_of
+from interp.cli.model_checks import (
+    check_generates,
+    check_heads_fit,
+    check_steering_fits,
+    model_spec_of,
+)
 from interp.cli.outputs import check_distinct, check_out, export_to, write_outputs
 from interp.core.errors import InterpError
 
@@ -179,8 +185,18 @@ def run_generate(args: argparse.Namespace) -> int:
         raise InterpError("--top-k and --top-p shape sampling: give --temperature above 0")
     check_model_args(args)
     tok = tokenizer_of(args.model)
-    encode(tok, args.prompt)  # the prompt encodes
+    prompt_ids = encode(tok, args.prompt)  # the prompt encodes
     stop = token_id(tok, args.stop, "--stop") if args.stop is not None else None
+    # what the config alone can refuse, before seconds and gigabytes of weights
+    spec = model_spec_of(args.model)
+    check_generates(spec, int(prompt_ids.shape[-1]), args.max_new_tokens)
+    check_heads_fit(spec, heads, "--ablate")
+    for (hook, _, _), vec in zip(steers, vectors):
+        check_steering_fits(spec, hook, tuple(vec.shape))
+    if spec is not None and stop is not None and spec.d_vocab and stop >= spec.d_vocab:
+        raise InterpError(
+            f"--stop {args.stop!r}: id {stop} is past {spec.name}'s {spec.d_vocab} tokens"
+        )
     from interp.analysis.generation import HeadAblation, Steering, compare_generations
 
     model = load(args)

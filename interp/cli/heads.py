@@ -233,7 +233,7 @@ def run_ablate(args: argparse.Namespace) -> int:
     if args.verify and not args.first_order:
         raise InterpError("--verify goes with --first-order (the exact sweep is exact already)")
     given = check_inputs(args)
-    check_model_args(args)
+    check_model_args(args, heads=heads)
     prompts = [(args.prompt, "prompt")] if args.prompt is not None else []
     _tokenizer_checks(args, prompts, positions)
     if given is not None:
@@ -313,7 +313,7 @@ def run_attribute(args: argparse.Namespace) -> int:
         if args.metric != "logit-diff":
             raise InterpError("--ablation patch needs --metric logit-diff --logit-diff A,B")
     given = check_inputs(args)
-    check_model_args(args)
+    check_model_args(args, heads=heads)
     texts = [(args.prompt, "prompt"), (args.corrupted, "corrupted prompt")]
     prompts = [(t, what) for t, what in texts if t is not None]
     _tokenizer_checks(args, prompts, positions, twins=args.ablation == "patch")
@@ -331,7 +331,7 @@ def run_patch(args: argparse.Namespace) -> int:
     if args.component is not None and heads is not None:
         raise InterpError("--heads is for per-head patching; drop it with --component")
     _check_component_by(args.component, args.by)
-    check_model_args(args)
+    check_model_args(args, heads=heads)
     clean, _, _ = pair_task(args, tokenizer_of(args.model))  # the tokenizer alone
     check_positions_fit(positions, clean.shape[1])
     from interp.analysis.components.patching import patch_heads

@@ -36,6 +36,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from typing import Any
 
 from interp.core.errors import InterpError
@@ -76,6 +78,82 @@ def tolerance(dtype: Any, magnitude: float, *, float32: float, ulps: float = ULP
     """The largest gap allowed between two computations of numbers of size ``magnitude``
     (module docstring)."""
     return rtol(dtype, float32=float32, ulps=ulps) * max(1.0, float(magnitude))
+
+
+# the likely cause of a non-finite activation or logit of the model's own pass, and the fix
+FROM_MODEL = (
+    "the model's own pass makes them: a NaN or infinite weight, or a hook left on the model "
+    "that writes one; check its weights with torch.isfinite and remove leftover hooks "
+    "(model.reset_hooks())"
+)
+
+
+def within(gap: float, tol: float) -> bool:
+    """Whether ``gap`` is within ``tol``: ``gap <= tol``, so a NaN gap (a NaN in either of
+    the two computations) fails the claim. ``gap > tol`` is False for NaN and would let it
+    through: every exactness check is written ``if not within(gap, tol)``.
+
+    Example:
+        >>> within(1e-7, 1e-5), within(float("nan"), 1e-5)
+        (True, False)
+    """
+    return bool(gap <= tol)
+
+
+def worst(gaps: Iterable[float]) -> float:
+    """The largest of ``gaps`` (0.0 for none), NaN where any is NaN: Python's ``max`` keeps or
+    drops a NaN by where it stands (``max(0.0, nan)`` is 0.0), so a reduction over gaps uses
+    this.
+
+    Example:
+        >>> worst([0.0, 2e-7, 1e-7]), worst([0.0, float("nan"), 1e-7])
+        (2e-07, nan)
+    """
+    out = 0.0
+    for g in gaps:
+        g = float(g)
+        if g != g:
+            return math.nan
+        out = max(out, g)
+    return out
+
+
+def nonfinite(x: Any) -> str | None:
+    """What a tensor, array or number holds that is not finite, in words (``"NaN in 3 of 40
+    entries"``, ``"infinity in 1 of 40 entries"``; ``"NaN"`` for one number), or None where
+    every entry is finite.
+
+    Example:
+        >>> import torch
+        >>> nonfinite(torch.tensor([1.0, float("nan")])), nonfinite(2.0)
+        ('NaN in 1 of 2 entries', None)
+    """
+    import torch
+
+    t = torch.as_tensor(x).detach()
+    if not (t.dtype.is_floating_point or t.dtype.is_complex):
+        return None
+    n = int((~torch.isfinite(t)).sum())
+    if n == 0:
+        return None
+    kind = "NaN" if bool(torch.isnan(t).any()) else "infinity"
+    return f"{kind} in {n} of {t.numel()} entries" if t.numel() > 1 else kind
+
+
+def check_finite_values(x: Any, what: str, cause: str) -> None:
+    """Refuse ``x`` (a tensor, array or number) where any entry is NaN or infinite.
+
+    Args:
+        x: The quantity an analysis is about to sum, compare or report.
+        what: It, in words (``"L1H0's attention scores from the model's own pass"``).
+        cause: The likely cause and the fix, in words.
+
+    Raises:
+        InterpError: ``"NaN in 3 of 40 entries of {what}; {cause}"``.
+    """
+    bad = nonfinite(x)
+    if bad is not None:
+        raise InterpError(f"{bad} {'of' if ' entries' in bad else 'in'} {what}; {cause}")
 
 
 def check_runs(dtype: Any, device: Any) -> None:

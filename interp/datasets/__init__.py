@@ -32,6 +32,7 @@ from interp.datasets.repeated import (
     TRAIN_LENGTHS,
     RepeatedTokens,
     repeated_random_tokens,
+    repeated_seq_lens,
     repeated_tokens,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "name_mover_templates",
     "python_text",
     "repeated_random_tokens",
+    "repeated_seq_lens",
     "repeated_tokens",
     "stdlib_files",
 ]

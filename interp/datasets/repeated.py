@@ -85,6 +85,40 @@ def _check_lengths(segment_lengths: Sequence[int] | tuple[int, int]) -> list[int
     return lengths
 
 
+def repeated_seq_lens(
+    d_vocab: int,
+    *,
+    segment_lengths: Sequence[int] = TRAIN_LENGTHS,
+    bos: int | None = BOS,
+) -> tuple[int, int]:
+    """The shortest and longest ``seq_len`` :func:`repeated_tokens` can draw for a vocabulary.
+
+    With the default ``max_prefix``, the longest segment must fit twice, and a sequence's
+    prefix and segment must not run out of distinct tokens.
+
+    Args:
+        d_vocab: the vocabulary size.
+        segment_lengths: the segment lengths drawn from.
+        bos: the BOS id, or ``None``.
+
+    Returns:
+        ``(shortest, longest)``; the range is empty (shortest > longest) when the vocabulary
+        is too small for any.
+
+    Example:
+        >>> repeated_seq_lens(64)
+        (37, 54)
+
+    Raises:
+        InterpError: segment lengths that are not integers >= 2, or a vocabulary below 2.
+    """
+    lengths = _check_lengths(segment_lengths)
+    d_vocab = check_int(d_vocab, "d_vocab", minimum=2)
+    start0 = 0 if bos is None else 1
+    content = d_vocab - (0 if bos is None else 1)
+    return start0 + 2 * max(lengths), content + start0 + 2 * min(lengths) - max(lengths)
+
+
 def repeated_tokens(
     n: int,
     *,

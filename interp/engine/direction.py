@@ -83,10 +83,15 @@ def check_span(base: float, source: float, what: str, dtype: Any = None) -> None
     table normalised by rounding noise is not a result.
 
     Raises:
-        InterpError: naming both values and what to change.
+        InterpError: naming both values and what to change; for a NaN or infinite value.
     """
-    from interp.core.precision import SPAN_ULPS, tolerance
+    from interp.core.precision import FROM_MODEL, SPAN_ULPS, tolerance
 
+    if not (math.isfinite(base) and math.isfinite(source)):  # NaN would pass the test below
+        raise InterpError(
+            f"the two runs give the metric {base:.6g} and {source:.6g}, not both finite, so "
+            f"{what} would be NaN; {FROM_MODEL}, or the metric divides by zero"
+        )
     size = max(abs(base), abs(source))
     if abs(source - base) <= tolerance(dtype, size, float32=SPAN_RTOL, ulps=SPAN_ULPS):
         raise InterpError(

@@ -20,7 +20,11 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+
+from interp.core.errors import InterpError
 
 PAIR = ["query_component", "key_component"]
 AGREE = 0.25  # the measured change is within this fraction of the attribution: they agree
@@ -75,7 +79,17 @@ def side_shares(df: pd.DataFrame, k: int = 5) -> pd.DataFrame:
 
 def verdict(attribution: float, measured: float) -> str:
     """Whether an intervention bears out an attribution: ``agrees`` (same sign, within
-    :data:`AGREE` of it), ``same sign, smaller`` / ``same sign, larger``, or ``opposite sign``."""
+    :data:`AGREE` of it), ``same sign, smaller`` / ``same sign, larger``, or ``opposite sign``.
+
+    Raises:
+        InterpError: for a NaN or infinite value (every comparison below is False for NaN,
+            which would read as ``same sign, larger``).
+    """
+    if not (math.isfinite(attribution) and math.isfinite(measured)):
+        raise InterpError(
+            f"attribution {attribution} and measured change {measured} are not both finite, so "
+            "no verdict; the model or an edit made the scores NaN or infinite"
+        )
     if attribution * measured <= 0:
         return "opposite sign"
     if abs(measured - attribution) <= AGREE * abs(attribution):

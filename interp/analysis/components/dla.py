@@ -56,7 +56,14 @@ from interp.core.errors import InterpError
 from interp.core.glossary import retired_words
 from interp.core.hooks import head_label, hook_name
 from interp.core.memory import forward_bytes
-from interp.core.precision import is_reduced, tolerance
+from interp.core.precision import (
+    FROM_MODEL,
+    check_finite_values,
+    is_reduced,
+    tolerance,
+    within,
+    worst,
+)
 from interp.core.protocol import HookedModel, check_model, eval_no_grad, hook_names
 from interp.core.shapes import Tokens
 from interp.engine.cache import cache_work, check_cache
@@ -164,8 +171,9 @@ def direct_logit_attribution(
             encoder such as MiniLM) or whose output head is not its final norm and
             unembedding, a final norm without ``hook_scale``, answers that are not one
             token or do not fit the batch, ``wrong`` equal to ``answer``, positions out
-            of range or on right padding, a cache of other tokens, or a retired
-            parameter name (``positions=``, ``unit=``).
+            of range or on right padding, a cache of other tokens, a retired
+            parameter name (``positions=``, ``unit=``), or logits (or a component's share)
+            that are NaN or infinite.
     """
     cfg = check_model(model)
     if by not in BYS:
@@ -358,8 +366,20 @@ def _remainder(parts: list[tuple], norm: Any) -> tuple[list, dict[str, Any]]:
         (*first[:4], torch.cat([p[0][i][-1] for p in parts])) for i, first in enumerate(parts[0][0])
     ]
     total = torch.cat([p[1] for p in parts])
-    missing = max(p[2] for p in parts)
-    largest = max(p[3] for p in parts)
+    check_finite_values(
+        total,
+        "the model's own logit (difference) at the positions read",
+        f"{FROM_MODEL}; no attribution of a non-finite logit is returned",
+    )
+    for r in rows:
+        check_finite_values(
+            r[-1],
+            f"the direct share of {r[3]}",
+            "its output or the final norm's frozen scale is not finite where the logits are "
+            "(the model's pass overflows); run the model in float32, or check its weights",
+        )
+    missing = worst(p[2] for p in parts)
+    largest = worst(p[3] for p in parts)
     summed = torch.stack([r[-1] for r in rows]).sum(0)  # [batch, P]
     remainder = (total - summed).mean().item()
     attrs: dict[str, Any] = {
@@ -372,14 +392,14 @@ def _remainder(parts: list[tuple], norm: Any) -> tuple[list, dict[str, Any]]:
         ),
         "remainder": remainder,
     }
-    scale_of = max(1.0, max(abs(float(r[-1].mean())) for r in rows))
+    scale_of = max(1.0, worst(abs(float(r[-1].mean())) for r in rows))
     dtype = parts[0][5]
     if is_reduced(dtype):  # the model rounds its logits at their own size
-        scale_of = max(scale_of, max(p[4] for p in parts))
+        scale_of = max(scale_of, worst(p[4] for p in parts))
     attrs["remainder_tol"] = tolerance(dtype, scale_of, float32=REMAINDER_TOL)
-    if abs(remainder) > attrs["remainder_tol"]:
+    if not within(abs(remainder), attrs["remainder_tol"]):  # NaN: a remainder row, never none
         why = []
-        if missing > 1e-4 * max(1.0, largest):
+        if not within(missing, 1e-4 * max(1.0, largest)):
             why.append(
                 f"the components' outputs miss {missing:.3g} of the final residual stream "
                 "(an architecture term this decomposition does not read)"

@@ -335,15 +335,57 @@ class UserHook(Intervention):
         sel = window.selected(self.positions)
         if not bool(sel.any()):
             return []
-        if bool(sel.all()):
-            return [(self.hook, self.fn)]
         axis = position_axis(self.hook)
-        fn = self.fn
+        every = bool(sel.all())
 
         def kept(x: torch.Tensor, hook: Any) -> torch.Tensor:
-            edited = x.clone()
-            out = fn(edited, hook)
-            edited = edited if out is None else out
-            return torch.where(along(sel, x.ndim, axis, x.device), edited, x)
+            original = x.clone()  # the check compares with it (fn may edit x in place)
+            edited = x if every else original.clone()
+            out = self.fn(edited, hook)
+            edited = checked_return(self, original, edited if out is None else out)
+            if every:
+                return edited
+            return torch.where(along(sel, x.ndim, axis, x.device), edited, original)
 
         return [(self.hook, kept)]
+
+
+def checked_return(edit: UserHook, x: torch.Tensor, new: Any) -> torch.Tensor:
+    """A user hook's new activation, checked as the splice checks its edits: a tensor of the
+    activation's shape and dtype, without NaN or infinity where the activation had none
+    (``-inf`` in ``hook_attn_scores`` is a mask, allowed).
+
+    Raises:
+        InterpError: naming the hook's function, its hook and what it returned.
+    """
+    who = edit.describe()  # "user hook fn at hook (... positions)"
+    if not isinstance(new, torch.Tensor):
+        raise InterpError(
+            f"{who} returned {type(new).__name__}; return a tensor of shape {tuple(x.shape)} "
+            "(or None after editing the activation in place)"
+        )
+    if new.shape != x.shape:
+        raise InterpError(
+            f"{who} returned shape {tuple(new.shape)}, but the activation is {tuple(x.shape)}; "
+            "return a tensor of the activation's shape (broadcasting would change every "
+            "position silently)"
+        )
+    if new.dtype != x.dtype:
+        raise InterpError(
+            f"{who} returned dtype {new.dtype}, but the activation is {x.dtype}; return "
+            "x's dtype (.to(x.dtype))"
+        )
+    if new.dtype.is_floating_point:
+        was = torch.isfinite(x)
+        nan = torch.isnan(new) & ~torch.isnan(x)
+        inf = torch.isinf(new) & was
+        if edit.hook.rsplit(".", 1)[-1] == "hook_attn_scores":
+            inf = inf & (new > 0)  # -inf scores mask keys
+        if bool(nan.any()) or bool(inf.any()):
+            kind = "NaN" if bool(nan.any()) else "infinity"
+            n = int((nan | inf).sum())
+            raise InterpError(
+                f"{who} returned {kind} in {n} of {new.numel()} entries where the model's "
+                "activation is finite; a generation cannot sample from it: return finite values"
+            )
+    return new

@@ -35,6 +35,7 @@ import torch
 from interp.analysis.generation.interventions import Window
 from interp.analysis.generation.prompts import Prompts
 from interp.analysis.generation.sampling import Sampling, choose
+from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
 from interp.runtime import runtime_of
 
@@ -84,6 +85,7 @@ def continue_prompts(
         hooks = [h for e in edits for h in e.hooks(window)]
         logits, past = rt.extend(new, attention_mask=mask, past=past, hooks=hooks, keep=kv_cache)
         last = logits[:, -1].float()  # [batch, d_vocab]
+        check_logits(last, done, step, rows, edits)
         nxt = torch.where(done, pad, choose(last, rule, draws[:, step]).to(device))
         lp = last.log_softmax(-1).gather(-1, nxt[:, None]).squeeze(-1)
         logprobs.append(lp.masked_fill(done, float("nan")))
@@ -103,4 +105,40 @@ def continue_prompts(
         logprobs=torch.stack(logprobs, 1).cpu(),
         logits=torch.stack(kept, 1).cpu() if keep_logits else None,
         stopped=done.cpu(),
+    )
+
+
+def check_logits(
+    last: torch.Tensor, done: torch.Tensor, step: int, rows: torch.Tensor, edits: Sequence[Any]
+) -> None:
+    """Refuse a step whose logits hold NaN or ``+inf`` (or only ``-inf``) for a prompt still
+    generating: a sample from them is meaningless (NaN picks token 0).
+
+    Args:
+        last: The step's logits ``[batch, d_vocab]``.
+        done: The prompts that have stopped (their logits are not read).
+        step: The new token's index (0: the first).
+        rows: The prompts' indices in the whole batch.
+        edits: The bound interventions in force.
+
+    Raises:
+        InterpError: naming the step, the prompts and the interventions in force.
+    """
+    bad = (torch.isnan(last) | (last == float("inf"))).any(-1) | (last == float("-inf")).all(-1)
+    bad = bad & ~done
+    if not bool(bad.any()):
+        return
+    from interp.core.precision import FROM_MODEL
+
+    which = [int(r) for r in rows[bad.cpu()].tolist()]
+    words = [getattr(e, "spec", e).describe() for e in edits]  # a bound edit keeps its spec
+    cause = (
+        f"with {'; '.join(words)} in force: an edit that large or non-finite overflows the "
+        "model; make it smaller"
+        if words
+        else f"with no intervention: {FROM_MODEL}"
+    )
+    raise InterpError(
+        f"the logits of new token {step} of prompt(s) {which} are not finite (NaN or "
+        f"infinity), {cause}; no token is sampled from them"
     )

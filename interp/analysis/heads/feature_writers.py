@@ -44,6 +44,7 @@ from interp.analysis.heads.qk.inputs import head_inputs, residual_pieces
 from interp.core.checks import check_int, check_tokens
 from interp.core.errors import InterpError
 from interp.core.hooks import head_label, hook_name
+from interp.core.precision import FROM_MODEL, check_finite_values, within, worst
 from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.dictionaries import Dictionary, check_dictionary
@@ -102,7 +103,8 @@ def feature_head_attribution(
         InterpError: for no model, a dictionary that does not fit (another width or
             model, a hook that is neither a layer's ``hook_z`` nor a ``hook_resid_pre``
             after the first layer), positions out of range, features out of range, or rows
-            that do not reproduce the encoder's pre-activation (above :data:`CHECK_RTOL`).
+            that do not reproduce the encoder's pre-activation (above :data:`CHECK_RTOL`),
+            or a model activation or pre-activation that is NaN or infinite.
     """
     check_model(model)
     D = check_dictionary(model, dictionary)
@@ -130,7 +132,19 @@ def feature_head_attribution(
         else:
             acts, cost = head_inputs(model, tokens, cache, layer)
             x = acts[D.hook_name].float()
+        check_finite_values(
+            x,
+            f"the model's activation at {D.hook_name}",
+            f"{FROM_MODEL}; no split of a non-finite activation is returned",
+        )
         pre = D.pre_activations(x).float()  # [batch, pos, d_sae]
+        check_finite_values(
+            pre,
+            f"the dictionary's pre-activations at {D.hook_name} (its encoder on finite "
+            "activations)",
+            "its encoder overflows float32 on them (weights far too large) or holds NaN; check "
+            "the dictionary's W_enc, b_enc and b_dec",
+        )
         post = D.activate(pre)
         rows = []
         for b in range(bsz):
@@ -141,7 +155,7 @@ def feature_head_attribution(
         split = _split_z if kind == "z" else _split_resid
         table, gap, size = split(model, D, acts, layer, rows, pre, post)
     check = CHECK_RTOL
-    if gap > check:
+    if not within(gap, check):  # NaN fails
         raise InterpError(
             f"the pieces reproduce the encoder's pre-activations only to {gap:.2g} (above "
             f"{check:g}); this architecture computes {D.hook_name} in a way the split does not "
@@ -233,7 +247,8 @@ def _split_z(
         vw = torch.einsum("shd,hdf->hsf", v[b], W)  # [head, key_pos, feature]
         share = A[b, :, p, :, None] * vw  # [head, key_pos, feature]
         bias = _bias(D, feats)
-        gap = max(gap, float((share.sum((0, 1)) + bias - pre[b, p, feats]).abs().max()) / size)
+        miss = float((share.sum((0, 1)) + bias - pre[b, p, feats]).abs().max())
+        gap = worst([gap, miss / size])
         h, s = np.meshgrid(np.arange(n_heads), np.arange(n), indexing="ij")
         for j, f in enumerate(feats):
             a = float(post[b, p, f])
@@ -255,7 +270,8 @@ def _split_resid(
         share = torch.stack([t[3][b, p] for t in heads]) @ W  # [head, feature]
         r = rest[b, p] @ W
         bias = _bias(D, feats)
-        gap = max(gap, float((share.sum(0) + r + bias - pre[b, p, feats]).abs().max()) / size)
+        miss = float((share.sum(0) + r + bias - pre[b, p, feats]).abs().max())
+        gap = worst([gap, miss / size])
         lh = np.array([[t[2], int(t[0].split("H")[1])] for t in heads])
         for j, f in enumerate(feats):
             a = float(post[b, p, f])

@@ -42,6 +42,7 @@ from interp.core.checks import check_finite, check_int, check_seed, check_tokens
 from interp.core.errors import InterpError
 from interp.core.head_checks import check_layer_head, parse_heads
 from interp.core.hooks import head_label, hook_name
+from interp.core.precision import worst
 from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.engine.batching import check_work
@@ -257,9 +258,8 @@ def _measure(model: HookedModel, tokens, clean_out, clean, in_name, names, d, po
         "d_query": _rel(cache[q_name][sel][:, :, head], clean[q_name][sel][:, :, head]),
         "d_key": _rel(cache[k_name][sel][:, :, head], clean[k_name][sel][:, :, head]),
         "d_value": _rel(cache[v_name][sel][:, :, head], clean[v_name][sel][:, :, head]),
-        "d_other_queries": max(
-            (_rel(cache[q_name][sel][:, :, h], clean[q_name][sel][:, :, h]) for h in others),
-            default=0.0,
+        "d_other_queries": worst(  # NaN where any head's is: never dropped
+            _rel(cache[q_name][sel][:, :, h], clean[q_name][sel][:, :, h]) for h in others
         ),
         "d_pattern": float(
             (cache[p_name][:, head, pos_t] - clean[p_name][:, head, pos_t]).abs().max()

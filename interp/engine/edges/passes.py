@@ -158,6 +158,8 @@ def check_exact(rt: Runtime, graph: Graph, parts: list[Layer], tokens: torch.Ten
 
 
 def _probe(rt: Runtime, graph: Graph, parts: list[Layer], tokens: torch.Tensor) -> tuple:
+    from interp.core.precision import FROM_MODEL, check_finite_values, within
+
     probe = tokens[:1, : min(tokens.shape[1], 6)]
     other = torch.flip(probe, dims=[1])
     try:
@@ -166,18 +168,25 @@ def _probe(rt: Runtime, graph: Graph, parts: list[Layer], tokens: torch.Tensor) 
             corr_out, corr_logits = sender_outputs(rt, graph, other, parts=parts)
             valid = torch.as_tensor(graph.valid, dtype=torch.float32)
             force = torch.ones_like(valid)[None] * valid  # every edge, so every receiver recomputed
+            for logits, which in ((ref_logits, "the first"), (corr_logits, "the reversed first")):
+                check_finite_values(
+                    logits,
+                    f"the model's own logits on {which} {probe.shape[1]} tokens of the prompts "
+                    "(the check that edges reproduce the model)",
+                    f"{FROM_MODEL}; no circuit of non-finite logits is computed",
+                )
             zero = EdgeRun(graph, parts, force, clean_out, clean_out, 1)  # alt - ref = 0
             got = run(rt, probe, zero)
             # the rounding of a per-head product against the model's fused projection, carried
             # through every layer: well inside 1e-5 of the logits' size in float32 on the models
             # tested; in float16 / bfloat16 the precision's rule (interp.core.precision)
             gap, tol = _gap(got, ref_logits, float32=1e-5)
-            if gap > tol:
+            if not within(gap, tol):  # NaN fails
                 return False, f"recomputed inputs change the logits by {gap:.2e} (> {tol:.2g})"
             every = EdgeRun(graph, parts, force, corr_out, None, 1)
             got = run(rt, probe, every)
             gap, tol = _gap(got, corr_logits, float32=1e-3)
-            if gap > tol:
+            if not within(gap, tol):
                 return False, (
                     f"corrupting every edge differs from the corrupted run by {gap:.2e} "
                     f"(> {tol:.2g})"

@@ -33,6 +33,7 @@ import torch
 from interp.analysis.heads.qk.attribution import qk_attribution
 from interp.analysis.heads.qk.inputs import needed_hooks, side_pieces
 from interp.core.errors import InterpError
+from interp.core.precision import within, worst
 from interp.core.protocol import HookedModel
 from interp.engine.cache import cache_of
 from interp.experiments.bank_sense import toy_heads as th
@@ -71,11 +72,13 @@ def score_split(
     scores = acts["blocks.0.attn.hook_attn_scores"][0, 0, q].double()  # [key]
     whole = qk_attribution(model, tokens, layer=0, head=0, query_positions=q, by="component")
     by_component = torch.tensor(whole.groupby("key_position")["value"].sum().to_numpy())
-    gap = max(
-        float((share.sum((1, 2)) - scores).abs().max()),
-        float((by_component - scores).abs().max()),
+    gap = worst(
+        [
+            float((share.sum((1, 2)) - scores).abs().max()),
+            float((by_component - scores).abs().max()),
+        ]
     )
-    if gap > CHECK_ATOL:
+    if not within(gap, CHECK_ATOL):  # NaN fails
         raise InterpError(
             f"internal check failed: the coordinate pieces miss the toy head's scores by "
             f"{gap:.2g}; please report this"

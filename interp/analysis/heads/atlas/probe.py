@@ -33,6 +33,7 @@ from interp.analysis.heads.stripes import STRIPES, stripe_mask
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
 from interp.core.memory import forward_bytes
+from interp.core.precision import worst
 from interp.core.protocol import HookedModel
 from interp.engine.batching import Cost
 from interp.engine.cache import check_cache, run_until, with_batch
@@ -188,7 +189,7 @@ class PatternReader:
         q, k = self.queries_keys(x, lay, geometry, lay.W["q"], lay.W["k"])
         mask = self.visible(x.shape[1], geometry, x.device)
         mine = self.pattern_of(q, k, geometry, mask)
-        self.gap = max(self.gap, float((mine - pattern).abs().max()))
+        self.gap = worst([self.gap, float((mine - pattern).abs().max())])
         if geometry.rotary is not None:
             self.add_bands(layer, q, k, geometry, mask)
         Wq = torch.cat(

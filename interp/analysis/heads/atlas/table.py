@@ -96,7 +96,7 @@ from interp.analysis.heads.scores import probe_tokens
 from interp.core.checks import check_seed, check_tokens
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
-from interp.core.precision import rtol
+from interp.core.precision import FROM_MODEL, rtol, within
 from interp.core.protocol import (
     HookedModel,
     check_model,
@@ -266,7 +266,12 @@ def measure_atlas(
         # patterns are probabilities (magnitude 1); in float16 / bfloat16 four eps of the
         # model's precision (bfloat16: 0.031), the one rule of interp.core.precision
         tol = rtol(dtype, float32=P.PATTERN_RTOL, ulps=4)
-        if reader.gap > tol:
+        if not math.isfinite(reader.gap):
+            raise InterpError(
+                "the model's attention patterns (or the atlas's recomputation of them) hold NaN "
+                f"or infinity on the probe; {FROM_MODEL}; no atlas is made"
+            )
+        if not within(reader.gap, tol):
             raise InterpError(
                 f"the atlas's recomputed attention patterns differ from the model's by "
                 f"{reader.gap:.2g} (above {tol:g}); this architecture does something to its "

@@ -52,6 +52,7 @@ from interp.analysis.heads.qk.features import Dictionaries
 from interp.analysis.heads.qk.shares import By, attribute_scores, check_qk_options
 from interp.core.checks import check_tokens
 from interp.core.memory import forward_bytes, stream_bytes
+from interp.core.precision import worst
 from interp.core.protocol import HookedModel, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.dictionaries import Dictionary
@@ -162,7 +163,7 @@ def qk_attribution(
             :data:`~interp.analysis.heads.qk.shares.CHECK_RTOL`), or a dictionary that does
             not fit (not a ``Dictionary``, another width or model, a hook that is not the
             residual stream at or before the head's input, ``dictionary`` beside a side's
-            own).
+            own), or scores (the model's, or the pieces' sum) that are NaN or infinite.
     """
     layer, head, dicts = check_qk_options(
         model, layer=layer, head=head, by=by, dictionary=dictionary,
@@ -271,7 +272,7 @@ def _combine(parts: list[pd.DataFrame], pl: Any) -> pd.DataFrame:
     df.attrs = dict(first.attrs)
     df.attrs.update(
         total=total,
-        score_gap=max(float(p.attrs["score_gap"]) for p in parts),
+        score_gap=worst(float(p.attrs["score_gap"]) for p in parts),
         forward_equivalents=round(
             sum(
                 float(p.attrs["forward_equivalents"]) * pl.share(s)

@@ -44,7 +44,7 @@ from interp.analysis.heads.qk.cells import Cells
 from interp.analysis.heads.qk.inputs import REMAINDER_TOL, Piece, project_pieces
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
-from interp.core.precision import tolerance
+from interp.core.precision import tolerance, within
 from interp.core.protocol import HookedModel
 from interp.dictionaries import Dictionary, check_dictionary
 from interp.runtime.attention import QKGeometry
@@ -229,7 +229,8 @@ def feature_side(
     for t in between:
         missing = missing - t[3][:, rows]
     size = float(given.float().abs().max())
-    if float(missing.abs().max()) > tolerance(given.dtype, size, float32=REMAINDER_TOL):
+    tol = tolerance(given.dtype, size, float32=REMAINDER_TOL)
+    if not within(float(missing.abs().max()), tol):  # NaN: a remainder (then refused)
         names.append("remainder")
         fixed.append(missing)
     stack = torch.cat(

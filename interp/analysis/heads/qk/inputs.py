@@ -27,7 +27,7 @@ import torch
 
 from interp.core.errors import InterpError
 from interp.core.hooks import head_label, hook_name
-from interp.core.precision import tolerance
+from interp.core.precision import tolerance, within
 from interp.core.protocol import HookedModel, hook_names
 from interp.engine.batching import Cost
 from interp.engine.cache import cache_of, cache_work, check_cache
@@ -130,7 +130,8 @@ def residual_pieces(model: HookedModel, acts: Any, layer: int, *, by: str = "hea
     for t in out:
         missing -= t[3]
     size = float(resid.abs().max())
-    if float(missing.abs().max()) > tolerance(given.dtype, size, float32=REMAINDER_TOL):
+    tol = tolerance(given.dtype, size, float32=REMAINDER_TOL)
+    if not within(float(missing.abs().max()), tol):  # NaN: a remainder (then refused)
         out.append(("remainder", "remainder", None, missing))
     return out
 

@@ -28,7 +28,7 @@ from interp.core.checks import check_int, check_tokens
 from interp.core.errors import InterpError
 from interp.core.head_checks import check_layer_head
 from interp.core.hooks import head_label, hook_name
-from interp.core.precision import model_dtype, tolerance
+from interp.core.precision import model_dtype, tolerance, within
 from interp.core.protocol import HookedModel, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.dictionaries import Dictionary
@@ -160,12 +160,12 @@ def qk_interventions(
         s0, _ = _read(model, tokens, layer, head, noop)
         cost.forward(stop=layer + 1)
         size = float(base_s.abs().max())  # float16 / bfloat16: the check allows their rounding
-        if float((uncapped(s0) - base_s).abs().max()) > tolerance(
-            model_dtype(model), size, float32=NOOP_RTOL
-        ):
+        gap = float((uncapped(s0) - base_s).abs().max())
+        if not within(gap, tolerance(model_dtype(model), size, float32=NOOP_RTOL)):  # NaN fails
             raise InterpError(
                 f"recomputing L{layer}H{head}'s hook_q / hook_k from its input does not "
-                "reproduce the model's scores, so this model's q/k inputs cannot be edited here"
+                f"reproduce the model's scores (they differ by {gap:.2g}), so this model's q/k "
+                "inputs cannot be edited here"
             )
         rows = []
         n_groups = len(cells.groups)

@@ -41,7 +41,7 @@ from interp.core.checks import check_tokens
 from interp.core.errors import InterpError
 from interp.core.head_checks import check_layer_head
 from interp.core.hooks import head_label, hook_name
-from interp.core.precision import rtol
+from interp.core.precision import FROM_MODEL, check_finite_values, rtol, within
 from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.engine.batching import Cost
@@ -159,9 +159,16 @@ def attribute_scores(
             q_total, k_total = Q.sum(0), K.sum(0)
         # the whole scores of the query rows (every key: the check needs whole rows)
         explained = torch.einsum("bpd,bkd->bpk", q_total, k_total) * geometry.scale
-        gap, scale_of, against = _check(acts, layer, head, rows, explained, geometry)
+        cause = (
+            "a query or key dictionary's encoder or decoder overflows float32 on these "
+            "activations or holds NaN; check the dictionaries' weights"
+            if dicts.any
+            else "a component's output overflows where the model's own scores do not; run the "
+            "model in float32"
+        )
+        gap, scale_of, against = _check(acts, layer, head, rows, explained, geometry, cause)
         check_rtol = rtol(acts[hook_name("pattern", layer)].dtype, float32=CHECK_RTOL)
-        if gap > check_rtol:
+        if not within(gap, check_rtol):  # NaN fails
             raise InterpError(
                 f"the pieces reproduce L{layer}H{head}'s {against} only to {gap:.2g} (above "
                 f"{check_rtol:g}); this architecture does something to its queries or keys that "
@@ -251,13 +258,22 @@ def _rows(block: torch.Tensor, names_q, names_k, cells: Cells) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
-def _check(acts, layer, head, qpos, explained, geometry) -> tuple[float, float, str]:
+def _check(acts, layer, head, qpos, explained, geometry, cause) -> tuple[float, float, str]:
     """How far the explained scores ``[batch, query, key]`` (every key) are from the model's:
     its ``hook_attn_scores`` over the largest score where that hook holds scores, else (a
     bridge whose hook holds the pattern) its ``hook_pattern`` against the softmax of the
-    explained scores over the keys the model lets each query see."""
+    explained scores over the keys the model lets each query see. Non-finite scores (the
+    model's, or the pieces' sum: ``cause`` says why) are refused first."""
     scores = acts[hook_name("attn_scores", layer)][:, head].float()[:, qpos]
     pattern = acts[hook_name("pattern", layer)][:, head].float()[:, qpos]
+    where = f"L{layer}H{head}'s attention"
+    check_finite_values(
+        scores.masked_fill(scores <= MASKED, 0.0),  # -inf is the mask's fill, not a score
+        f"{where} scores from the model's own pass (hook_attn_scores, at the query positions read)",
+        f"{FROM_MODEL}; no attribution of a non-finite score is returned",
+    )
+    check_finite_values(pattern, f"{where} pattern from the model's own pass", FROM_MODEL)
+    check_finite_values(explained, f"the sum of the query and key pieces of {where} scores", cause)
     mine = _capped(explained, geometry)
     live = scores > MASKED
     holds_scores = not torch.allclose(scores.masked_fill(~live, 0.0), pattern, atol=1e-6)
