@@ -295,6 +295,13 @@ class Runtime:
         with torch.no_grad():
             logits = self.model.run_with_hooks(probe, fwd_hooks=[(name, keep)])
             mine = self.readout(kept["final"])
+        if not bool(torch.isfinite(logits).all()):  # NaN would read as "another head"
+            from interp.core.precision import FROM_MODEL
+
+            raise InterpError(
+                f"the model's own logits on a probe of {probe.shape[1]} tokens are NaN or "
+                f"infinite; {FROM_MODEL}"
+            )
         size = float(logits.float().abs().max())
         gap = float((mine.float() - logits.float()).abs().max())
         return None if gap <= tolerance(logits.dtype, size, float32=1e-4) else gap

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from interp.core.errors import InterpError
-from interp.core.precision import tolerance
+from interp.core.precision import tolerance, within, worst
 from interp.core.protocol import HookedModel, is_causal
 from interp.runtime.attention import QKGeometry, default_scale, rotary_from_hf
 from interp.runtime.base import Hooks, Runtime, kept_rows, repeat_copies, scatter_rows
@@ -344,8 +344,8 @@ class BridgeRuntime(Runtime):
                         probe[:, j : j + 1], mask[:, : j + 1], past, hooks, True, True, swap
                     )
                     rows.append(got[:, -1])
-                gap = max(float((r - whole[:, j]).abs().max()) for r, j in zip(rows, (3, 4, 5)))
-                return gap <= tol  # NaN is a failure
+                gap = worst(float((r - whole[:, j]).abs().max()) for r, j in zip(rows, (3, 4, 5)))
+                return within(gap, tol)  # NaN is a failure
 
             if agrees(every, True) and agrees((), True):  # hooked blocks bridged, the rest not
                 return "unbridged"
