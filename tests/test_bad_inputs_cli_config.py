@@ -48,6 +48,8 @@ def folders(tmp_path_factory):
     torch.save(torch.ones(32), d / "v32.pt")
     D = Dictionary.random(d_in=64, d_sae=16, hook_name="blocks.1.hook_resid_pre", seed=0)
     D.save(d / "dict64")
+    D = Dictionary.random(d_in=128, d_sae=16, hook_name="blocks.1.hook_resid_pre", seed=0)
+    D.save(d / "dict128")
     return {"g": g, "bert": bert, "ckpt": ckpt, "d": d}
 
 
@@ -81,6 +83,12 @@ CASES = [
     (["patch", "--model", "{g}", "--clean", "t2 t3", "--corrupted", "t2 t4", "--logit-diff",
       "t5,t6", "--heads", "L0H9"], "--heads: head 9 out of range"),
     (["atlas", "--model", "{ckpt}", "--heads", "L3H0"], "--heads: layer 3 out of range"),
+    (["features", "--model", "{ckpt}", "--dictionary", "{d}/dict128", "--seq-len", "100"],
+     "--seq-len 100 is past"),  # before: clamped to 48 silently
+    (["train", "dictionary", "--model", "{ckpt}", "--steps", "5"],
+     "--steps is for `interp train induction`"),  # before: ignored silently
+    (["train", "induction", "--hook", "blocks.0.hook_resid_pre"],
+     "--hook is for `interp train dictionary`"),
     (["attention", "--model", "{g}", "--prompt", "t2 t3", "--heads", "L0H4"],
      "--heads: head 4 out of range"),
 ]  # fmt: skip

@@ -98,7 +98,8 @@ def test_bad_inputs_are_refused(induction_model):
     m, t = induction_model, _tokens(induction_model)
     cases = [
         (dict(dictionary=_dictionary(128, "blocks.0.hook_resid_pre")), "first layer's input"),
-        (dict(dictionary=_dictionary(128, "blocks.0.hook_resid_post")), "splits a dictionary"),
+        (dict(dictionary=_dictionary(128, "blocks.1.hook_resid_post")), "last layer's output"),
+        (dict(dictionary=_dictionary(64, "blocks.1.attn.hook_v")), "splits a dictionary"),
         (dict(dictionary=_dictionary(32, "blocks.1.attn.hook_z")), "d_in is 32"),
         (dict(dictionary=_dictionary(64, "blocks.1.attn.hook_z"), features=[99]), "out of range"),
         (dict(dictionary=_dictionary(64, "blocks.1.attn.hook_z"), features=[]), "empty"),
@@ -110,3 +111,13 @@ def test_bad_inputs_are_refused(induction_model):
             A.feature_head_attribution(m, t, **kw)
     with pytest.raises(InterpError, match="no model"):
         A.feature_head_attribution(None, t, dictionary=_dictionary(64, "blocks.1.attn.hook_z"))
+
+
+def test_a_resid_post_dictionary_is_the_next_layers_input(induction_model):
+    """blocks.0.hook_resid_post is the stream blocks.1.hook_resid_pre is (issue 43: it was
+    refused): the same weights at either name give the same table."""
+    m, t = induction_model, _tokens(induction_model)
+    post = A.feature_head_attribution(m, t, dictionary=_dictionary(128, "blocks.0.hook_resid_post"))
+    pre = A.feature_head_attribution(m, t, dictionary=_dictionary(128, "blocks.1.hook_resid_pre"))
+    assert post["value"].tolist() == pre["value"].tolist() and len(post) > 0
+    assert post.attrs["dictionary"]["hook_name"] == "blocks.0.hook_resid_post"

@@ -29,7 +29,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--table", help="also write the features' table: .csv .parquet .md .json")
     p.add_argument("--sequences", type=count_arg(1), default=64,
                    help="held-out sequences of the standard library (default 64)")  # fmt: skip
-    p.add_argument("--seq-len", type=count_arg(2), default=128, help="tokens per sequence")
+    p.add_argument("--seq-len", type=count_arg(2), help="tokens per sequence (default: 128, "
+                   "or the model's context if shorter)")  # fmt: skip
     p.add_argument("--top", type=count_arg(1), default=10, help="contexts per feature")
     p.add_argument("--show", type=count_arg(1), default=50,
                    help="features on the page: the densest (default 50)")  # fmt: skip
@@ -74,7 +75,13 @@ def run_features(args: argparse.Namespace) -> int:
     check_model_args(args)
     from interp.cli.model_checks import check_dictionary_fits, model_spec_of
 
-    check_dictionary_fits(model_spec_of(args.model), D.hook_name, D.d_in)
+    spec = model_spec_of(args.model)
+    check_dictionary_fits(spec, D.hook_name, D.d_in)
+    if spec is not None and spec.n_ctx and args.seq_len is not None and args.seq_len > spec.n_ctx:
+        raise InterpError(  # before: clamped silently
+            f"--seq-len {args.seq_len} is past {spec.name}'s context of {spec.n_ctx} tokens; "
+            f"pass at most --seq-len {spec.n_ctx} (the default takes the context when shorter)"
+        )
     if shown is not None:
         bad = [f for f in shown if not 0 <= f < D.d_sae]
         if bad:
@@ -87,7 +94,10 @@ def run_features(args: argparse.Namespace) -> int:
     from interp.outputs.pages.features import feature_page
 
     model = load(args)
-    seq_len = min(args.seq_len, getattr(model.cfg, "n_ctx", None) or args.seq_len)
+    n_ctx = getattr(model.cfg, "n_ctx", None)
+    if args.seq_len is not None and n_ctx and args.seq_len > n_ctx:  # a hub model's, known now
+        raise InterpError(f"--seq-len {args.seq_len} is past the model's context of {n_ctx}")
+    seq_len = args.seq_len or min(128, n_ctx or 128)
     corpus = python_text(model, n_sequences=args.sequences, seq_len=seq_len, split="test")
     options = dict(dictionary=D, top=args.top, skip_columns=1, memory_budget=args.memory)
     announce(read_features(model, corpus.tokens, **options, estimate=True))

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from interp.cli.args import DEVICE_HELP, DTYPE_HELP, count_arg, seed_arg
+from interp.core.errors import InterpError
 
 
 def add_parsers(sub: Any) -> None:
@@ -41,7 +42,7 @@ def add_parsers(sub: Any) -> None:
         "dictionary's sae-lens folder (dictionary; required)",
     )
     train.add_argument("--seed", type=seed_arg, default=0)
-    train.add_argument("--steps", type=count_arg(1), default=1200, help="induction: steps")
+    train.add_argument("--steps", type=count_arg(1), help="induction: steps (default 1200)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     from interp.cli.dictionaries import add_dictionary_options
 
@@ -75,13 +76,29 @@ def run_train(args: argparse.Namespace) -> int:
     if args.what == "dictionary":
         from interp.cli.dictionaries import run_train_dictionary
 
+        if args.steps is not None:  # before: ignored silently
+            raise InterpError(
+                "--steps is for `interp train induction`; a dictionary trains --epochs passes "
+                "over --sequences sequences, --batch-size positions a step: set those"
+            )
         return run_train_dictionary(args)
+    given = [
+        f"--{k.replace('_', '-')}"
+        for k in ("hook", "features", "k", "seq_len", "lr", "skip_columns", "memory")
+        if getattr(args, k, None) is not None
+    ]
+    if given:
+        raise InterpError(
+            f"{given[0]} is for `interp train dictionary`; `interp train induction` takes "
+            "--seed, --steps and --out"
+        )
     out = check_output_dir(
         args.out or "checkpoints/induction-2l", "--out"
     )  # before importing torch, let alone training
     from interp.training.induction import InductionTrainConfig, save_result, train_induction
 
-    cfg = InductionTrainConfig(seed=args.seed, steps=args.steps)
+    steps = InductionTrainConfig.steps if args.steps is None else args.steps
+    cfg = InductionTrainConfig(seed=args.seed, steps=steps)
     result = train_induction(cfg, progress=not args.quiet)
     if result.interrupted:
         print("interp: interrupted; no checkpoint written", file=sys.stderr)

@@ -78,7 +78,9 @@ def feature_head_attribution(
             (``interp.core.protocol.HookedModel``).
         tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
         dictionary: A sparse dictionary (:class:`interp.dictionaries.Dictionary`) on a
-            layer's ``hook_z`` (``d_in = n_heads * d_head``) or its ``hook_resid_pre``.
+            layer's ``hook_z`` (``d_in = n_heads * d_head``) or its ``hook_resid_pre``
+            (``blocks.l.hook_resid_post`` is the same stream as ``blocks.{l+1}.hook_resid_pre``
+            and is split as it, below the last layer).
         query_positions: The attending positions of a head's scores, where each feature is
             read (ints, negative from the end, for every sequence); read, not edited.
             Default ``-1``, the last.
@@ -102,7 +104,7 @@ def feature_head_attribution(
     Raises:
         InterpError: for no model, a dictionary that does not fit (another width or
             model, a hook that is neither a layer's ``hook_z`` nor a ``hook_resid_pre``
-            after the first layer), positions out of range, features out of range, or rows
+            after the first layer or ``hook_resid_post`` before the last), positions out of range, features out of range, or rows
             that do not reproduce the encoder's pre-activation (above :data:`CHECK_RTOL`),
             or a model activation or pre-activation that is NaN or infinite.
     """
@@ -113,6 +115,11 @@ def feature_head_attribution(
         raise InterpError(
             f"{D.hook_name!r} is the first layer's input: no head wrote it; use a dictionary "
             "at a later blocks.l.hook_resid_pre, or a z dictionary (blocks.l.attn.hook_z)"
+        )
+    if kind == "resid" and layer >= model.cfg.n_layers:
+        raise InterpError(
+            f"{D.hook_name!r} is the last layer's output, which no later head reads: split a "
+            "dictionary at a blocks.l.hook_resid_pre (or an earlier layer's hook_resid_post)"
         )
     tokens = check_tokens(model, tokens)
     bsz, n = tokens.shape
@@ -131,7 +138,7 @@ def feature_head_attribution(
             x = acts[names[0]].float().flatten(2)  # [batch, pos, head * d_head]
         else:
             acts, cost = head_inputs(model, tokens, cache, layer)
-            x = acts[D.hook_name].float()
+            x = acts[hook_name("resid_pre", layer)].float()  # = blocks.{layer-1}.hook_resid_post
         check_finite_values(
             x,
             f"the model's activation at {D.hook_name}",
@@ -193,10 +200,12 @@ def _where(D: Dictionary) -> tuple[str, int]:
             return "z", int(parts[1])
         if parts[2:] == ["hook_resid_pre"]:
             return "resid", int(parts[1])
+        if parts[2:] == ["hook_resid_post"]:  # the same stream as the next layer's input
+            return "resid", int(parts[1]) + 1
     raise InterpError(
         f"the dictionary reads {D.hook_name!r}; feature_head_attribution splits a dictionary on "
         "a layer's concatenated z (blocks.l.attn.hook_z) or on the residual stream "
-        "(blocks.l.hook_resid_pre)"
+        "(blocks.l.hook_resid_pre, or blocks.l.hook_resid_post below the last layer)"
     )
 
 
