@@ -54,7 +54,8 @@ def as_weight(value: Any, name: str) -> torch.Tensor:
         The tensor (a numpy array converted, sharing its memory where it can).
 
     Raises:
-        InterpError: any other type, or an integer, bool or complex dtype.
+        InterpError: any other type, or a dtype other than those of ``DTYPES`` (an
+            integer, bool, complex or float8 one).
     """
     if not isinstance(value, torch.Tensor):
         import numpy as np
@@ -71,7 +72,7 @@ def as_weight(value: Any, name: str) -> torch.Tensor:
                 f"{name} is a numpy array of dtype {value.dtype}, which torch cannot hold: "
                 "pass a floating-point array"
             ) from None
-    if not value.is_floating_point():
+    if value.dtype not in DTYPES.values():  # float8 too: torch cannot check it is finite
         raise InterpError(
             f"{name} has dtype {value.dtype}: a dictionary's weights are floating point "
             f"({', '.join(DTYPES)}); convert it with .float() (integer weights are not "
@@ -92,8 +93,16 @@ def check_finite_weight(t: torch.Tensor, name: str, *, fix: str = CORRUPT) -> to
         ``t``.
 
     Raises:
-        InterpError: ``t`` has a NaN or an infinite value.
+        InterpError: ``t`` has a NaN or an infinite value, a dtype other than those of
+            ``DTYPES`` (float8: torch cannot test it) or no values (the meta device).
     """
+    if t.dtype not in DTYPES.values():  # e.g. D.to(torch.float8_e4m3fn) after it was made
+        raise InterpError(
+            f"{name} has dtype {t.dtype}: a dictionary's weights are {', '.join(DTYPES)}; "
+            "convert it with D.float()"
+        )
+    if t.device.type == "meta":
+        raise InterpError(f"{name} is on the meta device, with no values: load its weights")
     with torch.no_grad():
         if bool(torch.isfinite(t).all()):
             return t

@@ -166,7 +166,9 @@ class Splice:
         error: the last pass's error ``[batch, pos, d_in]``, before ``edit_error``.
 
     Raises:
-        InterpError: as :func:`check_dictionary`; an edit that changes a shape.
+        InterpError: as :func:`check_dictionary`; an edit that changes a shape or dtype, or
+            returns NaN or infinity; a splice whose output is NaN or infinite where the
+            model's activation is finite (the dictionary overflows), during the pass.
     """
 
     def __init__(
@@ -205,15 +207,36 @@ class Splice:
             out = recon + (
                 error if self.edit_error is None else _edited(self.edit_error, error, "edit_error")
             )
-        return out.to(x.dtype).reshape(x.shape)
+        out = out.to(x.dtype).reshape(x.shape)
+        bad = ~torch.isfinite(out) & torch.isfinite(x)
+        if bool(bad.any()):  # finite weights whose products overflow: never NaN logits
+            raise InterpError(
+                f"the splice at {D.hook_name!r} gives {int(bad.sum())} NaN or infinite "
+                f"value(s) where the model's activation is finite: the dictionary's encoder or "
+                f"decoder overflows {out.dtype} on these activations; check its weights' scale"
+            )
+        return out
 
 
 def _edited(fn: Edit, t: torch.Tensor, what: str) -> torch.Tensor:
+    """``fn(t)``, checked: a tensor of ``t``'s shape and dtype, finite where ``t`` is."""
     new = fn(t)
     if not isinstance(new, torch.Tensor) or new.shape != t.shape:
         got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
         raise InterpError(
             f"{what} returned {got}; it must return a tensor of shape {tuple(t.shape)}"
+        )
+    if new.dtype != t.dtype:
+        raise InterpError(
+            f"{what} returned dtype {new.dtype}; it must return {t.dtype}, the dtype it was "
+            "given (.to(t.dtype))"
+        )
+    bad = ~torch.isfinite(new) & torch.isfinite(t)
+    if bool(bad.any()):
+        raise InterpError(
+            f"{what} returned {int(bad.sum())} NaN or infinite value(s) (of {new.numel()}) "
+            "where it was given finite ones: every logit after the splice would be NaN; "
+            "return finite values"
         )
     return new
 
@@ -240,7 +263,9 @@ def spliced(
         The :class:`Splice` (its ``acts`` and ``error`` are the last pass's).
 
     Raises:
-        InterpError: as :func:`check_dictionary`.
+        InterpError: as :func:`check_dictionary`; in a pass, an edit that changes a shape
+            or dtype or returns NaN or infinity, or a splice that overflows (as
+            :class:`Splice`).
 
     Example:
         >>> from interp.models import load_model
