@@ -104,7 +104,8 @@ def feature_head_attribution(
     Raises:
         InterpError: for no model, a dictionary that does not fit (another width or
             model, a hook that is neither a layer's ``hook_z`` nor a ``hook_resid_pre``
-            after the first layer or ``hook_resid_post`` before the last), positions out of range, features out of range, or rows
+            after the first layer or ``hook_resid_post`` before the last), positions out
+            of range, features out of range, or rows
             that do not reproduce the encoder's pre-activation (above :data:`CHECK_RTOL`),
             or a model activation or pre-activation that is NaN or infinite.
     """
