@@ -42,7 +42,9 @@ LAYERS = [
     ),
     ("interp.models",),
     ("interp.runtime",),
-    ("interp.engine",),
+    # the engine: its shared core (the runner, interp.engine.runner; chunks; batching), the
+    # sweep engine, the edge engine
+    ("interp.engine", "interp.engine.runner", "interp.engine.chunks"),
     ("interp.analysis", "interp.analysis.generation", "interp.datasets", "interp.dictionaries"),
     (
         "interp.training",

@@ -35,7 +35,7 @@ from interp.engine.ablations import (
 )
 from interp.engine.batching import Cost
 from interp.engine.cache import CheckedCache, cache_rows, cache_work, check_cache
-from interp.engine.chunks import Estimate, WeightedMean, plan
+from interp.engine.chunks import Estimate
 from interp.engine.direction import (
     check_direction,
     check_span,
@@ -44,6 +44,7 @@ from interp.engine.direction import (
     normalized,
     runs,
 )
+from interp.engine.runner import Chunk, Task, run
 from interp.engine.sweeps.sites import Site, mask_positions
 from interp.engine.sweeps.sweep import check_sweep_work, footprint, sweep
 from interp.outputs.frames import table_attrs
@@ -119,47 +120,54 @@ def ablate(
     names = sorted({s.hook for e in edits for s in e})
     n, pos = a.tokens.shape
     held = () if a.ablation == "zero" else names  # zero ablation splices no values in
-    pl = plan(
-        model, n, pos, footprint(model, pos, edits, held, rows=a.metric.rows),
-        memory_budget=memory_budget,
-        analysis=analysis, forward_equivalents=0.0, what=f"{analysis} ({a.ablation})",
-        fix="ablate at fewer positions or use shorter prompts",
-        estimate=estimate, progress=progress,
-    )  # fmt: skip
-    # the sweep, the values' pass and the cache's: what the run's Cost will count
     reads = held if a.reference_tokens is None else ()  # values a cache supplies
-    values = values_work(model.cfg.n_layers, a.tokens, a.ablation, names, split=pl.split,
-                         reference_tokens=a.reference_tokens, cache=a.cache)  # fmt: skip
-    also = values + cache_work(a.cache, reads)
-    pl = pl.costing(check_sweep_work(model, edits, also=also))  # before the values' pass
-    if estimate:
-        return pl.estimate
-    cost = Cost(model.cfg.n_layers)
-    base, ablated = WeightedMean(), WeightedMean()
-    with eval_no_grad(model):
-        replace = Replacements(
+    values_cost = Cost(model.cfg.n_layers)  # the values' pass
+    shared: dict[str, Any] = {}
+
+    def work(chunks: list[slice]) -> float:
+        # the sweep, the values' pass and the cache's: what the run will count
+        values = values_work(model.cfg.n_layers, a.tokens, a.ablation, names,
+                             split=len(chunks) > 1, reference_tokens=a.reference_tokens,
+                             cache=a.cache)  # fmt: skip
+        return check_sweep_work(model, edits, also=values + cache_work(a.cache, reads))
+
+    def prepare(chunks: list[slice]) -> float:
+        shared["values"] = Replacements(
             model, a.tokens, a.ablation, names, reference_tokens=a.reference_tokens,
-            cache=a.cache, seed=a.seed, cost=cost, chunks=pl.chunks,
+            cache=a.cache, seed=a.seed, cost=values_cost, chunks=chunks,
         )  # fmt: skip
-        for sl, m, w in pl.parts(a.metric, progress=progress, desc=analysis):
-            result = sweep(
-                model,
-                a.tokens[sl],
-                edits,
-                m,
-                values=replace.rows(sl),
-                batch_size=batch_size,
-                memory_budget=pl.spare(sl),
-                progress=progress and not pl.split,
-                desc=f"{a.ablation} ablation",
-            )
-            base.add(result.base, w)
-            ablated.add(np.asarray(result.values, dtype=float), w)
-            cost.add(result.cost * pl.share(sl))
+        return 0.0  # counted in values_cost as the chunks draw on it
+
+    def chunk(c: Chunk) -> dict[str, Any]:
+        result = sweep(
+            model, a.tokens[c.rows], edits, c.metric, values=shared["values"].rows(c.rows),
+            batch_size=batch_size, memory_budget=c.budget, progress=c.progress,
+            desc=f"{a.ablation} ablation",
+        )  # fmt: skip
+        return {
+            "base": result.base, "ablated": np.asarray(result.values, dtype=float),
+            "engine": (result.path, result.note), "cost": result.cost,
+        }  # fmt: skip
+
+    task = Task(
+        analysis, footprint(model, pos, edits, held, rows=a.metric.rows), work=work,
+        chunk=chunk, combine={"base": "mean", "ablated": "mean", "engine": "same"},
+        metric=a.metric, prepare=prepare, what=f"{analysis} ({a.ablation})",
+        fix="ablate at fewer positions or use shorter prompts",
+    )  # fmt: skip
+    with eval_no_grad(model):
+        out = run(model, (n, pos), task, memory_budget=memory_budget, estimate=estimate,
+                  progress=progress)  # fmt: skip
+    if isinstance(out, Estimate):
+        return out
+    base = out.values["base"]
+    ablated = out.values["ablated"]
+    path, note = out.values["engine"]
+    counted = round(out.forward_equivalents + values_cost.total, 3)
     df = rows.copy()
-    df["clean"] = float(base.value)  # an ablation edits the clean run
-    df["ablated"] = ablated.value
-    df["effect"] = effects(list(ablated.value), float(base.value))
+    df["clean"] = float(base)  # an ablation edits the clean run
+    df["ablated"] = ablated
+    df["effect"] = effects(list(ablated), float(base))
     ref = a.reference_tokens
     df.attrs.update(
         table_attrs(
@@ -172,11 +180,11 @@ def ablate(
             model=model,
             positions=positions_label(a.positions),
             seed=a.seed,
-            forward_equivalents=cost.forward_equivalents + cache_work(a.cache),
-            engine=result.path,
-            engine_note=result.note,
+            forward_equivalents=counted + cache_work(a.cache),
+            engine=path,
+            engine_note=note,
             reference="the tokens" if ref is None else f"{ref.shape[0]} sequences",
-            chunks=len(pl.chunks),
+            chunks=out.chunks,
         )
     )
     return df
@@ -257,47 +265,45 @@ def patch(
     # the sweep, the source run (a pass for its metric) and the cache's (denoising reads it)
     reads = names if p.direction == "denoising" else ()
     work = check_sweep_work(model, edits, also=1.0 + cache_work(p.cache, reads))
-    pl = plan(
-        model, n, pos, footprint(model, pos, edits, names, rows=p.metric.rows),
-        memory_budget=memory_budget,
-        analysis=analysis, forward_equivalents=work, what=analysis,
+
+    def chunk(c: Chunk) -> dict[str, Any]:
+        # the clean run's cache serves as the source only when denoising
+        source_cache = cache_rows(p.cache, c.rows) if p.direction == "denoising" else None
+        sl = c.rows
+        value, values = source_run(model, p.source[sl], c.metric, names, source_cache, p.tokens[sl])
+        result = sweep(
+            model, p.base[sl], edits, c.metric, values=values, batch_size=batch_size,
+            memory_budget=c.budget, progress=c.progress, desc=f"patching ({p.direction})",
+            score_tokens=p.tokens[sl],
+        )  # fmt: skip
+        del values
+        return {
+            "base": result.base, "source": value,
+            "patched": np.asarray(result.values, dtype=float),
+            "engine": (result.path, result.note), "cost": result.cost + 1.0,
+        }  # fmt: skip
+
+    task = Task(
+        analysis, footprint(model, pos, edits, names, rows=p.metric.rows), work=work,
+        chunk=chunk, metric=p.metric, what=analysis,
+        combine={"base": "mean", "source": "mean", "patched": "mean", "engine": "same"},
         fix="patch fewer cells (fewer positions or a coarser by=) or use shorter prompts",
-        estimate=estimate, progress=progress,
     )  # fmt: skip
-    if estimate:
-        return pl.estimate
-    cost = Cost(model.cfg.n_layers)
-    base, source, patched = WeightedMean(), WeightedMean(), WeightedMean()
     with eval_no_grad(model):
-        for sl, m, w in pl.parts(p.metric, progress=progress, desc=analysis):
-            # the clean run's cache serves as the source only when denoising
-            source_cache = cache_rows(p.cache, sl) if p.direction == "denoising" else None
-            value, values = source_run(model, p.source[sl], m, names, source_cache, p.tokens[sl])
-            result = sweep(
-                model,
-                p.base[sl],
-                edits,
-                m,
-                values=values,
-                batch_size=batch_size,
-                memory_budget=pl.spare(sl),
-                progress=progress and not pl.split,
-                desc=f"patching ({p.direction})",
-                score_tokens=p.tokens[sl],
-            )
-            del values
-            base.add(result.base, w)
-            source.add(value, w)
-            patched.add(np.asarray(result.values, dtype=float), w)
-            cost.add((result.cost + 1.0) * pl.share(sl))
-    base_value, source_value = float(base.value), float(source.value)
+        out = run(model, (n, pos), task, memory_budget=memory_budget, estimate=estimate,
+                  progress=progress)  # fmt: skip
+    if isinstance(out, Estimate):
+        return out
+    base_value, source_value = float(out.values["base"]), float(out.values["source"])
+    patched = out.values["patched"]
+    path, note = out.values["engine"]
     check_span(base_value, source_value, "the normalized effect", model_dtype(model))
     clean, corrupted = clean_first(p.direction, base_value, source_value)
     df = rows.copy()
     df["clean"] = clean
     df["corrupted"] = corrupted
-    df["patched"] = patched.value
-    df["effect"] = effects(list(patched.value), base_value)
+    df["patched"] = patched
+    df["effect"] = effects(list(patched), base_value)
     df["normalized"] = normalized(df["effect"], base=base_value, source=source_value)
     df.attrs.update(
         table_attrs(
@@ -310,10 +316,10 @@ def patch(
             model=model,
             positions=positions_label(p.positions),
             seed=None,
-            forward_equivalents=cost.forward_equivalents + cache_work(p.cache),
-            engine=result.path,
-            engine_note=result.note,
-            chunks=len(pl.chunks),
+            forward_equivalents=round(out.forward_equivalents, 3) + cache_work(p.cache),
+            engine=path,
+            engine_note=note,
+            chunks=out.chunks,
             **extra,
         )
     )

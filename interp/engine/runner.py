@@ -1,0 +1,302 @@
+"""The one runner: an analysis declares its work as a :class:`Task`, :func:`run` does the rest.
+
+Every analysis that runs the model over prompts does the same things around its own
+arithmetic: it states what a run will cost, refuses work that cannot fit, splits the
+prompts into chunks under the memory budget (:mod:`interp.engine.chunks`), runs each chunk
+under one progress bar, combines the chunks' partial results exactly, and counts the
+passes it ran. An analysis now declares only what is its own:
+
+* its memory model (a :class:`~interp.engine.chunks.Footprint`) and counted work
+  (forward-equivalents, or a function of the chunks when the work depends on the split);
+* what one chunk computes: ``chunk(Chunk) -> {name: partial}``, with an optional ``cost``
+  entry (the chunk's passes, in forward-equivalents of its own prompts);
+* how each partial combines over chunks (:data:`COMBINE`): ``mean`` (weighted by the
+  metric's weight of the chunk, :meth:`interp.core.metrics.Metric.chunk`, so a mean over
+  prompts is exact), ``sum``, ``rows`` (each prompt's rows, concatenated in order) or
+  ``same`` (a value every chunk gives alike, such as the path an engine took);
+* optionally ``prepare(chunks)``, work every chunk shares, run once before the first
+  (the values an ablation splices in); it returns the forward-equivalents it ran.
+
+:func:`run` plans the chunks, returns the :class:`~interp.engine.chunks.Estimate` when
+asked (before any pass), refuses a metric that cannot combine over several chunks, runs
+the chunks and returns a :class:`Run`: the combined values, the chunks and the counted
+cost. The table and its ``attrs`` stay the analysis's own (the runner's figures go into
+them: ``chunks``, ``forward_equivalents``).
+
+Ready for ranks: which chunks this process runs (:func:`my_chunks`) and how partials from
+several processes combine (:func:`gathered`) are the only two places that would know
+about processes; today both are the identity of one process.
+
+Example:
+    >>> import torch
+    >>> from interp.engine.chunks import Footprint
+    >>> from interp.models import load_model
+    >>> model = load_model("induction-2l")
+    >>> x = torch.arange(10.0)
+    >>> task = Task(
+    ...     "demo", Footprint(fixed=0, per_prompt=8), work=0.0,
+    ...     chunk=lambda c: {"total": x[c.rows].sum(), "each": x[c.rows] * 2},
+    ...     combine={"total": "sum", "each": "rows"},
+    ... )
+    >>> out = run(model, (10, 4), task, memory_budget=24)
+    >>> out.chunks, float(out.values["total"]), out.values["each"].tolist()[:3]
+    (4, 45.0, [0.0, 2.0, 4.0])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from interp.core.errors import InterpError
+from interp.core.protocol import HookedModel
+from interp.engine.chunks import (
+    Estimate,
+    Footprint,
+    Plan,
+    WeightedMean,
+    check_chunkable,
+    chunk_bar,
+    plan,
+)
+
+# How a partial result combines over chunks.
+COMBINE = ("mean", "sum", "rows", "same")
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """One chunk of prompts, as a task's ``chunk`` receives it.
+
+    Attributes:
+        rows: The prompts of the chunk (a slice of the batch).
+        metric: The metric of these prompts (the task's own when the run is one chunk).
+        weight: The chunk's weight in a ``mean`` (its metric's weight, else its prompts).
+        share: The fraction of all the prompts it holds (its passes, in forward-equivalents
+            of every prompt, count this much).
+        budget: The bytes left for the chunk's passes once what it holds is counted (the
+            engines' ``memory_budget``).
+        progress: Whether the chunk may show a bar of its own (a run of one chunk; several
+            chunks share the runner's bar).
+        split: Whether the run has several chunks.
+    """
+
+    rows: slice
+    metric: Any
+    weight: float
+    share: float
+    budget: int
+    progress: bool
+    split: bool
+
+
+@dataclasses.dataclass
+class Task:
+    """What an analysis runs (module docstring).
+
+    Attributes:
+        analysis: Its name (the estimate's, the table's).
+        footprint: Its memory model.
+        work: Its counted forward-equivalents, or ``work(chunks) -> float`` when they
+            depend on the split.
+        chunk: ``chunk(Chunk) -> {name: partial}`` (``cost``: the chunk's passes in
+            forward-equivalents of its prompts).
+        combine: How each partial combines (:data:`COMBINE`).
+        metric: The metric whose chunks weigh the means (None: weights are prompts).
+        prepare: ``prepare(chunks) -> forward-equivalents`` run once before the chunks.
+        what: The work, in the refusal of a prompt that does not fit.
+        fix: What makes it fit.
+        desc: The progress bar's label.
+    """
+
+    analysis: str
+    footprint: Footprint
+    work: float | Callable[[list[slice]], float]
+    chunk: Callable[[Chunk], dict[str, Any]]
+    combine: Mapping[str, str]
+    metric: Any = None
+    prepare: Callable[[list[slice]], float] | None = None
+    what: str = ""
+    fix: str = "use shorter prompts"
+    desc: str = ""
+
+    def __post_init__(self) -> None:
+        bad = {k: v for k, v in self.combine.items() if v not in COMBINE}
+        if bad:
+            raise InterpError(f"{self.analysis}: unknown combine rule(s) {bad}; use {COMBINE}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What :func:`run` returns: ``values`` combined over the chunks, the number of
+    ``chunks``, the ``forward_equivalents`` the run counted (the chunks' and ``prepare``'s)
+    and the :class:`~interp.engine.chunks.Plan`."""
+
+    values: dict[str, Any]
+    chunks: int
+    forward_equivalents: float
+    plan: Plan
+
+
+def plan_task(
+    model: HookedModel,
+    shape: tuple[int, int],
+    task: Task,
+    *,
+    memory_budget: Any,
+    estimate: Any = False,
+    progress: Any = False,
+) -> Plan:
+    """The chunks of ``task`` over ``shape = (prompts, pos)`` and its estimate.
+
+    Raises:
+        InterpError: as :func:`interp.engine.chunks.plan` (a bad budget, a prompt that
+            does not fit), or from ``task.work``.
+    """
+    n, pos = int(shape[0]), int(shape[1])
+    pl = plan(
+        model, n, pos, task.footprint, memory_budget=memory_budget, analysis=task.analysis,
+        forward_equivalents=0.0, what=task.what, fix=task.fix, estimate=estimate,
+        progress=progress,
+    )  # fmt: skip
+    work = task.work(pl.chunks) if callable(task.work) else task.work
+    return pl.costing(work)
+
+
+def run(
+    model: HookedModel,
+    shape: tuple[int, int],
+    task: Task,
+    *,
+    memory_budget: Any = None,
+    estimate: Any = False,
+    progress: Any = False,
+) -> Run | Estimate:
+    """Run ``task`` over ``shape = (prompts, pos)`` prompts in chunks (module docstring).
+
+    Args:
+        model: The hooked model (its device sets the default budget).
+        shape: ``(prompts, tokens per prompt)``.
+        task: What to run.
+        memory_budget: Bytes (None: a quarter of the device's free memory).
+        estimate: Return the :class:`~interp.engine.chunks.Estimate` instead, before any
+            pass.
+        progress: One bar over the chunks (or the single chunk's own).
+
+    Returns:
+        A :class:`Run`, or the estimate.
+
+    Raises:
+        InterpError: as :func:`plan_task`, or for a metric that cannot combine over the
+            chunks the prompts need.
+    """
+    pl = plan_task(
+        model, shape, task, memory_budget=memory_budget, estimate=estimate, progress=progress
+    )
+    if estimate:
+        return pl.estimate
+    check_chunkable(task.metric, len(pl.chunks))
+    cost = float(task.prepare(pl.chunks) or 0.0) if task.prepare is not None else 0.0
+    acc = Partials(task.combine)
+    for c in chunks_of(pl, task.metric, progress=bool(progress), desc=task.desc or task.analysis):
+        part = dict(task.chunk(c))
+        cost += float(part.pop("cost", 0.0)) * c.share
+        acc.add(part, c.weight)
+    return Run(gathered(acc), len(pl.chunks), cost, pl)
+
+
+def chunks_of(pl: Plan, metric: Any, *, progress: bool, desc: str) -> Iterator[Chunk]:
+    """This process's chunks of ``pl``, each with its metric and weight (chunks the metric
+    gives no weight are skipped), under one progress bar."""
+    for rows in chunk_bar(my_chunks(pl.chunks), progress=progress, desc=desc):
+        if pl.split and metric is not None:
+            part, weight = metric.chunk(rows)
+            if weight <= 0:
+                continue
+        else:
+            part, weight = metric, float(rows.stop - rows.start)
+        yield Chunk(
+            rows=rows, metric=part, weight=float(weight), share=pl.share(rows),
+            budget=pl.spare(rows), progress=progress and not pl.split, split=pl.split,
+        )  # fmt: skip
+
+
+def my_chunks(chunks: list[slice]) -> list[slice]:
+    """The chunks this process runs: all of them (one process). With several ranks, this
+    is where they are assigned."""
+    return chunks
+
+
+def gathered(acc: Partials) -> dict[str, Any]:
+    """The combined values of every process's chunks: this process's (one process). With
+    several ranks, this is where their partials meet."""
+    return acc.values()
+
+
+class Partials:
+    """Chunks' partial results, combined by their rules (:data:`COMBINE`).
+
+    Example:
+        >>> p = Partials({"m": "mean", "n": "sum", "r": "rows"})
+        >>> p.add({"m": 1.0, "n": 2, "r": [1]}, 1.0); p.add({"m": 4.0, "n": 3, "r": [2]}, 2.0)
+        >>> p.values()
+        {'m': 3.0, 'n': 5, 'r': [1, 2]}
+    """
+
+    def __init__(self, rules: Mapping[str, str]) -> None:
+        self.rules = dict(rules)
+        self.means: dict[str, WeightedMean] = {}
+        self.parts: dict[str, list[Any]] = {}
+        self.seen = 0
+
+    def add(self, part: Mapping[str, Any], weight: float) -> None:
+        """Add one chunk's partials, weighted by ``weight`` in the means."""
+        missing = set(self.rules) - set(part)
+        extra = set(part) - set(self.rules)
+        if missing or extra:
+            raise InterpError(
+                f"internal error: a chunk gave {sorted(part)}, its task declares "
+                f"{sorted(self.rules)}; please report this"
+            )
+        self.seen += 1
+        for k, v in part.items():
+            if self.rules[k] == "mean":
+                self.means.setdefault(k, WeightedMean()).add(v, weight)
+            else:
+                self.parts.setdefault(k, []).append(v)
+
+    def values(self) -> dict[str, Any]:
+        """Every partial combined (an empty dict before any chunk)."""
+        out: dict[str, Any] = {}
+        for k, rule in self.rules.items():
+            if rule == "mean":
+                if k in self.means:
+                    out[k] = self.means[k].value
+            elif k in self.parts:
+                out[k] = _combined(self.parts[k], rule)
+        return out
+
+
+def _combined(parts: list[Any], rule: str) -> Any:
+    if rule == "same":
+        return parts[0]
+    if rule == "sum":
+        total = parts[0]
+        for p in parts[1:]:
+            total = total + p
+        return total
+    first = parts[0]  # rows: concatenated along the prompts
+    if isinstance(first, torch.Tensor):
+        return torch.cat(parts)
+    if isinstance(first, np.ndarray):
+        return np.concatenate(parts)
+    if isinstance(first, pd.DataFrame):
+        return pd.concat(parts, ignore_index=True)
+    if isinstance(first, list):
+        return [x for p in parts for x in p]
+    raise InterpError(f"internal error: cannot concatenate {type(first).__name__} rows")
