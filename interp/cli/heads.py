@@ -200,13 +200,13 @@ def _metric(model: HookedModel, args: argparse.Namespace, loss_mask: Any) -> Any
 
 
 def _announce(model: HookedModel, tokens: Any, heads: Any, what: str) -> None:
-    from interp.analysis.components.ablation import sweep_plan
+    from interp.analysis.components.ablation import head_sweep_outline
 
-    plan = sweep_plan(model, tokens, heads=heads)
+    outline = head_sweep_outline(model, tokens, heads=heads)
     print(
-        f"{what}: {plan['edits']} heads on {tokens.shape[0]} x {tokens.shape[1]} tokens, "
-        f"{plan['passes']} forward passes ({plan['path']} path)"
-        + (f"; {plan['note']}" if plan["note"] and plan["path"] == "loop" else "")
+        f"{what}: {outline['edits']} heads on {tokens.shape[0]} x {tokens.shape[1]} tokens, "
+        f"{outline['passes']} forward passes ({outline['path']} path)"
+        + (f"; {outline['note']}" if outline["note"] and outline["path"] == "loop" else "")
     )
 
 

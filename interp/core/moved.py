@@ -50,6 +50,13 @@ RENAMED: dict[tuple[str, str], str] = {
     ("interp.analysis.circuits.prompts", "Task"): "interp.analysis.circuits.prompts:CircuitPrompts",
     ("interp.experiments.circuits", "Task"): "interp.analysis.circuits.prompts:CircuitPrompts",
     ("interp.models.loader", "resolve_model"): "interp.models.loader:load_model",
+    # issue 44: `plan` has one meaning (the chunks of a run, interp.engine.chunks.plan)
+    ("interp.analysis.components.ablation", "sweep_plan"): (
+        "interp.analysis.components.ablation:head_sweep_outline"
+    ),
+    ("interp.engine.sweeps.sweep", "plan"): "interp.engine.sweeps.sweep:sweep_outline",
+    ("interp.engine.sweeps.sweep", "copy_bytes"): "interp.engine.sweeps.sweep:sweep_copy_bytes",
+    ("interp.engine.sweeps.sweep", "edits_per_pass"): "interp.engine.sweeps.sweep:sweep_copies",
 }
 
 

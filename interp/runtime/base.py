@@ -32,7 +32,7 @@ import torch
 
 from interp.core.errors import InterpError
 from interp.core.memory import element_bytes
-from interp.core.precision import tolerance
+from interp.core.precision import FROM_MODEL, tolerance
 from interp.core.protocol import HookedModel, hook_names, is_causal
 from interp.runtime.attention import QKGeometry, default_scale
 from interp.runtime.norms import Norm
@@ -296,8 +296,6 @@ class Runtime:
             logits = self.model.run_with_hooks(probe, fwd_hooks=[(name, keep)])
             mine = self.readout(kept["final"])
         if not bool(torch.isfinite(logits).all()):  # NaN would read as "another head"
-            from interp.core.precision import FROM_MODEL
-
             raise InterpError(
                 f"the model's own logits on a probe of {probe.shape[1]} tokens are NaN or "
                 f"infinite; {FROM_MODEL}"

@@ -49,7 +49,7 @@ from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Mask, Tokens
 from interp.engine.chunks import Estimate
 from interp.engine.sweeps.sites import head_edits, site
-from interp.engine.sweeps.sweep import plan
+from interp.engine.sweeps.sweep import sweep_outline
 from interp.outputs.frames import rows_frame
 
 Ablation = Literal["zero", "mean", "resample"]
@@ -295,7 +295,7 @@ def ablate_head_groups(
     )
 
 
-def sweep_plan(
+def head_sweep_outline(
     model: HookedModel,
     tokens: Tokens,
     *,
@@ -316,4 +316,10 @@ def sweep_plan(
     tokens = check_tokens(model, tokens, chunked=True)
     chosen = sorted(parse_heads(model, heads))
     with eval_no_grad(model):
-        return plan(model, tokens, head_edits(chosen), batch_size)
+        return sweep_outline(model, tokens, head_edits(chosen), batch_size)
+
+
+def __getattr__(name: str) -> Any:
+    from interp.core.moved import renamed
+
+    return renamed(__name__, name)  # an old name warns and names the new one

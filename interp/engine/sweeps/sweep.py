@@ -70,7 +70,7 @@ class SweepResult:
     cost: float = 0.0  # forward-equivalents (interp.engine.batching.Cost)
 
 
-def copy_bytes(
+def sweep_copy_bytes(
     model: HookedModel, pos: int, edits: Sequence[Edit], rows: Sequence[int] | None = None
 ) -> int:
     """What one copy of one prompt adds to a pass (:mod:`interp.engine.batching`): a forward
@@ -103,7 +103,7 @@ def footprint(
     """The memory a sweep holds (:mod:`interp.engine.chunks`): per prompt, the residual
     stream entering each block an edit resumes at (the base pass keeps them) and the values
     spliced in at ``names`` (the source run's, a mean or a resample: none for zero
-    ablation); per prompt of each copy of a pass, :func:`copy_bytes` (edits that resume at
+    ablation); per prompt of each copy of a pass, :func:`sweep_copy_bytes` (edits that resume at
     one block share passes as copies of the batch, as many as the rest of the budget holds:
     at most the most edits of one block)."""
     from collections import Counter
@@ -117,12 +117,12 @@ def footprint(
     return Footprint(
         fixed=0,
         per_prompt=kept + values,
-        per_copy=copy_bytes(model, pos, edits, rows),
+        per_copy=sweep_copy_bytes(model, pos, edits, rows),
         most_copies=max(starts.values(), default=1),
     )
 
 
-def edits_per_pass(
+def sweep_copies(
     model: HookedModel,
     tokens: torch.Tensor,
     edits: Sequence[Edit],
@@ -131,7 +131,7 @@ def edits_per_pass(
     rows: Sequence[int] | None = None,
 ) -> int:
     """How many edits share one forward pass (:func:`interp.engine.batching.copies_per_pass`,
-    each copy :func:`copy_bytes` per prompt).
+    each copy :func:`sweep_copy_bytes` per prompt).
 
     Raises:
         InterpError: for a non-positive or non-integer ``batch_size`` or ``memory_budget``.
@@ -142,7 +142,7 @@ def edits_per_pass(
     return copies_per_pass(
         tokens.numel(),
         model_device(model),
-        per_copy=b * copy_bytes(model, pos, edits, rows),
+        per_copy=b * sweep_copy_bytes(model, pos, edits, rows),
         n=len(edits),
         requested=requested,
         memory_budget=memory_budget,
@@ -297,12 +297,12 @@ def choose_path(model: HookedModel, tokens: torch.Tensor, edits: Sequence[Edit])
     return "loop", why or "no faster exact path for this model"
 
 
-def plan(
+def sweep_outline(
     model: HookedModel, tokens: torch.Tensor, edits: Sequence[Edit], batch_size: Any = None
 ) -> dict:
     """What a sweep will do: ``path``, ``note``, ``edits``, ``edits_per_pass``, ``passes``."""
     path, note = choose_path(model, tokens, edits)
-    k = edits_per_pass(model, tokens, edits, batch_size, None)
+    k = sweep_copies(model, tokens, edits, batch_size, None)
     n_chunks = len(pack([edit_start(e) for e in edits], k, mixed=path == "loop"))
     return {
         "path": path,
@@ -389,7 +389,7 @@ def sweep(
     starts = [edit_start(e) for e in edits]
     check_sweep_work(model, edits)
     rows = metric.rows
-    k = edits_per_pass(model, tokens, edits, batch_size, memory_budget, rows)
+    k = sweep_copies(model, tokens, edits, batch_size, memory_budget, rows)
     path, note = choose_path(model, tokens, edits)
     chunks = pack(starts, k, mixed=path == "loop")
     cost = Cost(rt.n_layers)
@@ -431,3 +431,9 @@ def sweep(
         passes=len(chunks) + 1,
         cost=cost.forward_equivalents,
     )
+
+
+def __getattr__(name: str) -> Any:
+    from interp.core.moved import renamed
+
+    return renamed(__name__, name)  # an old name warns and names the new one
