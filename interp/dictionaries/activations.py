@@ -22,6 +22,7 @@ import torch
 
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
+from interp.runtime import runtime_of
 
 
 class _Stop(Exception):  # noqa: N818 - control flow, never seen by a caller
@@ -51,7 +52,7 @@ def hook_activations(model: HookedModel, tokens: torch.Tensor, hook: str) -> tor
 
     with torch.no_grad():
         try:
-            model.run_with_hooks(tokens, fwd_hooks=[(hook, record)])
+            runtime_of(model).run(tokens, hooks=[(hook, record)])
         except _Stop:
             pass
     if "x" not in box:

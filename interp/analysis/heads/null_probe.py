@@ -182,10 +182,10 @@ def null_space_probe(
     with eval_no_grad(model):
         checked = check_cache(model, tokens, cache, needs=[in_name, *names])
         if checked is None:
-            clean_out, clean = model.run_with_cache(tokens, names_filter=[in_name, *names])
+            clean_out, clean = _run_hooked_cache(model, tokens, [in_name, *names], [])
         else:
             clean = {nm: checked[nm] for nm in (in_name, *names)}
-            clean_out = model(tokens)
+            clean_out = runtime_of(model).run(tokens)
         x = clean[in_name]
         size = float(x[:, pos_t].float().norm(dim=-1).mean()) * scale
         passes = 2 * n_directions * len(spaces)  # two forward passes per direction
@@ -281,7 +281,7 @@ def _run_hooked_cache(model: HookedModel, tokens, names, hooks):
 
         return hook
 
-    out = model.run_with_hooks(tokens, fwd_hooks=[*hooks, *[(n, saver(n)) for n in names]])
+    out = runtime_of(model).run(tokens, hooks=[*hooks, *[(n, saver(n)) for n in names]])
     return out, store
 
 
