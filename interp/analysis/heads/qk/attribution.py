@@ -57,7 +57,8 @@ from interp.core.protocol import HookedModel, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.dictionaries import Dictionary
 from interp.engine.cache import cache_rows, check_cache
-from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, plan
+from interp.engine.chunks import Estimate, Footprint
+from interp.engine.runner import Chunk, Run, Task, run
 from interp.runtime import runtime_of
 
 
@@ -175,37 +176,53 @@ def qk_attribution(
     cells = plan_cells(bsz, n, query_positions=query_positions, key_positions=key_positions,
                        contrast=contrast, geometry=geometry)  # fmt: skip
     check_read_padding(model, tokens, cells)
-    pl = plan(
-        model, bsz, n, footprint(model, n, layer, by, dicts), memory_budget=memory_budget,
-        analysis="qk_attribution", forward_equivalents=(layer + 1) / int(model.cfg.n_layers),
-        fix="use shorter prompts", estimate=estimate, progress=progress,
-    )  # fmt: skip
-    if estimate:
-        return pl.estimate
     options = dict(layer=layer, head=head, by=by, query_dictionary=dicts.query,
                    key_dictionary=dicts.key)  # fmt: skip
-    if not pl.split:
-        df = attribute_scores(model, tokens, query_positions=query_positions,
-                              key_positions=key_positions, contrast=contrast, cache=cache,
-                              **options).table  # fmt: skip
-        df.attrs["chunks"] = 1
-        return df
-    if contrast is not None:
-        a, b = contrast_index(contrast, n, bsz)
-    with eval_no_grad(model):
-        checked = check_cache(model, tokens, cache)
-    parts: list[pd.DataFrame] = []
-    for sl in chunk_bar(pl.chunks, progress=progress, desc="qk attribution"):
+    # a chunk's rows: per sequence (joined), feature pairs (each chunk has its own) or
+    # one batch's rows (means weighted by the chunk's sequences)
+    mode = "rows" if "sequence" in cells.columns else "pairs" if dicts.any else "mean"
+    shared: dict[str, Any] = {}
+
+    def prepare(chunks: list[slice]) -> float:
+        if len(chunks) > 1:  # one chunk reads the tokens and cache as given
+            if contrast is not None:
+                shared["contrast"] = contrast_index(contrast, n, bsz)
+            with eval_no_grad(model):
+                shared["cache"] = check_cache(model, tokens, cache)
+        return 0.0  # the chunks' passes count
+
+    def chunk(c: Chunk) -> dict[str, Any]:
+        sl = c.rows
+        if not c.split:
+            part = attribute_scores(model, tokens, query_positions=query_positions,
+                                    key_positions=key_positions, contrast=contrast,
+                                    cache=cache, **options).table  # fmt: skip
+            return _partials(part, mode, sl)
+        ab = shared.get("contrast")
         part = attribute_scores(
             model, tokens[sl], query_positions=_rows_of(query_positions, sl),
             key_positions=_rows_of(key_positions, sl),
-            contrast=None if contrast is None else (a[sl], b[sl]),
-            cache=cache_rows(checked, sl), **options,
+            contrast=None if ab is None else (ab[0][sl], ab[1][sl]),
+            cache=cache_rows(shared["cache"], sl), **options,
         ).table  # fmt: skip
         if "sequence" in part.columns:
             part["sequence"] += sl.start
-        parts.append(part)
-    return _combine(parts, pl)
+        return _partials(part, mode, sl)
+
+    task = Task(
+        "qk_attribution", footprint(model, n, layer, by, dicts),
+        work=(layer + 1) / int(model.cfg.n_layers), chunk=chunk, combine=COMBINE[mode],
+        prepare=prepare, fix="use shorter prompts", desc="qk attribution",
+    )  # fmt: skip
+    out = run(model, (bsz, n), task, memory_budget=memory_budget, estimate=estimate,
+              progress=progress)  # fmt: skip
+    if isinstance(out, Estimate):
+        return out
+    first = out.values["first"]
+    if out.chunks == 1:
+        first.attrs["chunks"] = 1
+        return first
+    return _combined(out, mode, bsz)
 
 
 def footprint(
@@ -240,46 +257,51 @@ def _rows_of(value: Any, sl: slice) -> Any:
     return list(value)[sl] if per_sequence(value) else value
 
 
-def _weighted_pairs(parts: list[pd.DataFrame], sizes: list[int]) -> pd.DataFrame:
-    """Feature tables of chunks as one batch's: each pair's mean over every sequence (a
-    pair absent from a chunk counts 0 there)."""
-    keys = [c for c in parts[0].columns if c != "value"]
-    weighted = [p.assign(value=p["value"] * w) for p, w in zip(parts, sizes, strict=True)]
-    out = pd.concat(weighted, ignore_index=True).groupby(keys, sort=True)["value"].sum()
-    return (out / sum(sizes)).reset_index()
+# How each mode's partials combine over the chunks (the runner's rules).
+COMBINE = {
+    "rows": {"first": "same", "table": "rows", "total": "sum", "gap": "rows"},
+    "pairs": {"first": "same", "table": "rows", "total": "mean", "gap": "rows"},
+    "mean": {"first": "same", "value": "mean", "total": "mean", "gap": "rows"},
+}
 
 
-def _combine(parts: list[pd.DataFrame], pl: Any) -> pd.DataFrame:
-    """The chunks' tables as one batch's: per-sequence rows joined, means weighted by each
-    chunk's sequences; the attrs of the first, with the whole run's cost, total and gap."""
-    sizes = [s.stop - s.start for s in pl.chunks]
-    first = parts[0]
-    if "sequence" in first.columns:
-        df = pd.concat(parts, ignore_index=True)
-        total = sum(float(p.attrs["total"]) for p in parts)
-    elif "query_piece" in first.columns:  # feature rows: each chunk has its own pairs
-        df = _weighted_pairs(parts, sizes)
-        total = sum(float(p.attrs["total"]) * w for p, w in zip(parts, sizes, strict=True))
-        total /= sum(sizes)
+def _partials(part: pd.DataFrame, mode: str, sl: slice) -> dict[str, Any]:
+    """One chunk's table as the partials of its ``mode`` (:data:`COMBINE`); a feature
+    table's values are weighted by the chunk's sequences (a pair absent from a chunk counts
+    0 there)."""
+    out: dict[str, Any] = {
+        "first": part, "total": float(part.attrs["total"]),
+        "gap": [float(part.attrs["score_gap"])],
+        "cost": float(part.attrs["forward_equivalents"]),
+    }  # fmt: skip
+    if mode == "rows":
+        out["table"] = part
+    elif mode == "pairs":
+        out["table"] = part.assign(value=part["value"] * (sl.stop - sl.start))
     else:
-        mean, totals = WeightedMean(), WeightedMean()
-        for part, w in zip(parts, sizes, strict=True):
-            mean.add(part["value"].to_numpy(float), w)
-            totals.add(float(part.attrs["total"]), w)
+        out["value"] = part["value"].to_numpy(float)
+    return out
+
+
+def _combined(out: Run, mode: str, bsz: int) -> pd.DataFrame:
+    """The chunks' tables as one batch's: per-sequence rows joined, each feature pair's mean
+    over every sequence, or the means; the attrs of the first, with the whole run's cost,
+    total and gap."""
+    first, values = out.values["first"], out.values
+    if mode == "rows":
+        df = values["table"]
+    elif mode == "pairs":
+        keys = [c for c in first.columns if c != "value"]
+        sums = values["table"].groupby(keys, sort=True)["value"].sum()
+        df = (sums / bsz).reset_index()
+    else:
         df = first.copy()
-        df["value"] = mean.value
-        total = float(totals.value)
+        df["value"] = values["value"]
     df.attrs = dict(first.attrs)
     df.attrs.update(
-        total=total,
-        score_gap=worst(float(p.attrs["score_gap"]) for p in parts),
-        forward_equivalents=round(
-            sum(
-                float(p.attrs["forward_equivalents"]) * pl.share(s)
-                for p, s in zip(parts, pl.chunks, strict=True)
-            ),
-            3,
-        ),  # fmt: skip
-        chunks=len(pl.chunks),
+        total=float(values["total"]),
+        score_gap=worst(values["gap"]),
+        forward_equivalents=round(out.forward_equivalents, 3),
+        chunks=out.chunks,
     )
     return df
