@@ -46,6 +46,7 @@ from transformer_lens.HookedRootModule import HookedRootModule
 from interp.core.checks import check_tokens
 from interp.core.errors import InterpError
 from interp.models.attn_layers import AttnOnlyConfig, Block, Embed, LayerNorm, PosEmbed, Unembed
+from interp.models.attn_weights import StackedWeights
 from interp.models.kv_cache import KVCache
 
 __all__ = ["AttnOnlyConfig", "AttnOnlyTransformer", "next_token_loss", "words_to_ids"]
@@ -53,7 +54,7 @@ __all__ = ["AttnOnlyConfig", "AttnOnlyTransformer", "next_token_loss", "words_to
 ReturnType = Literal["logits", "loss", "both", None]
 
 
-class AttnOnlyTransformer(HookedRootModule):
+class AttnOnlyTransformer(StackedWeights, HookedRootModule):
     """An attention-only transformer exposing TransformerLens hooks and weights.
 
     The hook names and weight shapes are TransformerLens's (module docstring), so every
@@ -375,76 +376,6 @@ class AttnOnlyTransformer(HookedRootModule):
                 block.ln1.w.copy_(sd[f"blocks.{layer}.ln1.weight"])
                 block.ln1.b.copy_(sd[f"blocks.{layer}.ln1.bias"])
         return model
-
-    # ------------------------------------------------------------ weights
-    def _stack(self, name: str) -> torch.Tensor:
-        return torch.stack([getattr(b.attn, name) for b in self.blocks])
-
-    @property
-    def W_E(self) -> torch.Tensor:  # [d_vocab, d_model]
-        return self.embed.W_E
-
-    @property
-    def W_pos(self) -> torch.Tensor:  # [n_ctx, d_model]
-        if self.pos_embed is None:
-            raise InterpError("this model has no positional embedding (W_pos)")
-        return self.pos_embed.W_pos
-
-    @property
-    def W_U(self) -> torch.Tensor:  # [d_model, d_vocab]
-        if self.unembed is None:
-            raise InterpError("this toy model has no unembedding (W_U)")
-        return self.unembed.W_U
-
-    @property
-    def b_U(self) -> torch.Tensor:  # [d_vocab]
-        if self.unembed is None:
-            raise InterpError("this toy model has no unembedding (b_U)")
-        return self.unembed.b_U
-
-    @property
-    def W_Q(self) -> torch.Tensor:  # [n_layers, n_heads, d_model, d_head]
-        return self._stack("W_Q")
-
-    @property
-    def W_K(self) -> torch.Tensor:  # [n_layers, n_heads, d_model, d_head]
-        return self._stack("W_K")
-
-    @property
-    def W_V(self) -> torch.Tensor:  # [n_layers, n_heads, d_model, d_head]
-        return self._stack("W_V")
-
-    @property
-    def W_O(self) -> torch.Tensor:  # [n_layers, n_heads, d_head, d_model]
-        return self._stack("W_O")
-
-    @property
-    def b_Q(self) -> torch.Tensor:  # [n_layers, n_heads, d_head]
-        return self._stack("b_Q")
-
-    @property
-    def b_K(self) -> torch.Tensor:  # [n_layers, n_heads, d_head]
-        return self._stack("b_K")
-
-    @property
-    def b_V(self) -> torch.Tensor:  # [n_layers, n_heads, d_head]
-        return self._stack("b_V")
-
-    @property
-    def b_O(self) -> torch.Tensor:  # [n_layers, d_model]
-        return torch.stack([b.attn.b_O for b in self.blocks])
-
-    @property
-    def QK(self):  # FactoredMatrix [n_layers, n_heads, d_model, d_model]
-        from transformer_lens import FactoredMatrix
-
-        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
-
-    @property
-    def OV(self):  # FactoredMatrix [n_layers, n_heads, d_model, d_model]
-        from transformer_lens import FactoredMatrix
-
-        return FactoredMatrix(self.W_V, self.W_O)
 
 
 def words_to_ids(text: str | Sequence[str], vocab: Sequence[str]) -> torch.Tensor:
