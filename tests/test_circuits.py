@@ -85,6 +85,8 @@ def test_copying_scores_table(bridge):
 def test_composition_matches_transformer_lens(bridge, kind):
     ours = composition_tensor(bridge, component=kind)
     theirs = bridge.all_composition_scores(kind).scores
+    # composition scores are norm ratios, at most 1: float32 norms taken in another order
+    # than TL's agree to a few ulps of that scale, so atol 1e-6 is 1e-6 of 1 (about 8 ulps)
     torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
     # and the same numbers on our own class holding the same weights
     mine = AttnOnlyTransformer.from_bridge(bridge)
@@ -168,6 +170,7 @@ def test_pair_scores_equal_transformer_lens():
     g = torch.Generator().manual_seed(0)
     left = FactoredMatrix(torch.randn(16, 40, 8, generator=g), torch.randn(16, 8, 40, generator=g))
     right = FactoredMatrix(torch.randn(16, 40, 8, generator=g), torch.randn(16, 8, 40, generator=g))
+    # norm ratios, at most 1: atol 1e-6 is 1e-6 of that scale (about 8 float32 ulps)
     torch.testing.assert_close(
         pair_scores(left, right), tl_scores(left, right, broadcast_dims=False), atol=1e-6, rtol=1e-5
     )

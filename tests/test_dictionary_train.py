@@ -53,13 +53,19 @@ def test_deterministic_and_chunking_invariant(model, tokens, fit):
         model, tokens, hook=HOOK, n_features=96, k=4, epochs=3, batch_size=256, seed=1
     )
     assert not torch.equal(other.dictionary.W_enc, fit.dictionary.W_enc)
-    # the report sums over chunks: a budget that splits the prompts gives the same figures
+    # the report sums over chunks: a budget that splits the prompts gives the same figures.
+    # The sums are float64, but each chunk's activations and logits are float32 passes over
+    # fewer rows, which other kernels (AVX2) may round otherwise: the variance explained (a
+    # ratio, scale 1) to 1e-6 of 1 (about 8 float32 ulps), not the float64 1e-9; the loss
+    # (logsumexp - logit per token) to 1e-6 of the logits' size, not 1e-6 absolute
     r = fit.report
     small = dictionary_report(model, tokens, fit.dictionary, memory_budget=3_000_000)
     assert small.fraction_variance_explained == pytest.approx(
-        r.fraction_variance_explained, abs=1e-9
+        r.fraction_variance_explained, abs=1e-6
     )
-    assert small.loss_without_error == pytest.approx(r.loss_without_error, abs=1e-6)
+    with torch.no_grad():
+        size = max(1.0, float(model(tokens).abs().max()))
+    assert small.loss_without_error == pytest.approx(r.loss_without_error, abs=1e-6 * size)
 
 
 def test_the_pass_stops_at_the_hook(model, tokens):

@@ -118,6 +118,8 @@ def test_transformer_lens_convention_equals_detect_head(
     ):
         tl = detect_head(model, texts, name, **opts).flatten().double()
         got = torch.tensor(ours[stripe].to_numpy(), dtype=torch.float64)
+        # scores are means of attention weights (scale 1), summed in float32 in another
+        # order than TL's (the float64 cast comes after): 1e-6 of 1, about 8 float32 ulps
         torch.testing.assert_close(got, tl, atol=1e-6, rtol=0)
 
 
@@ -131,6 +133,7 @@ def test_transformer_lens_convention_on_a_bridge():
     texts = [" ".join(f"t{i}" for i in row[1:]) for row in data.tokens]  # to_tokens adds t0
     ours = head_scores(model, data.tokens, convention="transformer_lens", exclude_bos=True)
     tl = detect_head(model, texts, "induction_head", exclude_bos=True).flatten().double()
+    # means of attention weights (scale 1) in float32: 1e-6 of 1, about 8 ulps (as above)
     torch.testing.assert_close(
         torch.tensor(ours["induction"].to_numpy(), dtype=torch.float64), tl, atol=1e-6, rtol=0
     )
@@ -149,6 +152,8 @@ def test_arena_convention_equals_the_diagonal_formula(induction_model):
             p = pattern[:, head]
             want_ind = torch.stack([x.diagonal(1 - L) for x in p]).mean()
             want_prev = torch.stack([x.diagonal(-1) for x in p]).mean()
+            # float32 means of attention weights (scale 1) in another order: 1e-6 of 1,
+            # about 8 float32 ulps
             assert float(row["induction"].iloc[0]) == pytest.approx(float(want_ind), abs=1e-6)
             assert float(row["previous_token"].iloc[0]) == pytest.approx(float(want_prev), abs=1e-6)
 
