@@ -107,6 +107,8 @@ def test_c_scores_split_into_query_and_key_pieces():
         off = g[g["query_coordinate"] != g["key_coordinate"]]
         assert (off["value"].abs() < 1e-7).all()  # identity projections: only like meets like
         s = sides[sides["sentence"] == sentence]
+        # float64 sums of the same pieces (of order 1) in two orders: 1e-7 is far above their
+        # rounding (about 1e-16)
         for side in ("query", "key"):  # each side's pieces sum to the score
             by = s[s["side"] == side].groupby("source", sort=False)
             np.testing.assert_allclose(by["value"].sum(), by["score"].first(), atol=1e-7)
@@ -147,6 +149,7 @@ def test_d_other_presets_and_custom_wq():
 def test_e_null_space_example_is_computed():
     ns = bs.null_space_example()
     assert ns["rank"] == 2 and ns["nullity"] == 1
+    # float64 (numpy SVD) on entries of order 1: 1e-12 is about 1e4 ulps
     np.testing.assert_allclose(ns["n"], [1, 1, -1], atol=1e-12)
     np.testing.assert_allclose(ns["Mn"], [0, 0], atol=1e-12)
     np.testing.assert_allclose(ns["Me"], [4, 5])
@@ -159,7 +162,8 @@ def test_i_causal_mask():
     assert np.all(d["future_weight_causal"] == 0)
     assert d["future_weight_zero_mask"][0] > 0.5  # a 0 "mask" still gives the future a share
     assert np.all(d["self_weight_causal"] > 0)
-    # bank is last in "the river bank": its row is unchanged by the mask.
+    # bank is last in "the river bank": its row is unchanged by the mask (float64, weights of
+    # order 1: 1e-12 is about 1e4 ulps).
     np.testing.assert_allclose(d["causal"][-1], d["bidirectional"][-1], atol=1e-12)
     c = cm.causal_comparison().set_index(["sentence", "mode"])
     assert c.loc[("the bank river", "causal"), "w[river]"] == 0.0

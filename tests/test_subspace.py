@@ -18,6 +18,7 @@ def random_matrix(d_out, d_in, rank, eps, seed):
 
 
 def orthonormal(B):
+    # float64 SVD bases, entries of order 1 at most: 1e-9 is about 1e7 ulps of that scale
     return np.allclose(B @ B.T, np.eye(B.shape[0]), atol=1e-9)
 
 
@@ -73,7 +74,7 @@ def test_row_convention_is_the_transpose():
     W = np.random.default_rng(0).standard_normal((6, 2))  # x @ W, d_in = 6
     s = subspaces(W, convention="row")
     assert s.shape == (2, 6) and s.nullity == 4
-    assert np.abs(s.null_space @ W).max() < 1e-12
+    assert np.abs(s.null_space @ W).max() < 1e-12  # float64, entries of order 1: ~1e4 ulps
 
 
 def test_article_example():

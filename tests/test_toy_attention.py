@@ -60,6 +60,7 @@ def test_toy_model_matches_reference_and_hooks():
     tokens = model.to_tokens("a c e b")
     out, cache = model.run_with_cache(tokens)
     A, H = attention(E[[0, 2, 4, 1]], Wq, Wk, Wv)
+    # the toy model and the reference are float64, values of order 1: 1e-12 is about 1e4 ulps
     np.testing.assert_allclose(cache["blocks.0.attn.hook_pattern"][0, 0].numpy(), A, atol=1e-12)
     np.testing.assert_allclose(cache["blocks.0.attn.hook_z"][0, :, 0].numpy(), H, atol=1e-12)
     # No output projection and no residual: the block output is the mixture itself.
@@ -76,7 +77,7 @@ def test_toy_model_with_output_projection_and_residual():
     model = toy_model(E, Wq, Wk, Wv, Wo, residual=True)
     out = model(torch.tensor([[0, 1, 2]]))[0].numpy()
     _, H = attention(E, Wq, Wk, Wv)
-    np.testing.assert_allclose(out, E + H @ Wo, atol=1e-12)
+    np.testing.assert_allclose(out, E + H @ Wo, atol=1e-12)  # float64, as above
 
 
 def test_hook_that_edits_pattern_changes_output_as_predicted():
@@ -92,6 +93,7 @@ def test_hook_that_edits_pattern_changes_output_as_predicted():
         return pattern
 
     out = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_pattern", one_hot_on_river)])
+    # float64 sums with one weight of 1 and the rest 0: exact, 1e-12 only a floor
     np.testing.assert_allclose(out[0, -1].numpy(), E[1], atol=1e-12)
     np.testing.assert_allclose(out[0, 0].numpy(), E[0], atol=1e-12)
 
