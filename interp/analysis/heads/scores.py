@@ -84,7 +84,8 @@ from interp.core.protocol import (
 from interp.core.shapes import Mask, Tokens
 from interp.datasets import repeated_random_tokens
 from interp.engine.cache import run_until
-from interp.engine.chunks import Estimate, Footprint, WeightedMean, chunk_bar, plan
+from interp.engine.chunks import Estimate, Footprint
+from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import head_frame, table_attrs
 
 
@@ -194,16 +195,8 @@ def pattern_scores(
             )
         if p.shape[-1] != n or p.shape[1] != pats[0].shape[1]:
             raise InterpError(f"pattern {i} has shape {tuple(p.shape)}, unlike pattern 0")
-    reducers = reducers_for(
-        tokens,
-        stripes,
-        convention,
-        exclude_bos,
-        exclude_current_token,
-        error_measure,
-        loss_mask,
-        bool(causal),
-    )
+    reducers = reducers_for(tokens, stripes, convention, exclude_bos, exclude_current_token,
+                            error_measure, loss_mask, bool(causal))  # fmt: skip
     n_heads = pats[0].shape[1]
     out = {s: torch.zeros(len(pats), n_heads) for s in reducers}
     for layer, p in enumerate(pats):
@@ -288,29 +281,15 @@ def head_scores(
     if convention != "interp" and (loss_mask is not None or causal is not None):
         raise InterpError("loss_mask and causal belong to convention='interp'")
     causal = is_causal(model) if causal is None else bool(causal)
-    reducers = reducers_for(
-        tokens,
-        stripes,
-        convention,
-        exclude_bos,
-        exclude_current_token,
-        error_measure,
-        loss_mask,
-        causal,
-    )
+    reducers = reducers_for(tokens, stripes, convention, exclude_bos, exclude_current_token,
+                            error_measure, loss_mask, causal)  # fmt: skip
     b, n = tokens.shape
     per = 0 if cache is not None else forward_bytes(model, 1, n)
-    pl = plan(
-        model, b, n, Footprint(0, per), memory_budget=memory_budget, analysis="head_scores",
-        forward_equivalents=0.0 if cache is not None else 1.0, fix="use shorter prompts",
-        estimate=estimate, progress=progress,
-    )  # fmt: skip
-    if estimate:
-        return pl.estimate
     options = (stripes, convention, exclude_bos, exclude_current_token, error_measure)
-    means = {s: WeightedMean() for s in reducers}
-    for sl in chunk_bar(pl.chunks, progress=progress, desc="head scores"):
-        if pl.split:
+
+    def chunk(c: Chunk) -> dict[str, Any]:
+        sl = c.rows
+        if c.split:
             pairs = chunk_reducers(tokens, sl, *options, loss_mask, causal)
         else:
             pairs = {s: (r, 1.0) for s, r in reducers.items()}
@@ -323,13 +302,33 @@ def head_scores(
                         out[s][layer] = r(p[sl]).cpu()
         elif part:
             _scores_by_hooks(model, tokens[sl], part, out)
-        for s, (_, w) in pairs.items():
-            means[s].add(out[s], w)
-    out = {s: m.value for s, m in means.items()}
+        return _weighted(reducers, out, pairs)
+
+    task = Task(
+        "head_scores", Footprint(0, per), work=0.0 if cache is not None else 1.0, chunk=chunk,
+        combine={k: "sum" for s in reducers for k in (f"total:{s}", f"weight:{s}")},
+        fix="use shorter prompts", desc="head scores",
+    )  # fmt: skip
+    run_ = run(model, (b, n), task, memory_budget=memory_budget, estimate=estimate,
+               progress=progress)  # fmt: skip
+    if isinstance(run_, Estimate):
+        return run_
+    sums = run_.values
+    out = {s: sums[f"total:{s}"] / sums[f"weight:{s}"] for s in reducers}
     df = head_frame(out, cfg.n_layers, cfg.n_heads)
     df.attrs.update(_attrs("head_scores", convention, model, 0.0 if cache is not None else 1.0))
-    df.attrs["chunks"] = len(pl.chunks)
+    df.attrs["chunks"] = run_.chunks
     return df
+
+
+def _weighted(reducers: dict[str, Reducer], out: dict[str, torch.Tensor], pairs: dict) -> dict:
+    """A chunk's partials: each stripe's scores times its weight in the chunk (the query rows
+    or sequences it counts) and the weight, summed over the chunks (the weights differ by
+    stripe); a stripe the chunk has no row of adds 0 to both."""
+    weights = {s: pairs[s][1] if s in pairs and pairs[s][1] > 0 else 0.0 for s in reducers}
+    part: dict[str, Any] = {f"weight:{s}": w for s, w in weights.items()}
+    part.update({f"total:{s}": out[s] * w if w > 0 else 0.0 for s, w in weights.items()})
+    return part
 
 
 def _attrs(analysis: str, convention: str, model: HookedModel, cost: float) -> dict[str, Any]:
