@@ -67,7 +67,8 @@ from interp.core.precision import (
 from interp.core.protocol import HookedModel, check_model, eval_no_grad, hook_names
 from interp.core.shapes import Tokens
 from interp.engine.cache import cache_work, check_cache
-from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
+from interp.engine.chunks import Estimate, Footprint
+from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
 
@@ -199,23 +200,35 @@ def direct_logit_attribution(
     # and the hooks' activations at the positions read
     rows = runtime_of(model).unembedded(_ONE_ROW)
     per = forward_bytes(model, 1, n, rows=rows) + len(wanted) * len(pos) * cfg.d_model * 4
-    pl = plan(
-        model, b, n, Footprint(0, 0 if cache is not None else per), memory_budget=memory_budget,
-        analysis="direct_logit_attribution", forward_equivalents=1.0, fix="use shorter prompts",
-        estimate=estimate, progress=progress,
-    )  # fmt: skip
-    if estimate:
-        return pl.estimate
-    runtime_of(model).check_readout("direct logit attribution")
-    parts = []
-    with eval_no_grad(model):
-        acts = check_cache(model, tokens, cache, needs=wanted)
-        for sl in chunk_bar(pl.chunks, progress=progress, desc="direct logit attribution"):
+    checked: dict[str, Any] = {}
+
+    def prepare(chunks: list[slice]) -> float:
+        runtime_of(model).check_readout("direct logit attribution")
+        with eval_no_grad(model):
+            checked["acts"] = check_cache(model, tokens, cache, needs=wanted)
+        return 0.0  # the pass is counted below: one, or the cache's
+
+    def chunk(c: Chunk) -> dict[str, Any]:
+        sl, acts = c.rows, checked["acts"]
+        with eval_no_grad(model):
             if acts is None:
                 got, read = _at_positions(model, tokens[sl], wanted, pos), list(range(len(pos)))
             else:
                 got, read = _Slice(acts, sl), pos
-            parts.append(_shares(model, got, names, tokens[sl], ans[sl], _rows(bad, sl), read))
+            part = _shares(model, got, names, tokens[sl], ans[sl], _rows(bad, sl), read)
+        return {"parts": [part]}  # rows: the chunks' in order
+
+    task = Task(
+        "direct_logit_attribution", Footprint(0, 0 if cache is not None else per), work=1.0,
+        chunk=chunk, combine={"parts": "rows"}, prepare=prepare, fix="use shorter prompts",
+        desc="direct logit attribution",
+    )  # fmt: skip
+    out = run(
+        model, (b, n), task, memory_budget=memory_budget, estimate=estimate, progress=progress
+    )
+    if isinstance(out, Estimate):
+        return out
+    parts, acts = out.values["parts"], checked["acts"]
     rows, attrs = _remainder(parts, runtime_of(model).norm("final"))
     cap = runtime_of(model).final_softcap
     df = _table(rows, by, cfg.n_layers)
@@ -229,7 +242,7 @@ def direct_logit_attribution(
             unit="logits",
             model=model,
             forward_equivalents=1.0 if cache is None else cache_work(acts),
-            chunks=len(pl.chunks),
+            chunks=out.chunks,
             at=pos,
             by=by,
             sum_of_rows=float(df["value"].sum()),

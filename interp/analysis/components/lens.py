@@ -47,9 +47,13 @@ from interp.core.memory import element_bytes, forward_bytes
 from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.engine.cache import StopForward, cache_work, check_cache, pass_share
-from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
+from interp.engine.chunks import Estimate, Footprint
+from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
+
+# what :func:`_read` gives for each row: top-k probabilities and ids, the target's log-prob, rank
+_READ = ("top_p", "top_i", "target_logp", "target_rank")
 
 
 def _labels(model: HookedModel, ids: list[int]) -> list[str]:
@@ -145,29 +149,42 @@ def logit_lens(
     stack = len(names) * len(pos) * cfg.d_model * element_bytes(model)
     per = stack + (0 if cache is not None else forward_bytes(model, 1, n, rows=()))
     chunk = min(CHUNK_BYTES, b * len(names) * len(pos) * d_vocab * 4)
-    pl = plan(
-        model, b, n, Footprint(chunk * 9 // 4, per), memory_budget=memory_budget,
-        analysis="logit_lens", forward_equivalents=pass_share(L, names),
-        fix="read fewer positions (at=) or use shorter prompts",
-        estimate=estimate, progress=progress,
-    )  # fmt: skip
-    if estimate:
-        return pl.estimate
-    rt.check_readout("the logit lens")
-    parts = []
-    with eval_no_grad(model):
-        acts = check_cache(model, tokens, cache, needs=names)
-        work = pass_share(L, names) if acts is None else cache_work(acts)
-        for sl in chunk_bar(pl.chunks, progress=progress, desc="logit lens"):
+    checked: dict[str, Any] = {}
+
+    def prepare(chunks: list[slice]) -> float:
+        rt.check_readout("the logit lens")
+        with eval_no_grad(model):
+            checked["acts"] = check_cache(model, tokens, cache, needs=names)
+        return 0.0  # counted below: the pass stopped after the last stage, or the cache's
+
+    def read(c: Chunk) -> dict[str, Any]:
+        sl, acts = c.rows, checked["acts"]
+        with eval_no_grad(model):
             if acts is None:
-                stack = _streams(model, tokens[sl], names, pos)
+                streams = _streams(model, tokens[sl], names, pos)
             else:
-                stack = torch.stack([acts[nm][sl][:, pos] for nm in names])
-            parts.append(_read(rt, stack, tgt[sl], k))  # [stage, batch, P, d_model] read
-            del stack
+                streams = torch.stack([acts[nm][sl][:, pos] for nm in names])
+            got = _read(rt, streams, tgt[sl], k)  # [stage, batch, P, d_model] read
+        # each [stage * batch * P, ...] as [batch, stage, P, ...]: rows, prompt by prompt
+        return {
+            key: x.view(L + 1, -1, len(pos), *x.shape[1:]).movedim(1, 0)
+            for key, x in zip(_READ, got)
+        }
+
+    task = Task(
+        "logit_lens", Footprint(chunk * 9 // 4, per), work=pass_share(L, names), chunk=read,
+        combine=dict.fromkeys(_READ, "rows"), prepare=prepare,
+        fix="read fewer positions (at=) or use shorter prompts", desc="logit lens",
+    )  # fmt: skip
+    out = run(
+        model, (b, n), task, memory_budget=memory_budget, estimate=estimate, progress=progress
+    )
+    if isinstance(out, Estimate):
+        return out
+    acts = checked["acts"]
+    work = pass_share(L, names) if acts is None else cache_work(acts)
     top_p_all, top_i_all, logp_all, rank_all = (
-        torch.cat([p[i].view(L + 1, -1, len(pos), *p[i].shape[1:]) for p in parts], 1).flatten(0, 2)
-        for i in range(4)
+        out.values[key].movedim(0, 1).flatten(0, 2) for key in _READ
     )
     stages = torch.arange(L + 1)[:, None, None].expand(L + 1, b, len(pos)).reshape(-1)
     seqs = torch.arange(b)[None, :, None].expand(L + 1, b, len(pos)).reshape(-1)
@@ -207,7 +224,7 @@ def logit_lens(
             at=pos,
             k=k,
             chunk_bytes=CHUNK_BYTES,
-            chunks=len(pl.chunks),
+            chunks=out.chunks,
         )
     )
     return df
