@@ -54,14 +54,22 @@ from interp.core.memory import check_table
 from interp.core.metrics import Metric
 from interp.core.protocol import HookedModel, eval_no_grad, positions_label
 from interp.core.shapes import Tokens
+from interp.engine import runner
 from interp.engine.batching import check_work
 from interp.engine.cache import activation_of
-from interp.engine.chunks import Estimate, WeightedMean, plan
+from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction
 from interp.engine.edges.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
 from interp.engine.edges.graph import Graph
 from interp.engine.edges.passes import pass_shape, patch_cost, patch_edges
-from interp.engine.edges.task import EdgeTask, begin, check, chunk_tasks, edge_footprint
+from interp.engine.edges.task import (
+    EdgeTask,
+    begin,
+    check,
+    edge_footprint,
+    prepare_chunks,
+    task_rows,
+)
 from interp.outputs.frames import described, table_attrs
 
 Method = Literal["eap", "eap-ig", "exact"]
@@ -191,35 +199,37 @@ def attribute_edges(
             what=f"{method} with {steps} steps" if method == "eap-ig" else "eap",
             fix="use fewer steps (5 is EAP-IG's usual number)",
         )
-    pl = plan(
-        model, *task.tokens.shape,
-        edge_footprint(task, "patch", **pass_shape(task, edits)) if method == "exact"
-        else edge_footprint(task, method),
-        memory_budget=memory_budget, analysis="attribute_edges", forward_equivalents=0.0,
-        fix="use shorter prompts, or whole edges (positions=None)" if task.each
-        else "use shorter prompts",
-        estimate=estimate, progress=progress,
-    )  # fmt: skip
-    # a split batch's mean or resample ablation: one more pass for the replacement outputs
-    pl = pl.costing(work + (pl.split and ablation in ("mean", "resample")))
-    if estimate:
-        return pl.estimate
-    scored, clean = WeightedMean(), WeightedMean()
-    for sub, checked, w in chunk_tasks(task, pl, cache=cache, progress=progress, desc="edges"):
+
+    def chunk(c: runner.Chunk) -> dict[str, Any]:
+        sub, checked = task_rows(task, c)
         # estimates take the base outputs from their own pass
         prep = begin(sub, cache=checked, base_pass=method == "exact")
         if method == "exact":
-            values = patch_edges(
-                prep, edits, progress=progress and not pl.split, desc="exact edges"
-            )
+            values = patch_edges(prep, edits, progress=c.progress, desc="exact edges")
             part = np.zeros(wanted.shape)
             part[where] = np.asarray(values) - prep.base_value
         else:
             part = _estimate(prep, method, steps).numpy()
-        scored.add(part, w)
-        clean.add(prep.clean_value, w)
-        del prep
-    scores = scored.value
+        return {"scores": part, "clean": prep.clean_value, "cost": prep.cost.total}
+
+    spec = runner.Task(
+        "attribute_edges",
+        edge_footprint(task, "patch", **pass_shape(task, edits)) if method == "exact"
+        else edge_footprint(task, method),
+        # a split batch's mean or resample ablation: one more pass for the replacement outputs
+        work=lambda chunks: work + (len(chunks) > 1 and ablation in ("mean", "resample")),
+        chunk=chunk, combine={"scores": "mean", "clean": "mean"}, metric=task.metric,
+        prepare=lambda chunks: prepare_chunks(task, chunks, cache=cache),
+        fix="use shorter prompts, or whole edges (positions=None)" if task.each
+        else "use shorter prompts",
+        desc="edges",
+    )  # fmt: skip
+    out = runner.run(model, tuple(task.tokens.shape), spec, memory_budget=memory_budget,
+                     estimate=estimate, progress=progress)  # fmt: skip
+    if isinstance(out, Estimate):
+        return out
+    task.cost.add(out.forward_equivalents)
+    scores = out.values["scores"]
     column = "exact" if method == "exact" else "estimate"
     df = _table(graph, wanted, scores, column)
     df.attrs.update(
@@ -237,9 +247,9 @@ def attribute_edges(
             forward_equivalents=task.cost.forward_equivalents,
             engine="edges",
             steps=steps if method == "eap-ig" else None,
-            clean=float(clean.value),
+            clean=float(out.values["clean"]),
             graph=graph.describe(),
-            chunks=len(pl.chunks),
+            chunks=out.chunks,
         )
     )
     return df

@@ -31,7 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -48,11 +47,19 @@ from interp.core.metrics import Metric
 from interp.core.precision import model_dtype
 from interp.core.protocol import HookedModel, positions_label
 from interp.core.shapes import Tokens
+from interp.engine import runner
 from interp.engine.batching import check_work
-from interp.engine.chunks import Estimate, Plan, WeightedMean, plan
+from interp.engine.chunks import Estimate
 from interp.engine.direction import check_span
 from interp.engine.edges.passes import evaluate_masks
-from interp.engine.edges.task import EdgeTask, begin, check, chunk_tasks, edge_footprint
+from interp.engine.edges.task import (
+    EdgeTask,
+    begin,
+    check,
+    edge_footprint,
+    prepare_chunks,
+    task_rows,
+)
 from interp.outputs.frames import table_attrs
 
 Ablation = Literal["patch", "zero", "mean", "resample"]
@@ -173,12 +180,13 @@ def evaluate_circuit(
     else:
         valid = graph.valid
         keep = valid.copy() if edges is None else edge_mask(graph, edges)
-    values, clean, corrupted, pl = measure_circuits(
+    out = measure_circuits(
         task, [valid & ~keep], cache=cache, memory_budget=memory_budget, progress=progress,
         estimate=estimate, analysis="evaluate_circuit",
     )  # fmt: skip
-    if estimate:
-        return pl.estimate
+    if isinstance(out, Estimate):
+        return out
+    values, clean, corrupted, chunks = out
     value = values[0]
     df = pd.DataFrame(
         [
@@ -192,54 +200,69 @@ def evaluate_circuit(
             }
         ]
     )
-    df.attrs.update(_attrs(model, task, "evaluate_circuit", pl))
+    df.attrs.update(_attrs(model, task, "evaluate_circuit", chunks))
     return df
 
 
 def measure_circuits(
-    task: EdgeTask,
-    masks: Sequence[np.ndarray],
-    *,
-    cache: Any,
-    memory_budget: int | None,
-    progress: bool,
-    estimate: bool,
-    analysis: str,
-    extra_work: float = 0.0,
-) -> tuple[list[float], float, float, Plan]:
+    task: EdgeTask, masks: Sequence[np.ndarray], *, cache: Any, memory_budget: int | None,
+    progress: bool, estimate: bool, analysis: str,
+) -> tuple[list[float], float, float, int] | Estimate:  # fmt: skip
     """The metric with each mask's edges carrying the replacement, and the clean and
-    corrupted metrics, over every prompt, a chunk at a time (:mod:`interp.engine.chunks`):
-    ``(values, clean, corrupted, plan)``; with ``estimate``, only the plan (values empty).
+    corrupted metrics, over every prompt, a chunk at a time (:func:`circuit_task` on the
+    runner, :mod:`interp.engine.runner`): ``(values, clean, corrupted, chunks)``; with
+    ``estimate``, the :class:`~interp.engine.chunks.Estimate`. Its passes are added to
+    ``task.cost``.
 
     Raises:
         InterpError: when the clean and corrupted runs agree.
     """
-    pl = plan(
-        task.rt.model, *task.tokens.shape, edge_footprint(task, "circuit", copies=len(masks)),
-        memory_budget=memory_budget, analysis=analysis, forward_equivalents=0.0,
-        fix="use shorter prompts",
-        estimate=estimate, progress=progress,
+    out = runner.run(
+        task.rt.model, tuple(task.tokens.shape),
+        circuit_task(task, masks, cache=cache, analysis=analysis),
+        memory_budget=memory_budget, estimate=estimate, progress=progress,
     )  # fmt: skip
-    # the clean metric, the corrupted one (its pass, or a circuit of every edge), the circuits
-    work = 2 + len(masks) + (task.ablation in ("mean", "resample") and pl.split)
-    pl = pl.costing(work + extra_work)
-    if estimate:
-        return [], math.nan, math.nan, pl
-    values, clean, corrupted = WeightedMean(), WeightedMean(), WeightedMean()
-    for sub, checked, w in chunk_tasks(task, pl, cache=cache, progress=progress, desc=analysis):
-        prep = begin_circuit(sub, checked)
-        corrupted.add(corrupted_metric(prep, check=not pl.split), w)
-        values.add(np.asarray(evaluate_masks(
-            prep, masks, progress=progress and not pl.split, desc=analysis,
-        ), dtype=float), w)  # fmt: skip
-        clean.add(prep.base_value, w)
-        del prep
-    base, worst = float(clean.value), float(corrupted.value)
+    if isinstance(out, Estimate):
+        return out
+    task.cost.add(out.forward_equivalents)
+    base, worst = float(out.values["clean"]), float(out.values["corrupted"])
     check_span(base, worst, "faithfulness", model_dtype(task.rt.model))
-    return list(values.value), base, worst, pl
+    return list(out.values["values"]), base, worst, out.chunks
 
 
-def _attrs(model: HookedModel, task: EdgeTask, analysis: str, pl: Plan) -> dict[str, Any]:
+def circuit_task(
+    task: EdgeTask, masks: Sequence[np.ndarray], *, cache: Any, analysis: str,
+    work: Callable[[list[slice]], float] | None = None,
+) -> runner.Task:  # fmt: skip
+    """The runner's task of :func:`measure_circuits`: each chunk's clean and corrupted
+    metrics and each mask's. ``work``: its counted forward-equivalents (default: the clean
+    metric, the corrupted one, each mask's pass, and with several chunks the mean or
+    resample ablation's replacement outputs)."""
+
+    def chunk(c: runner.Chunk) -> dict[str, Any]:
+        sub, checked = task_rows(task, c)
+        prep = begin_circuit(sub, checked)
+        corrupted = corrupted_metric(prep, check=not c.split)
+        values = evaluate_masks(prep, masks, progress=c.progress, desc=analysis)
+        return {
+            "values": np.asarray(values, dtype=float), "clean": prep.base_value,
+            "corrupted": corrupted, "cost": prep.cost.total,
+        }  # fmt: skip
+
+    def counted(chunks: list[slice]) -> float:
+        # the clean metric, the corrupted one (its pass, or a circuit of every edge), the circuits
+        return 2 + len(masks) + (task.ablation in ("mean", "resample") and len(chunks) > 1)
+
+    return runner.Task(
+        analysis, edge_footprint(task, "circuit", copies=len(masks)),
+        work=counted if work is None else work, chunk=chunk,
+        combine={"values": "mean", "clean": "mean", "corrupted": "mean"}, metric=task.metric,
+        prepare=lambda chunks: prepare_chunks(task, chunks, cache=cache),
+        fix="use shorter prompts", desc=analysis,
+    )  # fmt: skip
+
+
+def _attrs(model: HookedModel, task: EdgeTask, analysis: str, chunks: int) -> dict[str, Any]:
     return table_attrs(
         analysis,
         description="the metric with only a circuit's edges kept: every other edge carries the "
@@ -254,7 +277,7 @@ def _attrs(model: HookedModel, task: EdgeTask, analysis: str, pl: Plan) -> dict[
         forward_equivalents=task.cost.forward_equivalents,
         engine="edges",
         graph=task.graph.describe(),
-        chunks=len(pl.chunks),
+        chunks=chunks,
     )
 
 
@@ -369,17 +392,18 @@ def circuit_curve(
             pick[rng.choice(valid_idx, size=n, replace=False)] = True
             rows.append({"kind": "random", "draw": d, "n_edges": n})
             masks.append(graph.valid & ~pick.reshape(graph.valid.shape))
-    values, clean, corrupted, pl = measure_circuits(
+    out = measure_circuits(
         task, masks, cache=cache, memory_budget=memory_budget, progress=progress,
         estimate=estimate, analysis="circuit_curve",
     )  # fmt: skip
-    if estimate:
-        return pl.estimate
+    if isinstance(out, Estimate):
+        return out
+    values, clean, corrupted, chunks = out
     df = pd.DataFrame(rows)
     df["fraction_of_edges"] = df["n_edges"] / graph.n_edges
     df["metric"] = values
     df["faithfulness"] = [faithfulness_of(v, clean, corrupted) for v in values]
-    df.attrs.update(_attrs(model, task, "circuit_curve", pl))
+    df.attrs.update(_attrs(model, task, "circuit_curve", chunks))
     df.attrs["seed"] = task.seed  # the random circuits' draws
     df.attrs.update(clean=clean, corrupted=corrupted, circuits=len(masks))
     return df

@@ -45,11 +45,12 @@ from interp.core.metrics import Metric
 from interp.core.precision import model_dtype
 from interp.core.protocol import HookedModel, positions_label
 from interp.core.shapes import Tokens
+from interp.engine import runner
 from interp.engine.batching import check_work
-from interp.engine.chunks import Estimate, WeightedMean, plan
+from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction, check_span, clean_first, effects, normalized
 from interp.engine.edges.passes import pass_shape, patch_cost, patch_edges
-from interp.engine.edges.task import begin, check, chunk_tasks, edge_footprint
+from interp.engine.edges.task import begin, check, edge_footprint, prepare_chunks, task_rows
 from interp.outputs.frames import table_attrs
 
 
@@ -147,29 +148,33 @@ def path_patch(
         what=f"path patching {len(edits)} senders",
         fix="pass fewer senders",
     )
-    pl = plan(
-        model, *task.tokens.shape,
-        edge_footprint(task, "patch", **pass_shape(task, edits)),
-        memory_budget=memory_budget,
-        analysis="path_patch", forward_equivalents=work, fix="use shorter prompts",
-        estimate=estimate, progress=progress,
-    )  # fmt: skip
-    if estimate:
-        return pl.estimate
-    base_m, source_m, patched_m = WeightedMean(), WeightedMean(), WeightedMean()
     dtype = model_dtype(model)  # runs equal to its rounding are refused (interp.core.precision)
-    for sub, checked, w in chunk_tasks(task, pl, cache=cache, progress=progress, desc="paths"):
+
+    def chunk(c: runner.Chunk) -> dict[str, Any]:
+        sub, checked = task_rows(task, c)
         prep = begin(sub, cache=checked)
-        if not pl.split:  # one batch: refuse equal runs before the senders' passes
+        if not c.split:  # one batch: refuse equal runs before the senders' passes
             check_span(prep.base_value, float(prep.source_value), "the normalized column", dtype)
-        values = patch_edges(prep, edits, progress=progress and not pl.split, desc="path patching")
-        base_m.add(prep.base_value, w)
-        source_m.add(float(prep.source_value), w)
-        patched_m.add(np.asarray(values, dtype=float), w)
-        del prep
-    base, source = float(base_m.value), float(source_m.value)
+        values = patch_edges(prep, edits, progress=c.progress, desc="path patching")
+        return {
+            "base": prep.base_value, "source": float(prep.source_value),
+            "patched": np.asarray(values, dtype=float), "cost": prep.cost.total,
+        }  # fmt: skip
+
+    spec = runner.Task(
+        "path_patch", edge_footprint(task, "patch", **pass_shape(task, edits)), work=work,
+        chunk=chunk, combine={"base": "mean", "source": "mean", "patched": "mean"},
+        metric=task.metric, prepare=lambda chunks: prepare_chunks(task, chunks, cache=cache),
+        fix="use shorter prompts", desc="paths",
+    )  # fmt: skip
+    out = runner.run(model, tuple(task.tokens.shape), spec, memory_budget=memory_budget,
+                     estimate=estimate, progress=progress)  # fmt: skip
+    if isinstance(out, Estimate):
+        return out
+    task.cost.add(out.forward_equivalents)
+    base, source = float(out.values["base"]), float(out.values["source"])
     check_span(base, source, "the normalized column", dtype)
-    patched = list(patched_m.value)
+    patched = list(out.values["patched"])
     clean, corrupted = clean_first(task.direction, base, source)
     df = pd.DataFrame(
         {
@@ -196,7 +201,7 @@ def path_patch(
             forward_equivalents=task.cost.forward_equivalents,
             engine="edges",
             receivers=[graph.receivers[j] for j in r_idx],
-            chunks=len(pl.chunks),
+            chunks=out.chunks,
         )
     )
     return df

@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +35,7 @@ from interp.analysis.circuits.evaluation import (
     Ablation,
     begin_circuit,
     check_circuit,
+    circuit_task,
     corrupted_metric,
     faithfulness_of,
     measure_circuits,
@@ -46,9 +46,9 @@ from interp.core.errors import InterpError
 from interp.core.metrics import Metric
 from interp.core.protocol import HookedModel, model_name
 from interp.core.shapes import Tokens
-from interp.engine.chunks import Estimate, plan
+from interp.engine import runner
+from interp.engine.chunks import Estimate
 from interp.engine.edges.passes import evaluate_masks
-from interp.engine.edges.task import edge_footprint
 
 
 def find_circuit(
@@ -133,17 +133,21 @@ def find_circuit(
         if not lo < hi <= graph.n_edges:
             raise InterpError(f"bracket must be (lo, hi), 0 <= lo < hi <= {graph.n_edges}")
     evaluations = 2 * max(1, math.ceil(math.log2(max(2, graph.n_edges))))
-    pl = plan(
-        model, *task.tokens.shape, edge_footprint(task, "circuit"), memory_budget=memory_budget,
-        analysis="find_circuit", forward_equivalents=0.0, fix="use shorter prompts",
-        estimate=estimate, progress=progress,
-    )  # fmt: skip
-    # one batch: the two baselines once, a pass per candidate; in chunks a candidate reruns
-    # the baselines on every chunk (and, for mean or resample, the replacement outputs)
-    per = 3 + (1 if ablation != "patch" else 0) if pl.split else 1
-    work = (0 if pl.split else 2) + evaluations * per  # at most: the candidates the search can try
+
+    def work(chunks: list[slice]) -> float:
+        # one batch: the two baselines once, a pass per candidate; in chunks a candidate
+        # reruns the baselines on every chunk (and, for mean or resample, the replacement
+        # outputs)
+        split = len(chunks) > 1
+        per = 3 + (1 if ablation != "patch" else 0) if split else 1
+        return (0 if split else 2) + evaluations * per  # at most: the candidates it can try
+
+    # the chunks of measuring one candidate (circuit_task), counting the whole search
+    spec = circuit_task(task, [], cache=cache, analysis="find_circuit", work=work)
+    pl = runner.plan_task(model, tuple(task.tokens.shape), spec, memory_budget=memory_budget,
+                          estimate=estimate, progress=progress)  # fmt: skip
     if estimate:
-        return dataclasses.replace(pl.estimate, forward_equivalents=float(work))
+        return pl.estimate
     tried: dict[int, tuple[float, np.ndarray]] = {}
     if pl.split:
         clean = corrupted = math.nan

@@ -8,7 +8,9 @@ that this model's receivers can be given their own inputs exactly
 every sender's output and every receiver layer's input) and the source run.
 :func:`check` checks the inputs and builds the graph, so a caller can refuse
 work it cannot do before any pass; :func:`begin` then checks the cache (its one
-stopped pass) and runs the first passes.
+stopped pass) and runs the first passes. In chunks (:mod:`interp.engine.runner`),
+:func:`prepare_chunks` is what the chunks share and :func:`task_rows` gives each chunk its
+sub-task.
 
 The base run is the one whose edges are edited (:mod:`interp.engine.direction`):
 the clean run when noising (and for zero and mean ablation, and every circuit
@@ -29,7 +31,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
@@ -75,6 +76,7 @@ class EdgeTask:
     resample_tokens: torch.Tensor | None = None
     resample_index: torch.Tensor | None = None  # the whole batch's draw (chunked resample)
     memory_budget: Any = None  # bytes the task's passes may use (None: the default budget)
+    checked_cache: Any = None  # the cache checked against every prompt (prepare_chunks)
 
     @property
     def clean_value(self) -> float:
@@ -114,7 +116,7 @@ class EdgeTask:
             self, tokens=self.tokens[rows], base=self.base[rows], metric=metric,
             corrupted=None if self.corrupted is None else self.corrupted[rows],
             base_out=None, alt=None, base_value=float("nan"), base_inputs={}, source_value=None,
-            cum={}, cost=Cost(self.cost.n_layers), parts=[],
+            cum={}, cost=Cost(self.cost.n_layers), parts=[], checked_cache=None,
         )  # fmt: skip
         if self.resample_index is not None:
             sub.resample_tokens = self.tokens[self.resample_index[rows]]
@@ -272,49 +274,48 @@ def begin(
     return task
 
 
-def chunk_tasks(
-    task: EdgeTask,
-    chunks: Any,
-    *,
-    cache: Any = None,
-    progress: bool = False,
-    desc: str = "chunks",
-) -> Iterator[tuple[EdgeTask, Any, float]]:
-    """A checked task's chunks (a :class:`interp.engine.chunks.Plan`): ``(sub-task, checked
-    cache of its rows, weight)`` each, the sub-task not begun (:func:`begin` it with that
-    cache). The cache is checked once against every prompt. With several chunks, mean
-    ablation first takes the senders' mean outputs over every prompt (one pass, a chunk at
-    a time) and resample ablation draws once for the whole batch, so the chunks give the
-    numbers of one batch. Each sub-task's passes are added to ``task.cost``, in
-    forward-equivalents of every prompt, once the caller is done with it.
+def prepare_chunks(task: EdgeTask, chunks: list[slice], *, cache: Any = None) -> float:
+    """What a checked task's chunks share, run once before the first (a runner task's
+    ``prepare``, :mod:`interp.engine.runner`): the cache checked once against every prompt
+    (kept for :func:`task_rows`); with several chunks, mean ablation's senders' mean outputs
+    over every prompt (one pass, a chunk at a time) and resample ablation's one draw for the
+    whole batch, so the chunks give the numbers of one batch. Returns the passes'
+    forward-equivalents (of every prompt).
 
     Raises:
-        InterpError: for a cache of other tokens, or a metric that cannot be combined over
-            chunks.
+        InterpError: for a cache of other tokens.
     """
     from interp.core.protocol import eval_no_grad
     from interp.engine.ablations import resample_index
-    from interp.engine.cache import cache_rows, check_cache
+    from interp.engine.cache import check_cache
 
-    rt = task.rt
+    rt, n = task.rt, task.tokens.shape[0]
+    cost = Cost(task.cost.n_layers)
     with eval_no_grad(rt.model):
-        checked = check_cache(rt.model, task.tokens, cache)
-        if chunks.split and task.ablation == "mean":
+        task.checked_cache = check_cache(rt.model, task.tokens, cache)
+        if len(chunks) > 1 and task.ablation == "mean":
             total = None
-            for sl in chunks.chunks:
+            for sl in chunks:
                 out, _ = sender_outputs(rt, task.graph, task.base[sl])
                 part = out.double().sum(1, keepdim=True)
                 total = part if total is None else total + part
-                task.cost.forward(chunks.share(sl))
-            task.mean_out = (total / task.tokens.shape[0]).float()
-        elif chunks.split and task.ablation == "resample":
-            task.resample_index = resample_index(task.tokens.shape[0], None, task.seed)
-    for sl, metric, weight in chunks.parts(task.metric, progress=progress, desc=desc):
-        sub = task.rows(sl, metric) if chunks.split else task
-        sub.memory_budget = chunks.spare(sl)  # what the chunk's passes pack copies into
-        yield sub, cache_rows(checked, sl), weight
-        if sub is not task:
-            task.cost.add(sub.cost.total * chunks.share(sl))
+                cost.forward((sl.stop - sl.start) / max(1, n))
+            task.mean_out = (total / n).float()
+        elif len(chunks) > 1 and task.ablation == "resample":
+            task.resample_index = resample_index(n, None, task.seed)
+    return cost.total
+
+
+def task_rows(task: EdgeTask, chunk: Any) -> tuple[EdgeTask, Any]:
+    """A runner chunk's sub-task (:class:`interp.engine.runner.Chunk`: its rows, metric and
+    budget) and its rows of the cache :func:`prepare_chunks` checked: begin the sub-task
+    (:func:`begin`) with that cache. Its passes are counted in its own ``cost``, in
+    forward-equivalents of its own prompts."""
+    from interp.engine.cache import cache_rows
+
+    sub = task.rows(chunk.rows, chunk.metric)
+    sub.memory_budget = chunk.budget  # what the chunk's passes pack copies into
+    return sub, cache_rows(task.checked_cache, chunk.rows)
 
 
 def edge_footprint(
