@@ -107,7 +107,8 @@ from interp.core.protocol import (
 from interp.core.shapes import Tokens
 from interp.engine.batching import Cost
 from interp.engine.cache import cache_rows, check_cache
-from interp.engine.chunks import Estimate, chunk_bar, plan
+from interp.engine.chunks import Estimate
+from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import head_frame, table_attrs
 from interp.runtime.attention import QKGeometry
 
@@ -116,23 +117,10 @@ PROBE_SEQUENCES = 8
 OV_SCORES = ("copying", "copying_top1", "copy_suppression", "successor")
 PATTERN_SCORES = ("previous_token", "induction", "duplicate_token", "sink", "entropy", "distance")
 COLUMNS = (  # the table's value columns, in order (module docstring)
-    "previous_token",
-    "induction",
-    "duplicate_token",
-    "sink",
-    "sink_swapped",
-    "entropy",
-    "distance",
-    "kernel_peak",
-    "kernel_range",
-    "rotary_band",
-    "band_wavelength",
-    "band_share",
-    "copying",
-    "copying_top1",
-    "copy_suppression",
-    "successor",
-)
+    "previous_token", "induction", "duplicate_token", "sink", "sink_swapped", "entropy",
+    "distance", "kernel_peak", "kernel_range", "rotary_band", "band_wavelength", "band_share",
+    "copying", "copying_top1", "copy_suppression", "successor",
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,32 +224,38 @@ def measure_atlas(
     L, H = int(cfg.n_layers), int(cfg.n_heads)
     draws = max(1, math.ceil(CONTROL_HEADS / (L * H)))
     n, pos = tokens.shape
-    pl = plan(
-        model, n, pos, P.footprint(model, pos, draws), memory_budget=memory_budget,
-        analysis="head_atlas", forward_equivalents=2.0, fix="use a smaller or shorter probe",
-        estimate=estimate, progress=progress,
+    names = functools.partial(P.layer_hooks, model)
+    pattern = functools.partial(hook_name, "pattern")
+    shared: dict[str, Any] = {}
+
+    def prepare(chunks: list[slice]) -> float:
+        shared["reader"] = P.PatternReader(model, draws=draws, seed=seed,
+                                           keep_first=keep_patterns, causal=causal)  # fmt: skip
+        shared["sinks"] = P.Sums()
+        with eval_no_grad(model):
+            shared["cache"] = check_cache(model, tokens, cache)
+        return 0.0  # the chunks' passes count
+
+    def chunk(c: Chunk) -> dict[str, Any]:
+        # the readers sum each chunk's patterns: their means are the whole probe's
+        part = Cost(L)
+        with eval_no_grad(model):
+            P.probe_pass(model, tokens[c.rows], shared["reader"], names=names, cost=part,
+                         cache=cache_rows(shared["cache"], c.rows))  # fmt: skip
+            P.probe_pass(model, swapped[c.rows], P.sink_reader(shared["sinks"]),
+                         names=lambda l: [pattern(l)], cost=part)  # fmt: skip
+        return {"cost": part.total}
+
+    task = Task(
+        "head_atlas", P.footprint(model, pos, draws), work=2.0, chunk=chunk, combine={},
+        prepare=prepare, fix="use a smaller or shorter probe", desc="head atlas",
     )  # fmt: skip
-    if estimate:
-        return pl.estimate
-    cost = Cost(L)
-    reader = P.PatternReader(model, draws=draws, seed=seed, keep_first=keep_patterns, causal=causal)
-    sink_sums = P.Sums()
+    out = run(model, (n, pos), task, memory_budget=memory_budget, estimate=estimate,
+              progress=progress)  # fmt: skip
+    if isinstance(out, Estimate):
+        return out
+    reader, sink_sums = shared["reader"], shared["sinks"]
     with eval_no_grad(model):
-        names = functools.partial(P.layer_hooks, model)
-        pattern = functools.partial(hook_name, "pattern")
-        checked = check_cache(model, tokens, cache)
-        for sl in chunk_bar(pl.chunks, progress=progress, desc="head atlas"):
-            part = Cost(L)
-            P.probe_pass(model, tokens[sl], reader, names=names, cost=part,
-                         cache=cache_rows(checked, sl))  # fmt: skip
-            P.probe_pass(
-                model,
-                swapped[sl],
-                P.sink_reader(sink_sums),
-                names=lambda l: [pattern(l)],
-                cost=part,
-            )
-            cost.add(part.total * pl.share(sl))
         dtype = reader.rt.layer(0).W["q"].dtype
         # patterns are probabilities (magnitude 1); in float16 / bfloat16 four eps of the
         # model's precision (bfloat16: 0.031), the one rule of interp.core.precision
@@ -305,7 +299,7 @@ def measure_atlas(
             unit="per column (docs/heads.md: the atlas)",
             model=model,
             seed=seed,
-            forward_equivalents=cost.forward_equivalents,
+            forward_equivalents=round(out.forward_equivalents, 3),
             probe=list(tokens.shape),
             control=f"{draws} seeded shuffle(s) of each layer's W_Q and W_K entries (pattern "
             "scores) and W_V entries (OV scores): "
@@ -314,7 +308,7 @@ def measure_atlas(
             effect_sizes=sizes,
             control_stats=stats,
             pattern_gap=reader.gap,
-            chunks=len(pl.chunks),
+            chunks=out.chunks,
             notes=wnotes + knotes,
         )
     )
