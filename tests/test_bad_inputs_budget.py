@@ -16,6 +16,7 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
+from flop_meter import FlopMeter
 from test_bad_inputs import _NoPasses, refused
 from test_signatures import CHUNKED
 
@@ -231,9 +232,17 @@ def test_an_estimate_counts_the_passes_the_run_records(model, gpt2, scores):
             assert ran <= est.forward_equivalents, (name, ran, est.forward_equivalents)
         else:
             assert est.forward_equivalents == pytest.approx(ran, abs=1e-3), name
-    zero = A.ablate_heads(model, SMALL)  # the issue's numbers: 1 + 2 x 1/2 + 2 x 0
-    assert A.ablate_heads(model, SMALL, estimate=True).forward_equivalents == 2.0
-    assert zero.attrs["forward_equivalents"] == 2.0
+    # the count is the FLOPs torch counts over one plain forward's (issue 44; it was 2.0,
+    # 1 + 2 x 1/2 + 2 x 0 blocks, with no unembedding counted)
+    with torch.no_grad(), FlopMeter() as plain:
+        model(SMALL)
+    with FlopMeter() as meter:
+        zero = A.ablate_heads(model, SMALL)
+    measured = meter.total / plain.total
+    assert A.ablate_heads(model, SMALL, estimate=True).forward_equivalents == pytest.approx(
+        zero.attrs["forward_equivalents"], abs=1e-3
+    )
+    assert zero.attrs["forward_equivalents"] == pytest.approx(measured, rel=0.02)
     ref = other(SMALL)[:3]
     _, cache = model.run_with_cache(SMALL)
     variants = {  # the values' and the cache's passes, in one chunk and in several

@@ -23,6 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from interp.engine.cost import Cost  # its home: the engines' cost model
+
+__all__ = ["Cost", "check_work", "copies_per_pass", "pack", "work_limit"]
+
 MAX_COPIES = 32
 CPU_TOKENS_PER_PASS = 2048
 # A store of senders' outputs larger than this is re-read by every copy of a pass, so such
@@ -77,41 +81,6 @@ def pack(starts: Sequence[int], k: int, *, mixed: bool = False) -> list[list[int
         else:
             chunks.append([i])
     return chunks
-
-
-class Cost:
-    """Forward-equivalents of the passes an analysis ran: each pass counts the share of the
-    model's blocks it computed, times its copies of the batch; a backward pass counts 2.
-    A count of work, not a timing (``benchmarks/`` time them)."""
-
-    def __init__(self, n_layers: int):
-        self.n_layers = max(1, int(n_layers))
-        self.total = 0.0
-        self.passes = 0
-
-    def forward(self, copies: int = 1, *, start: int = 0, stop: int | None = None) -> None:
-        """A pass of ``copies`` copies running blocks ``start .. stop - 1`` (default: the rest)."""
-        stop = self.n_layers if stop is None else stop
-        self.total += copies * max(0, stop - start) / self.n_layers
-        self.passes += 1
-
-    def backward(self, copies: int = 1) -> None:
-        """A backward pass through the whole model."""
-        self.total += 2.0 * copies
-
-    def add(self, other: Cost | float) -> None:
-        if isinstance(other, Cost):
-            self.total += other.total
-            self.passes += other.passes
-        else:
-            self.total += float(other)
-
-    @property
-    def forward_equivalents(self) -> float:
-        return round(self.total, 3)
-
-    def __repr__(self) -> str:
-        return f"Cost({self.forward_equivalents} forward-equivalents, {self.passes} passes)"
 
 
 WORK_LIMIT = 10_000  # forward-equivalents an analysis may run unasked (INTERP_WORK_LIMIT)

@@ -275,6 +275,8 @@ class Partials:
         out: dict[str, Any] = {}
         for k, rule in self.rules.items():
             if rule == "mean":
+                if k not in self.means and self.seen == 0:
+                    raise InterpError("no chunk counted anything: the metric's weights are all 0")
                 if k in self.means:
                     out[k] = self.means[k].value
             elif k in self.parts:

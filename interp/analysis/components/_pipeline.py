@@ -33,9 +33,9 @@ from interp.engine.ablations import (
     source_run,
     values_work,
 )
-from interp.engine.batching import Cost
 from interp.engine.cache import CheckedCache, cache_rows, cache_work, check_cache
-from interp.engine.chunks import Estimate
+from interp.engine.chunks import Estimate, check_chunkable
+from interp.engine.cost import Cost, pass_equivalents
 from interp.engine.direction import (
     check_direction,
     check_span,
@@ -121,7 +121,8 @@ def ablate(
     n, pos = a.tokens.shape
     held = () if a.ablation == "zero" else names  # zero ablation splices no values in
     reads = held if a.reference_tokens is None else ()  # values a cache supplies
-    values_cost = Cost(model.cfg.n_layers)  # the values' pass
+    values_cost = Cost.of(model, pos, a.metric.rows)  # the values' pass
+    blocks = values_cost.block_share  # a pass stopped at a block: its share of the blocks
     shared: dict[str, Any] = {}
 
     def work(chunks: list[slice]) -> float:
@@ -129,7 +130,9 @@ def ablate(
         values = values_work(model.cfg.n_layers, a.tokens, a.ablation, names,
                              split=len(chunks) > 1, reference_tokens=a.reference_tokens,
                              cache=a.cache)  # fmt: skip
-        return check_sweep_work(model, edits, also=values + cache_work(a.cache, reads))
+        also = (values + cache_work(a.cache, reads)) * blocks
+        parts = chunk_rows(a.metric, chunks)
+        return check_sweep_work(model, edits, also=also, pos=pos, parts=parts)
 
     def prepare(chunks: list[slice]) -> float:
         shared["values"] = Replacements(
@@ -180,7 +183,7 @@ def ablate(
             model=model,
             positions=positions_label(a.positions),
             seed=a.seed,
-            forward_equivalents=counted + cache_work(a.cache),
+            forward_equivalents=round(counted + cache_work(a.cache) * blocks, 3),
             engine=path,
             engine_note=note,
             reference="the tokens" if ref is None else f"{ref.shape[0]} sequences",
@@ -264,7 +267,17 @@ def patch(
     rows, edits = cells(shapes)  # the cells read only the activations' shapes
     # the sweep, the source run (a pass for its metric) and the cache's (denoising reads it)
     reads = names if p.direction == "denoising" else ()
-    work = check_sweep_work(model, edits, also=1.0 + cache_work(p.cache, reads))
+    unit = Cost.of(model, pos, p.metric.rows)
+
+    def source_pass(metric: Metric) -> float:  # the source run: a pass to the metric's rows
+        return pass_equivalents(model, pos, rows=runtime_of(model).unembedded(metric.rows))
+
+    def work(chunks: list[slice]) -> float:
+        parts = chunk_rows(p.metric, chunks)
+        source = sum(share * pass_equivalents(model, pos, rows=rt.unembedded(r))
+                     for share, r in parts)  # fmt: skip
+        also = source + cache_work(p.cache, reads) * unit.block_share
+        return check_sweep_work(model, edits, also=also, pos=pos, parts=parts)
 
     def chunk(c: Chunk) -> dict[str, Any]:
         # the clean run's cache serves as the source only when denoising
@@ -280,7 +293,7 @@ def patch(
         return {
             "base": result.base, "source": value,
             "patched": np.asarray(result.values, dtype=float),
-            "engine": (result.path, result.note), "cost": result.cost + 1.0,
+            "engine": (result.path, result.note), "cost": result.cost + source_pass(c.metric),
         }  # fmt: skip
 
     task = Task(
@@ -316,7 +329,9 @@ def patch(
             model=model,
             positions=positions_label(p.positions),
             seed=None,
-            forward_equivalents=round(out.forward_equivalents, 3) + cache_work(p.cache),
+            forward_equivalents=round(
+                out.forward_equivalents + cache_work(p.cache) * unit.block_share, 3
+            ),
             engine=path,
             engine_note=note,
             chunks=out.chunks,
@@ -324,3 +339,18 @@ def patch(
         )
     )
     return df
+
+
+def chunk_rows(metric: Metric, chunks: list[slice]) -> list[tuple[float, Any]]:
+    """``(share of the prompts, rows its metric reads)`` per chunk a run computes (one chunk:
+    the metric's own rows; chunks the metric gives no weight are not run)."""
+    if len(chunks) == 1:
+        return [(1.0, metric.rows)]
+    check_chunkable(metric, len(chunks))  # its refusal names the chunks
+    n = chunks[-1].stop
+    out = []
+    for sl in chunks:
+        part, weight = metric.chunk(sl)
+        if weight > 0:
+            out.append(((sl.stop - sl.start) / n, part.rows))
+    return out

@@ -48,8 +48,9 @@ from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
 from interp.core.metrics import Metric, scalar
 from interp.core.protocol import HookedModel
-from interp.engine.batching import Cost, check_work, copies_per_pass, pack
+from interp.engine.batching import check_work, copies_per_pass, pack
 from interp.engine.chunks import Footprint
+from interp.engine.cost import ALL_ROWS, Cost
 from interp.engine.sweeps.sites import Edit, edit_hooks, edit_start, site
 from interp.runtime import Runtime, runtime_of
 
@@ -156,7 +157,7 @@ def _loop_pass(rt: Runtime, tokens, chunk, values, cost: Cost | None = None) -> 
     for edit in chunk:
         out.append(rt.run(tokens, hooks=edit_hooks([edit], values, tokens.shape[0])))
         if cost is not None:
-            cost.forward()
+            cost.forward(rows=ALL_ROWS)  # a loop pass unembeds every row
     return out
 
 
@@ -166,7 +167,7 @@ class _AfterBlock:
 
     name = "resume-after-block"
 
-    def __init__(self, rt: Runtime, tokens: torch.Tensor, layers: set[int]):
+    def __init__(self, rt: Runtime, tokens: torch.Tensor, layers: set[int], rows: Any = None):
         self.rt = rt
         self.tokens = tokens
         kept: dict[str, torch.Tensor] = {}
@@ -175,7 +176,7 @@ class _AfterBlock:
             kept[hook.name] = x
 
         names = [n for l in sorted(layers) for n in (hook_name("z", l), hook_name("resid_post", l))]
-        self.base_logits = rt.run(tokens, hooks=[(n, keep) for n in names])
+        self.base_logits = rt.run(tokens, hooks=[(n, keep) for n in names], rows=rows)
         self.kept = kept
         self.w_o = {l: rt.model.W_O[l].detach() for l in layers}
 
@@ -205,8 +206,9 @@ class _AfterBlock:
             out = torch.einsum("bphe,hed->bpd", diff.float(), W.to(diff.device).float())
             deltas.append(resid + out.to(resid.dtype))  # accumulated in float32, rounded once
         state = torch.cat(deltas) if k > 1 else deltas[0]
-        logits = self.rt.run(self.tokens, start=layer + 1, state=state)
+        logits = self.rt.run(self.tokens, start=layer + 1, state=state, rows=rows)
         if cost is not None:
+            cost.per_token(_projection(W), k)  # each edit's heads through W_O
             cost.forward(k, start=layer + 1)
         return list(logits.split(resid.shape[0])) if k > 1 else [logits]
 
@@ -321,11 +323,20 @@ def likely_path(model: HookedModel, edits: Sequence[Edit]) -> str:
     return paths[0][0].name if paths else "loop"
 
 
-def sweep_work(model: HookedModel, edits: Sequence[Edit], path: str | None = None) -> float:
+def sweep_work(
+    model: HookedModel,
+    edits: Sequence[Edit],
+    path: str | None = None,
+    *,
+    pos: int | None = None,
+    rows: Sequence[int] | None = None,
+) -> float:
     """The forward-equivalents a sweep of ``edits`` on ``path`` (default :func:`likely_path`)
-    runs, as its :class:`~interp.engine.batching.Cost` counts them: the base pass, then per
+    runs, as its :class:`~interp.engine.cost.Cost` counts them: the base pass, then per
     edit the blocks it reruns: those after its layer (``resume-after-block``), from its first
-    layer on (``resume-blocks``), or every block (``loop``).
+    layer on (``resume-blocks``), or every block (``loop``); each pass then unembeds the
+    metric's ``rows`` (a loop pass every row). Without ``pos``, blocks only (a pass of every
+    block is 1).
 
     Example:
         >>> from interp.models import load_model
@@ -333,24 +344,49 @@ def sweep_work(model: HookedModel, edits: Sequence[Edit], path: str | None = Non
         >>> sweep_work(load_model("induction-2l"), head_edits([(0, 0), (1, 0)]))  # 1 + 1/2 + 0
         1.5
     """
-    L = runtime_of(model).n_layers
+    rt = runtime_of(model)
+    L = rt.n_layers
     path = likely_path(model, edits) if path is None else path
+    cost = Cost(L) if pos is None else Cost.of(model, pos, rows)
+    cost.forward()
     if path == "loop":
-        return 1.0 + len(edits)
+        cost.forward(len(edits), rows=ALL_ROWS)
+        return cost.total
     after = 1 if path == _AfterBlock.name else 0
-    return 1 + sum(max(0, L - edit_start(e) - after) for e in edits) / L
+    for e in edits:
+        if after:
+            cost.per_token(_projection(rt.model.W_O[edit_start(e)]))
+        cost.forward(start=min(L, edit_start(e) + after))
+    return cost.total
 
 
-def check_sweep_work(model: HookedModel, edits: Sequence[Edit], *, also: float = 0.0) -> float:
+def _projection(W_O: torch.Tensor) -> float:
+    """FLOPs per token of projecting every head's ``z`` through ``W_O [head, d_head,
+    d_model]`` (``resume-after-block``'s edit of one layer)."""
+    return 2.0 * W_O.numel()
+
+
+def check_sweep_work(
+    model: HookedModel,
+    edits: Sequence[Edit],
+    *,
+    also: float = 0.0,
+    pos: int | None = None,
+    rows: Sequence[int] | None = None,
+    parts: Sequence[tuple[float, Sequence[int] | None]] | None = None,
+) -> float:
     """The forward-equivalents of a sweep of ``edits`` (:func:`sweep_work`) and ``also`` (the
     caller's other passes: a source run, the values an ablation splices in), refused past the
-    work limit before any pass; returns them.
+    work limit before any pass; returns them. ``parts`` (a run in chunks): ``(share of the
+    prompts, rows its metric reads)`` per chunk, each chunk's sweep unembedding its own rows.
 
     Raises:
         InterpError: past :func:`interp.engine.batching.work_limit`, with the estimate.
     """
+    parts = [(1.0, rows)] if parts is None else parts
+    sweeps = sum(share * sweep_work(model, edits, pos=pos, rows=r) for share, r in parts)
     return check_work(
-        sweep_work(model, edits) + also,
+        sweeps + also,
         what=f"an exact sweep of {len(edits):,} edits",
         fix="sweep fewer heads, components or positions, or estimate them first (attribute_heads)",
     )
@@ -392,12 +428,12 @@ def sweep(
     k = sweep_copies(model, tokens, edits, batch_size, memory_budget, rows)
     path, note = choose_path(model, tokens, edits)
     chunks = pack(starts, k, mixed=path == "loop")
-    cost = Cost(rt.n_layers)
+    cost = Cost.of(model, tokens.shape[1], rows)
     bar = tqdm(total=len(chunks) + 1, disable=not progress, desc=desc, unit="pass")
     results: dict[int, float] = {}
     try:
         if path == _AfterBlock.name:
-            engine: Any = _AfterBlock(rt, tokens, set(starts))
+            engine: Any = _AfterBlock(rt, tokens, set(starts), rows)
             base_logits, run = engine.base_logits, engine.run
         elif path == _ResumeBlocks.name:
             engine = _ResumeBlocks(rt, tokens, set(starts), rows)

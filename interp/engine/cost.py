@@ -1,0 +1,207 @@
+"""The engines' one cost model: FLOPs from the weights' shapes, counted in forward-equivalents.
+
+A run's ``forward_equivalents`` are the FLOPs of its passes over the FLOPs of one plain
+forward pass over its prompts, counted as ``torch.utils.flop_counter`` counts them (matrix
+products and attention, forward and backward; ``tests/test_counted_flops.py`` holds every
+analysis within 25% of that measurement). Per token of a ``pos``-token prompt, from the
+model's own weights (:class:`Flops`):
+
+* a block: twice the elements of its weight matrices (every tensor of two or more axes in
+  it: projections, MLP, grouped-query key/value heads as they are stored), plus the
+  attention term ``4 * n_heads * d_head * pos`` (scores and mixing, over every key);
+* the readout: ``2 * d_model * d_vocab`` per row unembedded (a metric that reads one
+  position unembeds one row where the runtime can).
+
+So a pass that stops before the unembedding (a cache read up to a layer) costs its share of
+the blocks only, one that unembeds one row far less than a plain pass on a large
+vocabulary, and a logit lens that unembeds every layer more. A backward pass counts twice
+the forward it differentiates.
+
+Example:
+    >>> from interp.models import load_model
+    >>> model = load_model("induction-2l")
+    >>> c = Cost.of(model, pos=12)
+    >>> c.forward(); c.forward_equivalents
+    1.0
+    >>> c = Cost.of(model, pos=12)
+    >>> c.forward(stop=1); c.forward_equivalents < 0.5  # half the blocks, no readout
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from interp.core.protocol import HookedModel
+
+ALL_ROWS: Any = "all"  # a pass that unembeds every row
+
+
+@dataclasses.dataclass(frozen=True)
+class Flops:
+    """A model's FLOPs per token (module docstring), from its weights' shapes.
+
+    Attributes:
+        n_layers: Its blocks.
+        block: One block's weight matrices, per token (``2 x`` their elements; the mean
+            block's).
+        attention: One block's attention, per token per key (``4 * n_heads * d_head``).
+        readout: The unembedding, per row (``2 * d_model * d_vocab``).
+    """
+
+    n_layers: int
+    block: float
+    attention: float
+    readout: float
+
+    @classmethod
+    def of(cls, model: HookedModel) -> Flops:
+        """The FLOPs of ``model``, read once from its weights (cached on its runtime)."""
+        from interp.runtime import runtime_of
+
+        rt = runtime_of(model)
+        return rt.verdict("cost: flops", lambda: _measure(model, rt))
+
+    def blocks(self, pos: int) -> float:
+        """One prompt's blocks, all of them, in FLOPs."""
+        return self.n_layers * pos * (self.block + pos * self.attention)
+
+    def plain(self, pos: int) -> float:
+        """One plain forward pass of one prompt (every block, every row unembedded)."""
+        return self.blocks(pos) + pos * self.readout
+
+
+def _measure(model: HookedModel, rt: Any) -> Flops:
+    cfg = model.cfg
+    L = int(rt.n_layers)
+    blocks = getattr(model, "blocks", None)
+    total = 0
+    if blocks is not None:
+        seen: set[int] = set()
+        for b in list(blocks)[:L]:
+            for p in b.parameters():
+                if p.ndim >= 2 and id(p) not in seen:
+                    seen.add(id(p))
+                    total += p.numel()
+    d_model, d_vocab = int(cfg.d_model), int(cfg.d_vocab)
+    n_heads, d_head = int(cfg.n_heads), int(cfg.d_head)
+    if total == 0:  # no block modules to read: the attention projections alone
+        total = L * 4 * n_heads * d_head * d_model
+    return Flops(
+        n_layers=L,
+        block=2.0 * total / max(1, L),
+        attention=4.0 * n_heads * d_head,
+        readout=2.0 * d_model * d_vocab if getattr(cfg, "use_unembed", True) is not False else 0.0,
+    )
+
+
+class Cost:
+    """Forward-equivalents of the passes a run made (module docstring): each pass counts the
+    FLOPs of the blocks it ran and the rows it unembedded, times its copies of the batch,
+    over one plain forward pass of the batch; a backward pass counts twice its forward.
+
+    ``Cost(n_layers)`` (no model) counts blocks only, a pass of every block as 1.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        *,
+        flops: Flops | None = None,
+        pos: int = 1,
+        rows: Sequence[int] | None = None,
+    ) -> None:
+        self.n_layers = max(1, int(n_layers))
+        self.flops, self.pos = flops, max(1, int(pos))
+        self.rows = rows  # the rows a full pass unembeds (None: every row)
+        self.total = 0.0
+        self.passes = 0
+        if flops is None:
+            self.block_share, self.row_share = 1.0, 0.0
+        else:
+            plain = flops.plain(self.pos)
+            self.block_share = flops.blocks(self.pos) / plain
+            self.row_share = flops.readout / plain
+
+    @classmethod
+    def of(cls, model: HookedModel, pos: int, rows: Sequence[int] | None = None) -> Cost:
+        """The cost of a run on ``model`` over prompts of ``pos`` tokens whose full passes
+        unembed ``rows`` (a metric's positions; None: every row), as the runtime unembeds
+        them (:meth:`interp.runtime.base.Runtime.unembedded`)."""
+        from interp.runtime import runtime_of
+
+        fl = Flops.of(model)
+        return cls(fl.n_layers, flops=fl, pos=pos, rows=runtime_of(model).unembedded(rows))
+
+    def like(self) -> Cost:
+        """A new, empty count of the same run (a chunk's own)."""
+        return Cost(self.n_layers, flops=self.flops, pos=self.pos, rows=self.rows)
+
+    def _rows(self, rows: Any) -> int:
+        rows = self.rows if rows is None else rows
+        return self.pos if rows is None or rows is ALL_ROWS else len(rows)
+
+    def forward(
+        self, copies: float = 1, *, start: int = 0, stop: int | None = None, rows: Any = None
+    ) -> None:
+        """A pass of ``copies`` copies running blocks ``start .. stop - 1``, or, without
+        ``stop``, the rest and then the unembedding of ``rows`` (the run's rows by default,
+        :data:`ALL_ROWS` for a pass that unembeds every row)."""
+        end = self.n_layers if stop is None else stop
+        share = max(0, end - start) / self.n_layers * self.block_share
+        if stop is None:  # a pass stopped at a block (a cache read) unembeds nothing
+            share += self._rows(rows) * self.row_share
+        self.total += copies * share
+        self.passes += 1
+
+    def per_token(self, flops: float, copies: float = 1) -> None:
+        """Work outside the model's own modules: ``flops`` per token of each prompt (an
+        engine's own product, such as heads' edits projected by ``W_O``)."""
+        if self.flops is not None:
+            self.total += copies * self.pos * flops / self.flops.plain(self.pos)
+
+    def readout(self, copies: float = 1, *, rows: Any = ALL_ROWS) -> None:
+        """An unembedding of ``rows`` outside a pass (a lens reading each layer)."""
+        self.total += copies * self._rows(rows) * self.row_share
+
+    def backward(self, copies: float = 1) -> None:
+        """A backward pass through the whole model and the run's rows."""
+        self.total += 2.0 * copies * (self.block_share + self._rows(None) * self.row_share)
+
+    def add(self, other: Cost | float) -> None:
+        """Add another count (or forward-equivalents)."""
+        if isinstance(other, Cost):
+            self.total += other.total
+            self.passes += other.passes
+        else:
+            self.total += float(other)
+
+    @property
+    def forward_equivalents(self) -> float:
+        return round(self.total, 3)
+
+    def __repr__(self) -> str:
+        return f"Cost({self.forward_equivalents} forward-equivalents, {self.passes} passes)"
+
+
+def pass_equivalents(
+    model: HookedModel,
+    pos: int,
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    rows: Any = None,
+    copies: float = 1,
+) -> float:
+    """The forward-equivalents of one pass (:meth:`Cost.forward`), for an estimate.
+
+    Example:
+        >>> from interp.models import load_model
+        >>> pass_equivalents(load_model("induction-2l"), 12)
+        1.0
+    """
+    c = Cost.of(model, pos)
+    c.forward(copies, start=start, stop=stop, rows=rows)
+    return c.total
