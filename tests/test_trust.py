@@ -363,6 +363,7 @@ def test_the_cost_counts_every_pass_an_analysis_ran(induction_model):
     handle = m.blocks[0].register_forward_pre_hook(lambda mod, args: passes.append(1))
     try:
         A.ablate_heads(m, t, ablation="zero", heads=["L1H1"])  # once-per-model checks run here
+        A.direct_logit_attribution(m, t, answer=3)  # and DLA's (its readout check)
         passes[:] = []
         zero = A.ablate_heads(m, t, ablation="zero", heads=["L1H1"])
         n_zero, passes[:] = len(passes), []
