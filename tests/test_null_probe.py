@@ -73,6 +73,7 @@ def test_probe_on_a_toy_head():
     df = null_space_probe(model, tokens, layer=0, head=0, n_directions=3)
     assert df.attrs["hook"] == "blocks.0.hook_resid_pre" and df.attrs["nullity"] == 2
     null = df[df.space == "null_space"]
+    # the toy model is float64, its weights of order 1: 1e-9 is about 1e7 ulps
     assert null["d_query"].max() < 1e-9 and null["d_pattern_fixed_keys"].max() < 1e-9
 
 
@@ -83,6 +84,8 @@ def test_head_subspaces_shapes(induction):
     assert qk.rank == 32 and qk.column_space.shape == (32, 128)
     ov = head_subspaces(induction, layer=1, head=1, component="OV")
     W = (induction.W_V[1, 1] @ induction.W_O[1, 1]).detach().double().numpy()
+    # the subspaces are float64 SVDs; W is a float32 product with entries below 0.1, so its
+    # rounding (about 1e-8 of it) and the SVD's are far below 1e-6
     assert np.abs(ov.null_space @ W).max() < 1e-6  # sources the head never moves
     o = head_subspaces(induction, layer=1, head=1, component="O")
     assert o.column_space.shape == (32, 128)
