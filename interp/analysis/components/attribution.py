@@ -54,7 +54,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import numpy as np
@@ -62,6 +62,11 @@ import pandas as pd
 import torch
 
 from interp.analysis.components.ablation import MetricArg, ablate_heads
+from interp.analysis.components.first_order import (
+    estimate_agreement,
+    first_order,
+    qk_correction,
+)
 from interp.analysis.components.patching import patch_heads
 from interp.core.checks import check_int, check_seed, check_token_pair, check_tokens, position_mask
 from interp.core.errors import InterpError
@@ -70,7 +75,7 @@ from interp.core.hooks import hook_name
 from interp.core.memory import backward_bytes
 from interp.core.metrics import prepare_metric
 from interp.core.precision import model_dtype
-from interp.core.protocol import HookedModel, check_model, eval_mode, eval_no_grad, positions_label
+from interp.core.protocol import HookedModel, check_model, eval_no_grad, positions_label
 from interp.core.shapes import Mask, Tokens
 from interp.engine.ablations import (
     Replacements,
@@ -81,74 +86,19 @@ from interp.engine.ablations import (
 )
 from interp.engine.batching import CPU_TOKENS_PER_PASS, Cost
 from interp.engine.cache import cache_rows, cache_work, check_cache
-from interp.engine.chunks import Estimate, Footprint, WeightedMean, plan
+from interp.engine.chunks import Estimate, Footprint
 from interp.engine.direction import Direction, check_direction, check_span, clean_first, runs
-from interp.engine.edges.gradients import FrozenParams, head_gradients, pattern_at
+from interp.engine.edges.gradients import head_gradients
+from interp.engine.runner import Chunk, Task, run
 from interp.engine.sweeps.sites import head_edits
 from interp.engine.sweeps.sweep import sweep_work
-from interp.outputs.frames import described, rows_frame, table_attrs
-from interp.runtime import Runtime, head_weight, runtime_of
+from interp.outputs.frames import rows_frame, table_attrs
+from interp.runtime import runtime_of
+
+__all__ = ["CORRECTIONS", "attribute_heads", "estimate_agreement"]  # the last: first_order's
 
 Ablation = Literal["zero", "mean", "resample", "patch"]
 CORRECTIONS: tuple[str, ...] = ("none", "qk")
-
-
-def _qk_correction(
-    rt: Runtime,
-    tokens: Tokens,
-    chosen: list[tuple[int, int]],
-    diff: dict[int, torch.Tensor],
-    g_pattern: dict[int, torch.Tensor],
-    per_pass: int,
-) -> dict[tuple[int, int], float]:
-    """AtP*'s QK fix: for each head and each later layer ``j``, the first-hop change of
-    ``j``'s pattern computed exactly instead of linearly (module docstring).
-
-    ``correction = sum_j <A_j(x_j + D) - A_j(x_j), dM/dA_j> - <D, d<A_j(x), dM/dA_j>/dx>``
-    with ``D = (z' - z) W_O`` the head's change of the residual stream, ``x_j`` the clean
-    residual entering block ``j``. Both terms use the same function ``A_j(x)``, so
-    the fix replaces exactly the linear term it corrects.
-    """
-    W_O = head_weight(rt.model, "W_O")  # [layer, head, d_head, d_model]
-    later = sorted(g_pattern)
-    with torch.no_grad():
-        inputs = rt.block_inputs(tokens, later, rows=(-1,))[1]  # its logits are not read
-    out = {k: 0.0 for k in chosen}
-    b = tokens.shape[0]
-    with eval_mode(rt.model), FrozenParams(rt.model):
-        for j in later:
-            x = inputs[j]
-            g = g_pattern[j]
-            with torch.enable_grad():
-                x_req = x.detach().clone().requires_grad_(True)
-                clean = pattern_at(rt, tokens, j, x_req)
-                (r,) = torch.autograd.grad((clean * g).sum(), x_req)
-            clean = clean.detach()
-            upstream = [(l, h) for l, h in chosen if l < j]
-            with torch.no_grad():
-                for start in range(0, len(upstream), per_pass):
-                    part = upstream[start : start + per_pass]
-                    deltas = torch.stack(  # in float32, rounded once to the model's dtype
-                        [diff[l][:, :, h].float() @ W_O[l, h].float() for l, h in part]
-                    ).to(x.dtype)  # [k, batch, pos, d_model]
-                    k = len(part)
-                    A = pattern_at(rt, tokens.repeat(k, 1), j, (x[None] + deltas).flatten(0, 1))
-                    dA = A.view(k, b, *A.shape[1:]).float() - clean[None].float()
-                    exact = (dA * g[None].float()).flatten(1).sum(1)
-                    linear = (deltas.float() * r[None].float()).flatten(1).sum(1)
-                    for key, e, lin in zip(part, exact.tolist(), linear.tolist()):
-                        out[key] += e - lin
-    return out
-
-
-def _first_order(
-    chosen: list[tuple[int, int]], diff: dict[int, torch.Tensor], g_z: dict[int, torch.Tensor]
-) -> dict[tuple[int, int], float]:
-    """``sum (z' - z) * dM/dz`` per head."""
-    return {  # summed in float64: chunks of a batch add the same products in other orders
-        (l, h): float((diff[l][:, :, h].double() * g_z[l][:, :, h].double()).sum())
-        for l, h in chosen
-    }
 
 
 def attribute_heads(
@@ -289,52 +239,54 @@ def attribute_heads(
     per = backward_bytes(model, 1, P, rows=rt.unembedded(m.rows))
     per += 3 * sum(rt.activation_bytes(x, P) for x in names)
     per += len(pattern_layers) * rt.activation_bytes(hook_name("pattern", 0), P)
-    pl = plan(
-        model, n, P, Footprint(0, per), memory_budget=memory_budget, analysis="attribute_heads",
-        forward_equivalents=0.0, fix="use shorter prompts", estimate=estimate, progress=progress,
-    )  # fmt: skip
-    with eval_no_grad(model):
-        cache = check_cache(model, tokens, cache)
-    # what the run's Cost counts: a forward and a backward pass, the source run or the values'
-    # pass, the cache's own, and verify's exact sweep
-    if patching:
-        work, reads = 4.0, names if direction == "denoising" else []
-    else:
-        work = 3 + values_work(rt.n_layers, tokens, ablation, names, split=pl.split,
-                               reference_tokens=reference_tokens, cache=cache)  # fmt: skip
-        reads = names if reference_tokens is None and ablation != "zero" else []
-    work += cache_work(cache, reads)
-    if verify:  # at most: the k earliest heads (no edit costs more than an earlier layer's)
-        also = 1.0 if patching else max(values_work(  # in one chunk or several
-            rt.n_layers, tokens, ablation, names, reference_tokens=reference_tokens, cache=None,
-            split=split) for split in (False, True))  # fmt: skip
-        work += sweep_work(model, head_edits(chosen[:verify])) + also
-    pl = pl.costing(work)
-    if estimate:
-        return pl.estimate
-    cost = Cost(rt.n_layers)
-    values, sources, firsts = WeightedMean(), WeightedMean(), WeightedMean()
-    with eval_no_grad(model):
+    shared: dict[str, Any] = {}
+
+    def work(chunks: list[slice]) -> float:
+        # the cache is checked once the plan stands (a budget's refusal comes first), and
+        # before the estimate, whose work counts its reads
+        with eval_no_grad(model):
+            checked = shared["cache"] = check_cache(model, tokens, cache)
+        # what the run counts: a forward and a backward pass, the source run or the values'
+        # pass, the cache's own, and verify's exact sweep
+        if patching:
+            total, reads = 4.0, names if direction == "denoising" else []
+        else:
+            total = 3 + values_work(rt.n_layers, tokens, ablation, names, split=len(chunks) > 1,
+                                    reference_tokens=reference_tokens, cache=checked)  # fmt: skip
+            reads = names if reference_tokens is None and ablation != "zero" else []
+        total += cache_work(checked, reads)
+        if verify:  # at most: the k earliest heads (no edit costs more than an earlier layer's)
+            also = 1.0 if patching else max(values_work(  # in one chunk or several
+                rt.n_layers, tokens, ablation, names, reference_tokens=reference_tokens,
+                cache=None, split=split) for split in (False, True))  # fmt: skip
+            total += sweep_work(model, head_edits(chosen[:verify])) + also
+        return total
+
+    cost = Cost(rt.n_layers)  # the values' pass (the chunks' passes: the runner's count)
+
+    def prepare(chunks: list[slice]) -> float:
         if not patching:
-            replace = Replacements(
-                model, tokens, ablation, names, reference_tokens=reference_tokens, cache=cache,
-                seed=seed, cost=cost, chunks=pl.chunks,
-            )  # fmt: skip
-    for sl, m_c, w in pl.parts(m, progress=progress, desc="attribute_heads"):
-        part = Cost(rt.n_layers)
+            with eval_no_grad(model):
+                shared["values"] = Replacements(
+                    model, tokens, ablation, names, reference_tokens=reference_tokens,
+                    cache=shared["cache"], seed=seed, cost=cost, chunks=chunks,
+                )  # fmt: skip
+        return 0.0  # counted in cost, as the chunks draw on it
+
+    def chunk(c: Chunk) -> dict[str, Any]:
+        sl, part, out = c.rows, Cost(rt.n_layers), {}
         with eval_no_grad(model):
             if patching:
-                src_cache = cache_rows(cache, sl) if direction == "denoising" else None
-                source_value, by_hook = source_run(
-                    model, source[sl], m_c, names, src_cache, tokens[sl]
+                src_cache = cache_rows(shared["cache"], sl) if direction == "denoising" else None
+                out["source"], by_hook = source_run(
+                    model, source[sl], c.metric, names, src_cache, tokens[sl]
                 )
                 part.forward()
-                sources.add(source_value, w)
             else:
-                by_hook = replace.rows(sl)
+                by_hook = shared["values"].rows(sl)
             target = None if by_hook is None else {l: by_hook[hook_name("z", l)] for l in layers}
         value, z, g_z, g_p = head_gradients(
-            rt, base[sl], m_c, layers, pattern_layers, score_tokens=tokens[sl]
+            rt, base[sl], c.metric, layers, pattern_layers, score_tokens=tokens[sl]
         )
         part.forward()
         part.backward()
@@ -343,18 +295,28 @@ def attribute_heads(
             t = torch.zeros_like(z[l]) if target is None else target[l].to(z[l].device)
             d = t.float() - z[l].float()  # [batch, pos, head, d_head], float32 in any precision
             diff[l] = d if pos is None else d * pos.to(d.device).view(1, -1, 1, 1)
-        first = _first_order(chosen, diff, g_z)
+        first = first_order(chosen, diff, g_z)
         if correction == "qk" and pattern_layers:
             per_pass = max(1, CPU_TOKENS_PER_PASS // base[sl].numel())
-            fix = _qk_correction(rt, base[sl], chosen, diff, g_p, per_pass)
+            fix = qk_correction(rt, base[sl], chosen, diff, g_p, per_pass)
             first = {k: first[k] + fix[k] for k in chosen}
-        firsts.add(np.asarray([first[k] for k in chosen]), w)
-        values.add(value, w)
-        cost.add(part.total * pl.share(sl))
-        del z, g_z, g_p, diff
-    value = float(values.value)
-    source_value = float(sources.value) if patching else None
-    estimate = dict(zip(chosen, (float(x) for x in firsts.value)))
+        out.update(value=value, first=np.asarray([first[k] for k in chosen]), cost=part.total)
+        return out
+
+    means = ("value", "first", "source") if patching else ("value", "first")
+    task = Task(
+        "attribute_heads", Footprint(0, per), work=work, chunk=chunk, prepare=prepare,
+        combine=dict.fromkeys(means, "mean"), metric=m, fix="use shorter prompts",
+    )  # fmt: skip
+    out = run(model, (n, P), task, memory_budget=memory_budget, estimate=estimate,
+              progress=progress)  # fmt: skip
+    if isinstance(out, Estimate):
+        return out
+    cache = shared["cache"]
+    cost.add(out.forward_equivalents)
+    value = float(out.values["value"])
+    source_value = float(out.values["source"]) if patching else None
+    estimate = dict(zip(chosen, (float(x) for x in out.values["first"])))
     est = [estimate[k] for k in chosen]
     exact: dict[tuple[int, int], float] = {}
     if verify:
@@ -405,67 +367,7 @@ def attribute_heads(
             forward_equivalents=cost.forward_equivalents + cache_work(cache),
             correction=correction,
             verified=len(exact),
-            chunks=len(pl.chunks),
+            chunks=out.chunks,
         )
     )
     return df
-
-
-def estimate_agreement(
-    exact: pd.Series, estimated: pd.Series, *, top: int = 10, within: Sequence[int] = (10, 30)
-) -> pd.DataFrame:
-    """How far an estimate ranks heads as the exact values do: one row per measure.
-
-    The Spearman rank correlation over all heads, then, for each ``k`` in ``within``, how
-    many of the exact top ``top`` heads (by ``|value|``) are among the estimate's top ``k``.
-    No model runs.
-
-    Args:
-        exact: One exact value per head, indexed by label, e.g.
-            ``patch_heads(...).set_index("label")["effect"]``.
-        estimated: One estimate per head, indexed by the same labels, e.g.
-            ``attribute_heads(...).set_index("label")["estimate"]``.
-        top: How many of the exact values' largest heads to look for (default 10).
-        within: The estimate's top-``k`` sizes to look in (default ``(10, 30)``).
-
-    Returns:
-        A table with columns ``measure, value``: the Spearman row, then one row per ``k``.
-        ``attrs`` follow :data:`interp.outputs.frames.SCHEMA` (``model`` is ``None``).
-
-    Example:
-        >>> import pandas as pd
-        >>> exact = pd.Series([3.0, -2.0, 0.5, 0.1], index=["L0H0", "L0H1", "L1H0", "L1H1"])
-        >>> est = pd.Series([2.0, -0.1, 0.4, 0.0], index=exact.index)
-        >>> estimate_agreement(exact, est, top=2, within=(2, 3))["value"].tolist()
-        [1.0, 1.0, 2.0]
-
-    Raises:
-        InterpError: for series that do not hold the same heads, or a ``top``
-            or ``k`` below 1.
-    """
-    top = check_int(top, "top", minimum=1)
-    ks = [check_int(k, "each k of within", minimum=1) for k in within]
-    if set(exact.index) != set(estimated.index) or exact.index.has_duplicates:
-        raise InterpError(
-            "exact and estimated must hold one value for each of the same heads (index by label)"
-        )
-    est = estimated.reindex(exact.index)
-    rows = [
-        {
-            "measure": "Spearman (estimate vs exact, all heads)",
-            "value": float(exact.rank().corr(est.rank())),
-        }
-    ]
-    best = set(exact.abs().nlargest(top).index)
-    for k in ks:
-        hits = len(best & set(est.abs().nlargest(k).index))
-        rows.append({"measure": f"exact top {top} in estimate's top {k}", "value": float(hits)})
-    return described(
-        pd.DataFrame(rows),
-        "estimate_agreement",
-        description="how far an estimate ranks heads as the exact values do",
-        method="exact",
-        unit="",
-        model=None,
-        forward_equivalents=0.0,
-    )
