@@ -37,7 +37,10 @@ from interp.core.metrics import next_token_nll
 from interp.core.protocol import HookedModel, is_causal, logits_meaningful
 from interp.dictionaries.dictionary import Dictionary
 from interp.dictionaries.splice import Splice, check_dictionary
-from interp.engine.chunks import Footprint, chunk_bar, plan
+from interp.engine.chunks import Footprint
+from interp.engine.runner import Chunk, Task, run
+
+NLL = ("clean", "with", "without")  # the losses' sums, in nats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,36 +115,41 @@ def dictionary_report(
     pos = tokens.shape[1]
     per = forward_bytes(model, 1, pos) + 3 * stream_bytes(model, pos, element=4)
     foot = Footprint(fixed=4 * D.d_sae * pos, per_prompt=per + 4 * D.d_sae * pos)
-    run = plan(
-        model, tokens.shape[0], pos, foot, memory_budget=memory_budget,
-        analysis="dictionary_report", forward_equivalents=3.0 if losses else 1.0,
-        progress=progress,
-    )  # fmt: skip
-    sse = sx = sxx = 0.0
-    n = active = 0
-    ever = torch.zeros(D.d_sae, dtype=torch.bool, device=D.device)
-    nll = {"clean": 0.0, "with": 0.0, "without": 0.0}
-    for rows in chunk_bar(run.chunks, progress=progress, desc="dictionary report"):
-        t = tokens[rows]
+
+    def chunk(c: Chunk) -> dict[str, Any]:
+        t = tokens[c.rows]
+        part: dict[str, Any] = {}
         with torch.no_grad():
             s = Splice(model, D)
             with_error = model.run_with_hooks(t, fwd_hooks=s.hooks)
             x = (s.error + D.decode(s.acts))[:, skip:].double()  # x itself, to rounding
             err, acts = s.error[:, skip:].double(), s.acts[:, skip:]
-            sse += float(err.pow(2).sum())
-            sx = sx + x.sum((0, 1))
-            sxx += float(x.pow(2).sum())
-            n += x.shape[0] * x.shape[1]
             on = acts != 0
-            active += int(on.sum())
-            ever |= on.flatten(0, -2).any(0)
+            part.update(
+                sse=float(err.pow(2).sum()), sx=x.sum((0, 1)), sxx=float(x.pow(2).sum()),
+                n=x.shape[0] * x.shape[1], active=int(on.sum()), ever=on.flatten(0, -2).any(0),
+            )  # fmt: skip
+            for key in NLL:
+                part[key] = 0.0
             if losses:
-                nll["with"] += float(next_token_nll(with_error, t).double().sum())
-                nll["clean"] += float(next_token_nll(model(t), t).double().sum())
+                part["with"] = float(next_token_nll(with_error, t).double().sum())
+                part["clean"] = float(next_token_nll(model(t), t).double().sum())
                 without = model.run_with_hooks(
                     t, fwd_hooks=Splice(model, D, keep_error=False).hooks
                 )
-                nll["without"] += float(next_token_nll(without, t).double().sum())
+                part["without"] = float(next_token_nll(without, t).double().sum())
+        return part
+
+    task = Task(
+        "dictionary_report", foot, work=3.0 if losses else 1.0, chunk=chunk,
+        combine={k: "sum" for k in ("sse", "sx", "sxx", "n", "active", "ever", *NLL)},
+        desc="dictionary report",
+    )  # fmt: skip
+    out = run(model, (tokens.shape[0], pos), task, memory_budget=memory_budget,
+              progress=progress).values  # fmt: skip
+    sse, sx, sxx, n, active = (out[k] for k in ("sse", "sx", "sxx", "n", "active"))
+    ever = out["ever"]  # a bool tensor's sum is its "or": a feature active in any chunk
+    nll = {key: out[key] for key in NLL}
     sst = sxx - float((sx * sx).sum()) / n
     preds = tokens.shape[0] * (pos - 1)
     loss = {key: v / preds if losses else None for key, v in nll.items()}
