@@ -36,7 +36,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -46,16 +45,20 @@ import torch
 from interp.core.checks import check_int, check_tokens
 from interp.core.errors import InterpError
 from interp.core.memory import forward_bytes
-from interp.core.protocol import HookedModel, check_model, logits_meaningful
+from interp.core.protocol import HookedModel, check_model
 from interp.dictionaries.activations import hook_activations
 from interp.dictionaries.dictionary import Dictionary
+from interp.dictionaries.logit_effects import (  # noqa: F401 (importable from here too)
+    LOGIT_BLOCK,
+    check_feature_ids,
+    feature_logit_effects,
+    token_strings,
+)
 from interp.dictionaries.splice import check_dictionary
 from interp.engine.cache import cache_rows, check_cache, pass_share
-from interp.engine.chunks import Estimate, Footprint, chunk_bar, plan
+from interp.engine.chunks import Estimate, Footprint
+from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import table_attrs
-from interp.runtime import runtime_of
-
-LOGIT_BLOCK = 256  # features unembedded at once: [LOGIT_BLOCK, d_vocab] float32 at a time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,150 +101,6 @@ class FeatureReading:
         """
         ids, acts = self.window_ids[row], self.window_acts[row]
         return [(o, int(i), float(a)) for o, i, a in zip(self.offsets, ids, acts) if i >= 0]
-
-
-def token_strings(model: HookedModel, ids: Sequence[int]) -> list[str]:
-    """Each id's text (``model.to_str_tokens``), or the id itself without a tokenizer.
-
-    Args:
-        model: a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights.
-        ids: token ids.
-
-    Returns:
-        One string per id.
-    """
-    ids = [int(i) for i in ids]
-    if not ids:
-        return []
-    fn = getattr(model, "to_str_tokens", None)
-    if fn is None or getattr(model, "tokenizer", None) is None and not hasattr(model.cfg, "vocab"):
-        return [str(i) for i in ids]
-    out = fn(torch.tensor(ids))
-    return [str(s) for s in (out[0] if out and isinstance(out[0], list) else out)]
-
-
-def _check_features(features: Any, d_sae: int) -> torch.Tensor:
-    if features is None:
-        return torch.arange(d_sae)
-    if isinstance(features, (list, tuple)) and not features:
-        raise InterpError("features is empty: pass feature ids, or None for every feature")
-    try:
-        ids = torch.as_tensor(features).reshape(-1)
-    except (TypeError, ValueError, RuntimeError):
-        raise InterpError(f"features must be feature ids (ints), got {features!r}") from None
-    if ids.dtype.is_floating_point or ids.dtype == torch.bool:
-        raise InterpError(f"features must be integer feature ids, got dtype {ids.dtype}")
-    if ids.numel() == 0:
-        raise InterpError("features is empty: pass feature ids, or None for every feature")
-    bad = ids[(ids < 0) | (ids >= d_sae)]
-    if bad.numel():
-        raise InterpError(
-            f"feature {int(bad[0])} is not one of this dictionary's features 0..{d_sae - 1}"
-        )
-    if len(set(ids.tolist())) != ids.numel():
-        raise InterpError("features lists a feature twice: pass each once")
-    return ids.long()
-
-
-def _decoder_in_stream(model: HookedModel, D: Dictionary, feats: torch.Tensor) -> torch.Tensor:
-    """``[n, d_model]``: what each feature's decoder row adds to the residual stream."""
-    cfg = model.cfg
-    d_model = int(cfg.d_model)
-    rows = D.W_dec.detach()[feats].float()
-    leaf = D.hook_name.rsplit(".", 1)[-1]
-    if leaf == "hook_z":
-        layer = int(D.hook_name.split(".")[1])
-        W_O = runtime_of(model).layer_weight("W_O", layer).float()  # [head, d_head, d_model]
-        z = rows.view(len(feats), W_O.shape[0], W_O.shape[1]).to(W_O.device)
-        return torch.einsum("fhd,hdm->fm", z, W_O)
-    if D.d_in != d_model or leaf in ("hook_q", "hook_k", "hook_v", "hook_pre", "hook_post"):
-        raise InterpError(
-            f"the dictionary at {D.hook_name} (width {D.d_in}) does not write into the "
-            f"residual stream (width {d_model}) directly, so it has no logit effects here: "
-            "read logits of a residual-stream or hook_z dictionary"
-        )
-    return rows
-
-
-def feature_logit_effects(
-    model: HookedModel,
-    *,
-    dictionary: Dictionary,
-    features: Any = None,
-    top: int = 10,
-) -> pd.DataFrame:
-    """Each feature's top and bottom logit effects: ``(centre(W_dec[f]) * gain) @ W_U``.
-
-    The final norm's scale is taken as 1 (module docstring); no forward pass runs.
-
-    Args:
-        model: a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights.
-        dictionary: the :class:`Dictionary` (at a residual-stream hook or a ``hook_z``).
-        features: feature ids (``None``: every feature).
-        top: tokens kept per feature and side.
-
-    Returns:
-        One row per (feature, side, rank): ``feature``, ``side`` (``'top'``: largest,
-        ``'bottom'``: most negative), ``rank``, ``token_id``, ``token``, ``value`` (logits
-        per unit of activation).
-
-    Raises:
-        InterpError: no model, a model without meaningful logits or an unembedding, a
-            dictionary the model cannot hold, a hook that does not write into the residual
-            stream, bad feature ids or ``top``.
-    """
-    check_model(model)
-    check_dictionary(model, dictionary)
-    feats = _check_features(features, dictionary.d_sae)
-    top = check_int(top, "top", minimum=1)
-    if not logits_meaningful(model) or getattr(model, "W_U", None) is None:
-        raise InterpError(
-            "feature_logit_effects reads the unembedding, but this model's logits mean nothing "
-            "(no language-model head): read contexts and densities only"
-        )
-    W_U = model.W_U.detach().float()  # [d_model, d_vocab]
-    top = min(top, int(W_U.shape[1]))
-    norm = runtime_of(model).norm("final")
-    parts = []
-    for lo in range(0, len(feats), LOGIT_BLOCK):
-        block = feats[lo : lo + LOGIT_BLOCK]
-        d = _decoder_in_stream(model, dictionary, block).to(W_U.device)
-        if norm is not None:
-            gain = norm.gain
-            d = norm.centre(d) * (1.0 if gain is None else gain.to(d.device))
-        logits = d @ W_U  # [block, d_vocab]
-        for side, largest in (("top", True), ("bottom", False)):
-            v, i = logits.topk(top, dim=-1, largest=largest)
-            parts.append((side, block, v.cpu(), i.cpu()))
-    ids = sorted({int(t) for _, _, _, i in parts for t in i.flatten().tolist()})
-    text = dict(zip(ids, token_strings(model, ids)))
-    cols: dict[str, list] = {k: [] for k in ("feature", "side", "rank", "token_id", "value")}
-    for side, block, v, i in parts:
-        n = len(block)
-        cols["feature"] += np.repeat(block.numpy(), top).tolist()
-        cols["side"] += [side] * (n * top)
-        cols["rank"] += list(range(top)) * n
-        cols["token_id"] += i.flatten().tolist()
-        cols["value"] += v.flatten().tolist()
-    df = pd.DataFrame(cols)
-    df.insert(4, "token", [text[t] for t in df["token_id"]])
-    df = df.sort_values(["feature", "side", "rank"], ascending=[True, False, True])
-    df = df.reset_index(drop=True)
-    df.attrs.update(
-        table_attrs(
-            "feature_logit_effects",
-            description="each feature's decoder row read out through the final norm (its "
-            "scale taken as 1) and the unembedding: the logits one unit of activation adds",
-            method="exact",
-            model=model,
-            unit="logits per unit of activation",
-            forward_equivalents=0.0,
-            hook=dictionary.hook_name,
-            final_norm=None if norm is None else norm.kind,
-            d_sae=dictionary.d_sae,
-        )  # fmt: skip
-    )
-    return df
 
 
 def read_features(
@@ -292,7 +151,7 @@ def read_features(
     D = dictionary
     check_dictionary(model, D)
     tokens = check_tokens(model, tokens, chunked=True)
-    feats = _check_features(features, D.d_sae)
+    feats = check_feature_ids(features, D.d_sae)
     top = check_int(top, "top", minimum=1)
     n_logits = check_int(logits, "logits", minimum=0)
     if not (isinstance(window, (tuple, list)) and len(window) == 2):
@@ -310,26 +169,18 @@ def read_features(
     if cache is None:
         per += forward_bytes(model, 1, pos, rows=())
     work = pass_share(int(model.cfg.n_layers), [D.hook_name]) if cache is None else 0.0
-    run = plan(
-        model, batch, pos, Footprint(fixed=fixed, per_prompt=per), memory_budget=memory_budget,
-        analysis="read_features", forward_equivalents=work, estimate=estimate,
-        progress=progress,
-    )  # fmt: skip
-    if estimate:
-        return run.estimate
-    checked = check_cache(model, tokens, cache, needs=[D.hook_name])
+    shared: dict[str, Any] = {}
     offsets = torch.arange(-before, after + 1)
     fd = feats.to(D.device)
-    best_v = torch.full((0, n_f), float("-inf"))
-    best_i = torch.zeros((0, n_f), dtype=torch.long)
-    best_ids = torch.zeros((0, n_f, W), dtype=torch.long)
-    best_acts = torch.zeros((0, n_f, W))
-    n_active = torch.zeros(n_f, dtype=torch.long)
-    total = torch.zeros(n_f, dtype=torch.float64)
-    peak = torch.zeros(n_f)
-    for rows in chunk_bar(run.chunks, progress=progress, desc="read features"):
-        t = tokens[rows]
-        part = cache_rows(checked, rows)
+
+    def prepare(chunks: list[slice]) -> float:
+        shared["cache"] = check_cache(model, tokens, cache, needs=[D.hook_name])
+        shared["best"] = _Best(n_f, W)
+        return 0.0  # the passes are the task's work; the cache's check counts below
+
+    def chunk(c: Chunk) -> dict[str, Any]:
+        rows, t = c.rows, tokens[c.rows]
+        part = cache_rows(shared["cache"], rows)
         if part is None:
             x = hook_activations(model, t, D.hook_name)
         else:
@@ -338,10 +189,6 @@ def read_features(
         with torch.no_grad():
             acts = D.encode(x.to(D.device))[..., fd].float().cpu()  # [b, pos, n_f]
         read = acts[:, skip:].reshape(-1, n_f)  # [b * (pos - skip), n_f]
-        on = read > 0
-        n_active += on.sum(0)
-        total += read.double().sum(0)
-        peak = torch.maximum(peak, read.max(0).values)
         k = min(top, read.shape[0])
         v, i = read.topk(k, dim=0)  # [k, n_f]
         seq, at = i // (pos - skip), skip + i % (pos - skip)
@@ -353,19 +200,53 @@ def read_features(
         f3 = torch.arange(n_f)[None, :, None].expand_as(where)
         wa = torch.where(inside, acts[s3, where, f3], 0.0)
         flat = (rows.start + seq) * pos + at  # a place in the whole token set
-        best_v, order = torch.cat([best_v, v]).sort(dim=0, descending=True, stable=True)
-        order = order[:top]
-        best_v = best_v[:top]
-        best_i = torch.cat([best_i, flat]).gather(0, order)
-        g3 = order[..., None].expand(-1, -1, W)
-        best_ids = torch.cat([best_ids, ids]).gather(0, g3)
-        best_acts = torch.cat([best_acts, wa]).gather(0, g3)
+        shared["best"].merge(v, flat, ids, wa, top)
+        return {
+            "n_active": (read > 0).sum(0), "total": read.double().sum(0),
+            "peak": read.max(0).values[None],
+        }  # fmt: skip
+
+    task = Task(
+        "read_features", Footprint(fixed=fixed, per_prompt=per), work=work, chunk=chunk,
+        combine={"n_active": "sum", "total": "sum", "peak": "rows"}, prepare=prepare,
+        desc="read features",
+    )  # fmt: skip
+    out = run(model, (batch, pos), task, memory_budget=memory_budget, estimate=estimate,
+              progress=progress)  # fmt: skip
+    if isinstance(out, Estimate):
+        return out
+    checked, best = shared["cache"], shared["best"]
+    peak = torch.maximum(torch.zeros(n_f), out.values["peak"].max(0).values)
     n_read = batch * (pos - skip)
     return _reading(
-        model, D, feats, best_v, best_i, best_ids, best_acts, n_active, total, peak, n_read,
-        offsets=tuple(offsets.tolist()), pos=pos, skip=skip, n_logits=n_logits,
-        work=work + (0.0 if checked is None else checked.work), chunks=len(run.chunks),
+        model, D, feats, best.v, best.i, best.ids, best.acts, out.values["n_active"],
+        out.values["total"], peak, n_read, offsets=tuple(offsets.tolist()), pos=pos,
+        skip=skip, n_logits=n_logits, work=work + (0.0 if checked is None else checked.work),
+        chunks=out.chunks,
     )  # fmt: skip
+
+
+class _Best:
+    """The running top contexts of each feature over the chunks read so far: the values
+    ``v [top, n_f]`` (largest first; ties: the earlier chunk, then ``topk``'s order),
+    their places in the token set, windows of ids and activations. Merged as each chunk
+    comes (holding every chunk's candidates would grow with the chunks)."""
+
+    def __init__(self, n_f: int, W: int) -> None:
+        self.v = torch.full((0, n_f), float("-inf"))
+        self.i = torch.zeros((0, n_f), dtype=torch.long)
+        self.ids = torch.zeros((0, n_f, W), dtype=torch.long)
+        self.acts = torch.zeros((0, n_f, W))
+
+    def merge(self, v, flat, ids, wa, top: int) -> None:
+        """Merge one chunk's candidates, keeping the ``top`` largest."""
+        self.v, order = torch.cat([self.v, v]).sort(dim=0, descending=True, stable=True)
+        order = order[:top]
+        self.v = self.v[:top]
+        self.i = torch.cat([self.i, flat]).gather(0, order)
+        g3 = order[..., None].expand(-1, -1, self.ids.shape[-1])
+        self.ids = torch.cat([self.ids, ids]).gather(0, g3)
+        self.acts = torch.cat([self.acts, wa]).gather(0, g3)
 
 
 def _reading(
