@@ -44,7 +44,8 @@ from interp.dictionaries.activations import hook_activations
 from interp.dictionaries.dictionary import Dictionary
 from interp.dictionaries.report import DictionaryReport, dictionary_report
 from interp.dictionaries.splice import check_hook, hook_width
-from interp.engine.chunks import Footprint, plan
+from interp.engine.chunks import Footprint
+from interp.engine.runner import Task, plan_task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,11 +207,6 @@ def train_dictionary(
     # held: the dictionary, its gradient and Adam's two moments, and one batch's tensors
     fixed = 4 * (4 * (2 * d_in * n_features) + 6 * batch_size * n_features)
     foot = Footprint(fixed=fixed, per_prompt=forward_bytes(model, 1, pos, rows=()) + 8 * pos * d_in)
-    run = plan(
-        model, batch, pos, foot, memory_budget=memory_budget, analysis="train_dictionary",
-        forward_equivalents=epochs * _depth(model, hook),
-        progress=progress,
-    )  # fmt: skip
     device = model_device(model)
     g = torch.Generator().manual_seed(seed)
 
@@ -218,6 +214,13 @@ def train_dictionary(
         x = hook_activations(model, tokens[rows], hook)[:, skip:].float()
         return _finite_activations(x.reshape(-1, d_in), rows, hook)
 
+    # the activation stream: a pass stopped at the hook per chunk, once per epoch (the
+    # runner plans it; the epochs walk its chunks again, so the loop is training's own)
+    stream = Task(
+        "train_dictionary", foot, work=epochs * _depth(model, hook),
+        chunk=lambda c: {"x": chunk(c.rows)}, combine={"x": "rows"}, desc="train dictionary",
+    )  # fmt: skip
+    run = plan_task(model, (batch, pos), stream, memory_budget=memory_budget, progress=progress)
     first = chunk(run.chunks[0])
     scale = math.sqrt(d_in) / float(first.norm(dim=-1).mean().clamp(min=1e-12))
     W_dec = torch.randn(n_features, d_in, generator=g).to(device)
