@@ -383,7 +383,8 @@ def test_the_cost_counts_every_pass_an_analysis_ran(induction_model):
         _, embed_only = m.run_with_cache(t, names_filter=["hook_embed"])
         passes[:] = []
         dla = A.direct_logit_attribution(m, t, answer=3, cache=embed_only)
-        assert len(passes) == 1 and dla.attrs["forward_equivalents"] == 1.0  # completing it
+        # completing it: a pass through every block, no unembedding (under 1: issue 44)
+        assert len(passes) == 1 and 0.8 < dla.attrs["forward_equivalents"] < 1.0
         _, full = m.run_with_cache(t)
         passes[:] = []
         dla = A.direct_logit_attribution(m, t, answer=3, cache=full)

@@ -139,8 +139,8 @@ def _stage(name: str) -> tuple[int, int, int]:
     if parts[0] == "blocks" and len(parts) > 1 and parts[1].isdigit():
         first = 0 if parts[-1] in ("hook_resid_pre", "hook_in") and len(parts) == 3 else 1
         return (1, int(parts[1]), first)
-    if parts[0] in ("hook_embed", "embed", "hook_tokens"):
-        return (0, 0, 0 if name == "hook_embed" else 1)
+    if parts[0] in ("hook_embed", "embed", "hook_tokens", "hook_pos_embed", "pos_embed"):
+        return (0, 0, 0 if name == "hook_embed" else 1)  # the embeddings: before every block
     return (2, 0, 0)
 
 

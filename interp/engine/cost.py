@@ -205,3 +205,89 @@ def pass_equivalents(
     c = Cost.of(model, pos)
     c.forward(copies, start=start, stop=stop, rows=rows)
     return c.total
+
+
+def work_of(model: HookedModel, pos: int, *, blocks: float = 1.0, rows: float = 0.0) -> float:
+    """The forward-equivalents of running ``blocks`` of the model's blocks (a share: 1 is
+    every block, as :func:`interp.engine.cache.pass_share` and ``cache_work`` count) and
+    unembedding ``rows`` rows per prompt, over prompts of ``pos`` tokens.
+
+    Example:
+        >>> from interp.models import load_model
+        >>> m = load_model("induction-2l")
+        >>> work_of(m, 12, blocks=1.0, rows=12)  # a plain pass
+        1.0
+        >>> work_of(m, 12, blocks=0.5) < 0.5  # half the blocks, no readout
+        True
+    """
+    c = Cost.of(model, pos)
+    return blocks * c.block_share + rows * c.row_share
+
+
+# How far into a block each hook fires: the block's attention projections (q, k, v), its
+# attention (scores, then mixing), its output projection, then its MLP.
+_QKV = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_q_input", "hook_k_input",
+        "hook_v_input", "hook_attn_in")  # fmt: skip
+_SCORES = ("hook_attn_scores", "hook_pattern")
+_MIXED = ("hook_z",)
+_ATTN_OUT = ("hook_result", "hook_attn_out", "hook_resid_mid", "hook_mlp_in")
+
+
+def cache_pass_work(model: HookedModel, pos: int, names: Sequence[str]) -> float:
+    """The forward-equivalents of a pass stopped as soon as the last of ``names`` fires
+    (:func:`interp.engine.cache.cache_of`): the blocks before it whole, and of its own block
+    the part that runs before the hook (its q, k and v projections, its attention, its output
+    projection, its MLP), with no unembedding.
+
+    Example:
+        >>> from interp.models import load_model
+        >>> m = load_model("induction-2l")
+        >>> a = cache_pass_work(m, 12, ["blocks.1.attn.hook_pattern"])
+        >>> b = cache_pass_work(m, 12, ["blocks.1.hook_resid_post"])
+        >>> 0.5 < a < b < 1.0
+        True
+    """
+    from interp.engine.cache import blocks_before
+
+    fl = Flops.of(model)
+    L = fl.n_layers
+    last = max(names, key=lambda n: (blocks_before(L, [n]), _into(n)), default=None)
+    if last is None:
+        return 0.0
+    whole = blocks_before(L, [last])
+    parts = last.split(".")
+    inside = parts[0] == "blocks" and len(parts) > 2 and whole > int(parts[1])
+    blocks = float(whole)
+    if inside and _into(last) < 4:  # stopped inside its block: only the part before the hook
+        blocks -= 1.0 - _block_part(model, fl, pos, _into(last))
+    return blocks / L * fl.blocks(pos) / fl.plain(pos)
+
+
+def _into(name: str) -> float:
+    """How far into its block a hook fires: 0 its input, 1 after q/k/v, 2 at the scores, 3
+    after the mixing, 3.5 after the output projection, 4 the whole block."""
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf in ("hook_resid_pre", "hook_in"):
+        return 0.0
+    if "ln1" in name or leaf in _QKV:
+        return 1.0
+    if leaf in _SCORES:
+        return 2.0
+    if leaf in _MIXED:
+        return 3.0
+    if leaf in _ATTN_OUT:
+        return 3.5
+    return 4.0
+
+
+def _block_part(model: HookedModel, fl: Flops, pos: int, stage: float) -> float:
+    """The share of one block's FLOPs (at ``pos``) run before a hook at ``stage``."""
+    cfg = model.cfg
+    d, h, dh = int(cfg.d_model), int(cfg.n_heads), int(cfg.d_head)
+    kv = int(getattr(cfg, "n_key_value_heads", None) or h)
+    qkv = 2.0 * d * (h + 2 * kv) * dh
+    out = 2.0 * h * dh * d
+    attn = pos * fl.attention
+    whole = fl.block + attn
+    done = {0.0: 0.0, 1.0: qkv, 2.0: qkv + attn / 2, 3.0: qkv + attn, 3.5: qkv + attn + out}[stage]
+    return min(1.0, done / whole)

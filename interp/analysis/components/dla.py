@@ -68,6 +68,7 @@ from interp.core.protocol import HookedModel, check_model, eval_no_grad, hook_na
 from interp.core.shapes import Tokens
 from interp.engine.cache import cache_work, check_cache
 from interp.engine.chunks import Estimate, Footprint
+from interp.engine.cost import work_of
 from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
@@ -199,6 +200,8 @@ def direct_logit_attribution(
     # a forward pass whose logits are not read (unembedded at one row where the runtime can)
     # and the hooks' activations at the positions read
     rows = runtime_of(model).unembedded(_ONE_ROW)
+    # one pass, unembedding one row where the runtime can (every row where it cannot)
+    work = round(work_of(model, n, blocks=1.0, rows=n if rows is None else len(rows)), 3)
     per = forward_bytes(model, 1, n, rows=rows) + len(wanted) * len(pos) * cfg.d_model * 4
     checked: dict[str, Any] = {}
 
@@ -219,7 +222,7 @@ def direct_logit_attribution(
         return {"parts": [part]}  # rows: the chunks' in order
 
     task = Task(
-        "direct_logit_attribution", Footprint(0, 0 if cache is not None else per), work=1.0,
+        "direct_logit_attribution", Footprint(0, 0 if cache is not None else per), work=work,
         chunk=chunk, combine={"parts": "rows"}, prepare=prepare, fix="use shorter prompts",
         desc="direct logit attribution",
     )  # fmt: skip
@@ -241,7 +244,9 @@ def direct_logit_attribution(
             metric="logit[answer] - logit[wrong]" if bad is not None else "logit[answer]",
             unit="logits",
             model=model,
-            forward_equivalents=1.0 if cache is None else cache_work(acts),
+            forward_equivalents=work
+            if cache is None
+            else round(work_of(model, n, blocks=cache_work(acts)), 3),
             chunks=out.chunks,
             at=pos,
             by=by,

@@ -48,6 +48,7 @@ from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.engine.cache import StopForward, cache_work, check_cache, pass_share
 from interp.engine.chunks import Estimate, Footprint
+from interp.engine.cost import work_of
 from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
@@ -150,6 +151,7 @@ def logit_lens(
     per = stack + (0 if cache is not None else forward_bytes(model, 1, n, rows=()))
     chunk = min(CHUNK_BYTES, b * len(names) * len(pos) * d_vocab * 4)
     checked: dict[str, Any] = {}
+    reads = len(names) * len(pos)  # rows unembedded per prompt: each stage at each position
 
     def prepare(chunks: list[slice]) -> float:
         rt.check_readout("the logit lens")
@@ -171,8 +173,9 @@ def logit_lens(
             for key, x in zip(_READ, got)
         }
 
+    planned = work_of(model, n, blocks=pass_share(L, names), rows=reads)
     task = Task(
-        "logit_lens", Footprint(chunk * 9 // 4, per), work=pass_share(L, names), chunk=read,
+        "logit_lens", Footprint(chunk * 9 // 4, per), work=planned, chunk=read,
         combine=dict.fromkeys(_READ, "rows"), prepare=prepare,
         fix="read fewer positions (at=) or use shorter prompts", desc="logit lens",
     )  # fmt: skip
@@ -182,7 +185,8 @@ def logit_lens(
     if isinstance(out, Estimate):
         return out
     acts = checked["acts"]
-    work = pass_share(L, names) if acts is None else cache_work(acts)
+    blocks = pass_share(L, names) if acts is None else cache_work(acts)
+    work = round(work_of(model, n, blocks=blocks, rows=reads), 3)
     top_p_all, top_i_all, logp_all, rank_all = (
         out.values[key].movedim(0, 1).flatten(0, 2) for key in _READ
     )

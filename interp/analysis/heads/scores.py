@@ -85,6 +85,7 @@ from interp.core.shapes import Mask, Tokens
 from interp.datasets import repeated_random_tokens
 from interp.engine.cache import run_until
 from interp.engine.chunks import Estimate, Footprint
+from interp.engine.cost import cache_pass_work
 from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import head_frame, table_attrs
 
@@ -304,8 +305,11 @@ def head_scores(
             _scores_by_hooks(model, tokens[sl], part, out)
         return _weighted(reducers, out, pairs)
 
+    # a pass stopped after the last layer's pattern: every block, no unembedding
+    last = hook_name("pattern", cfg.n_layers - 1)
+    work = 0.0 if cache is not None else round(cache_pass_work(model, n, [last]), 3)
     task = Task(
-        "head_scores", Footprint(0, per), work=0.0 if cache is not None else 1.0, chunk=chunk,
+        "head_scores", Footprint(0, per), work=work, chunk=chunk,
         combine={k: "sum" for s in reducers for k in (f"total:{s}", f"weight:{s}")},
         fix="use shorter prompts", desc="head scores",
     )  # fmt: skip
@@ -316,7 +320,7 @@ def head_scores(
     sums = run_.values
     out = {s: sums[f"total:{s}"] / sums[f"weight:{s}"] for s in reducers}
     df = head_frame(out, cfg.n_layers, cfg.n_heads)
-    df.attrs.update(_attrs("head_scores", convention, model, 0.0 if cache is not None else 1.0))
+    df.attrs.update(_attrs("head_scores", convention, model, work))
     df.attrs["chunks"] = run_.chunks
     return df
 

@@ -49,6 +49,7 @@ from interp.analysis.heads.qk.cells import (
     plan_cells,
 )
 from interp.analysis.heads.qk.features import Dictionaries
+from interp.analysis.heads.qk.inputs import inputs_work
 from interp.analysis.heads.qk.shares import By, attribute_scores, check_qk_options
 from interp.core.checks import check_tokens
 from interp.core.memory import forward_bytes, stream_bytes
@@ -211,7 +212,7 @@ def qk_attribution(
 
     task = Task(
         "qk_attribution", footprint(model, n, layer, by, dicts),
-        work=(layer + 1) / int(model.cfg.n_layers), chunk=chunk, combine=COMBINE[mode],
+        work=inputs_work(model, n, layer), chunk=chunk, combine=COMBINE[mode],
         prepare=prepare, fix="use shorter prompts", desc="qk attribution",
     )  # fmt: skip
     out = run(model, (bsz, n), task, memory_budget=memory_budget, estimate=estimate,

@@ -8,7 +8,7 @@ the layer's norm (its scale frozen at this run's), the head's projection, any
 QK-norm and the rotation of each position, so that they sum to the head's own
 rotated query (or key). :func:`head_inputs` runs the one forward pass these
 read, stopped after the head's layer (no later block, no unembedding), and
-counts it (:class:`interp.engine.batching.Cost`).
+counts it (:mod:`interp.engine.cost`: block 0, and block 1 up to its pattern).
 
 Example:
     >>> from interp.models import load_model
@@ -16,7 +16,7 @@ Example:
     >>> model = load_model("induction-2l")
     >>> acts, cost = head_inputs(model, torch.tensor([[0, 5, 6, 5]]), None, 1)
     >>> [p[0] for p in residual_pieces(model, acts, 1, by="component")], cost.forward_equivalents
-    (['embed', 'pos_embed', 'L0.attn'], 1.0)
+    (['embed', 'pos_embed', 'L0.attn'], 0.776)
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from interp.core.precision import tolerance, within
 from interp.core.protocol import HookedModel, hook_names
 from interp.engine.batching import Cost
 from interp.engine.cache import cache_of, cache_work, check_cache
+from interp.engine.cost import cache_pass_work, work_of
 from interp.runtime import runtime_of
 from interp.runtime.attention import QKGeometry
 
@@ -68,14 +69,20 @@ def head_inputs(
     cost = Cost(model.cfg.n_layers)
     acts = check_cache(model, tokens, cache, needs=wanted)
     if acts is not None:
-        cost.add(cache_work(acts))
+        cost.add(work_of(model, tokens.shape[1], blocks=cache_work(acts)))
         return acts, cost
     acts = cache_of(model, tokens, wanted)
     lacking = [n for n in wanted if n not in acts]
     if lacking:
         raise InterpError(f"this model has no hook {lacking[0]}; QK attribution needs it")
-    cost.forward(stop=layer + 1)
+    cost.add(inputs_work(model, tokens.shape[1], layer))
     return acts, cost
+
+
+def inputs_work(model: HookedModel, pos: int, layer: int) -> float:
+    """The forward-equivalents of :func:`head_inputs`' pass: stopped once ``layer``'s pattern
+    is known (:func:`interp.engine.cost.cache_pass_work`)."""
+    return cache_pass_work(model, pos, needed_hooks(model, layer))
 
 
 def residual_pieces(model: HookedModel, acts: Any, layer: int, *, by: str = "head") -> list[Piece]:

@@ -33,6 +33,7 @@ from interp.core.protocol import HookedModel, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.dictionaries import Dictionary
 from interp.engine.cache import run_until
+from interp.engine.cost import cache_pass_work
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
 
@@ -153,12 +154,13 @@ def qk_interventions(
         return cells.scores(s)
 
     cost = att.cost
+    read_work = cache_pass_work(model, tokens.shape[1], [hook_name("pattern", layer)])
     with eval_no_grad(model):
         base_s = uncapped(att.acts[hook_name("attn_scores", layer)][:, head].float())
         base_p = cells.rows(att.acts[hook_name("pattern", layer)][:, head].float())
         noop = [_edit(model, att.acts, layer, head, side, None) for side in ("q", "k")]
         s0, _ = _read(model, tokens, layer, head, noop)
-        cost.forward(stop=layer + 1)
+        cost.add(read_work)  # a pass stopped after the pattern
         size = float(base_s.abs().max())  # float16 / bfloat16: the check allows their rounding
         gap = float((uncapped(s0) - base_s).abs().max())
         if not within(gap, tolerance(model_dtype(model), size, float32=NOOP_RTOL)):  # NaN fails
@@ -176,7 +178,7 @@ def qk_interventions(
             for comp in shares.abs().sort_values(ascending=False).index[:top]:
                 edit = [_edit(model, att.acts, layer, head, side, att.piece(side, comp))]
                 s1, p1 = _read(model, tokens, layer, head, edit)
-                cost.forward(stop=layer + 1)
+                cost.add(read_work)  # a pass stopped after the pattern
                 measured = float((uncapped(s1) - base_s).mean())
                 moved = (cells.rows(p1) - base_p).abs().sum(-1).mean() / 2
                 rows.append(
