@@ -19,7 +19,8 @@ context and so do ``max_new_tokens`` more, the sampling rule is sane, the stop
 tokens, hooks, heads and steering vectors exist and fit; then the cost is stated
 (``estimate=True`` returns it: forward-equivalents count the tokens computed, in
 passes over the prompts; peak memory the cache, a pass and what is kept) and the
-prompts run in chunks under the memory budget. A prompt's tokens depend on the
+prompts run in chunks under the memory budget, planned and combined by the runner
+(:mod:`interp.engine.runner`). A prompt's tokens depend on the
 seed and that prompt only (:mod:`.sampling`), so chunks change nothing.
 
 Example:
@@ -54,7 +55,8 @@ from interp.core.protocol import (
     logits_meaningful,
 )
 from interp.engine.cache import check_cache
-from interp.engine.chunks import Estimate, Footprint, Plan, plan
+from interp.engine.chunks import Estimate, Footprint, Plan
+from interp.engine.runner import Chunk, Partials, Task, chunks_of, gathered, plan_task
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
 
@@ -73,6 +75,7 @@ class GenerationPlan:
     keep_logits: bool
     cache: Any
     plan: Plan
+    task: Task  # its chunk: :func:`run_generation`'s, once the interventions are bound
 
 
 def plan_generation(
@@ -136,13 +139,17 @@ def plan_generation(
     passes = (L + n_new - 1) / L if cached else n_new + n_new * (n_new - 1) / (2 * L)
     passes += sum(e.passes(prompts, cache=checked) for e in edits) + extra_passes
     passes += 0.0 if checked is None else checked.work  # the cache's check
-    chunks = plan(
-        model, prompts.batch, T, footprint(model, L, n_new, cached=cached, keep_logits=keep_logits),
-        memory_budget=memory_budget, analysis=analysis, forward_equivalents=passes,
-        fix="generate fewer or shorter continuations", estimate=estimate, progress=progress,
+    task = Task(
+        analysis, footprint(model, L, n_new, cached=cached, keep_logits=keep_logits),
+        work=passes, chunk=_unbound, combine={"parts": "rows"},
+        fix="generate fewer or shorter continuations", desc="generating",
+    )  # fmt: skip
+    pl = plan_task(
+        model, (prompts.batch, T), task, memory_budget=memory_budget, estimate=estimate,
+        progress=progress,
     )  # fmt: skip
     return GenerationPlan(
-        prompts, n_new, rule, seed, stops, edits, cached, keep_logits, checked, chunks
+        prompts, n_new, rule, seed, stops, edits, cached, keep_logits, checked, pl, task
     )
 
 
@@ -285,23 +292,24 @@ def run_generation(
     """Run a checked generation (:func:`plan_generation`), its chunks in turn; ``edits`` are
     its interventions already bound (:meth:`.interventions.Intervention.bind`), else they
     are bound here."""
-    prompts, chunks = job.prompts, job.plan.chunks
+    prompts = job.prompts
     pad = pad_id(model)
     draws = uniforms(job.seed, range(prompts.batch), job.n_new)
-    bar = _bar(progress, len(chunks) * job.n_new)
-    parts = []
+    bar = _bar(progress, len(job.plan.chunks) * job.n_new)
+
+    def chunk(c: Chunk) -> dict[str, Any]:
+        idx = torch.arange(prompts.batch)[c.rows]
+        part = continue_prompts(
+            model, prompts.rows(c.rows), idx, n_new=job.n_new, rule=job.rule, draws=draws[c.rows],
+            edits=edits, stop=job.stop, pad=pad, kv_cache=job.kv_cache,
+            keep_logits=job.keep_logits, bar=bar,
+        )  # fmt: skip
+        return {"parts": [part]}  # rows: the chunks' in order
+
     with eval_no_grad(model):
         if edits is None:
             edits = bind_all(model, job)
-        for rows in chunks:
-            idx = torch.arange(prompts.batch)[rows]
-            parts.append(
-                continue_prompts(
-                    model, prompts.rows(rows), idx, n_new=job.n_new, rule=job.rule,
-                    draws=draws[rows], edits=edits, stop=job.stop, pad=pad,
-                    kv_cache=job.kv_cache, keep_logits=job.keep_logits, bar=bar,
-                )
-            )  # fmt: skip
+        parts = _chunks(job.plan, dataclasses.replace(job.task, chunk=chunk))["parts"]
     if bar is not None:
         bar.close()
     tokens, mask, logprobs, logits = _joined(parts, pad)
@@ -344,6 +352,22 @@ def bind_all(model: HookedModel, job: GenerationPlan) -> list[Any]:
             e.bind(model, job.prompts, job.n_new, cache=job.cache, chunks=job.plan.chunks)
             for e in job.interventions
         ]
+
+
+def _chunks(pl: Plan, task: Task) -> dict[str, Any]:
+    """The chunks of a plan made before (:func:`plan_generation`) run through the runner's
+    chunks and combined by its rules; no bar of its own (generation's counts tokens)."""
+    acc = Partials(task.combine)
+    for c in chunks_of(pl, task.metric, progress=False, desc=task.desc):
+        acc.add(task.chunk(c), c.weight)
+    return gathered(acc)
+
+
+def _unbound(c: Chunk) -> dict[str, Any]:
+    raise InterpError(
+        "internal error: a generation's chunks run in run_generation, once its interventions "
+        "are bound; please report this"
+    )
 
 
 def _joined(parts: list[Any], pad: int) -> tuple[torch.Tensor, ...]:
