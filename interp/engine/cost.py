@@ -116,6 +116,7 @@ class Cost:
         self.n_layers = max(1, int(n_layers))
         self.flops, self.pos = flops, max(1, int(pos))
         self.rows = rows  # the rows a full pass unembeds (None: every row)
+        self.some_rows = True  # whether the runtime unembeds only the rows asked for
         self.total = 0.0
         self.passes = 0
         if flops is None:
@@ -133,13 +134,20 @@ class Cost:
         from interp.runtime import runtime_of
 
         fl = Flops.of(model)
-        return cls(fl.n_layers, flops=fl, pos=pos, rows=runtime_of(model).unembedded(rows))
+        rt = runtime_of(model)
+        cost = cls(fl.n_layers, flops=fl, pos=pos, rows=rt.unembedded(rows))
+        cost.some_rows = bool(rt.rows_supported)
+        return cost
 
     def like(self) -> Cost:
         """A new, empty count of the same run (a chunk's own)."""
-        return Cost(self.n_layers, flops=self.flops, pos=self.pos, rows=self.rows)
+        cost = Cost(self.n_layers, flops=self.flops, pos=self.pos, rows=self.rows)
+        cost.some_rows = self.some_rows
+        return cost
 
     def _rows(self, rows: Any) -> int:
+        if rows is not None and rows is not ALL_ROWS and not self.some_rows:
+            rows = ALL_ROWS  # asked for some rows, the runtime unembeds every one
         rows = self.rows if rows is None else rows
         return self.pos if rows is None or rows is ALL_ROWS else len(rows)
 

@@ -187,7 +187,7 @@ def attribute_edges(
         where = np.nonzero(wanted)
         edits = [[idx] for idx in zip(*(w.tolist() for w in where))]
         work = check_work(
-            patch_cost(task, edits) + 1 + replaced,
+            patch_cost(task, edits) + task.pass_work(1 + replaced),
             what=f"exact effects of {len(edits):,} edges"
             + (" at each position" if task.each else ""),
             fix="pass edges= (say the top few hundred by EAP-IG), or estimate them "
@@ -195,7 +195,7 @@ def attribute_edges(
         )
     else:  # a forward and a backward pass per step
         work = check_work(
-            replaced + 3 * (1 if method == "eap" else steps),
+            task.pass_work(replaced) + task.gradient_work(1 if method == "eap" else steps),
             what=f"{method} with {steps} steps" if method == "eap-ig" else "eap",
             fix="use fewer steps (5 is EAP-IG's usual number)",
         )

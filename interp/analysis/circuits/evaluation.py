@@ -251,7 +251,8 @@ def circuit_task(
 
     def counted(chunks: list[slice]) -> float:
         # the clean metric, the corrupted one (its pass, or a circuit of every edge), the circuits
-        return 2 + len(masks) + (task.ablation in ("mean", "resample") and len(chunks) > 1)
+        extra = task.ablation in ("mean", "resample") and len(chunks) > 1  # a plain pass
+        return task.pass_work(2 + len(masks)) + extra
 
     return runner.Task(
         analysis, edge_footprint(task, "circuit", copies=len(masks)),

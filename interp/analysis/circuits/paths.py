@@ -144,7 +144,7 @@ def path_patch(
             )
         edits.append([(s, j) for j in r_idx])
     work = check_work(
-        patch_cost(task, edits) + 2,
+        patch_cost(task, edits) + task.pass_work(2),
         what=f"path patching {len(edits)} senders",
         fix="pass fewer senders",
     )

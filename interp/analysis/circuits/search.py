@@ -139,8 +139,8 @@ def find_circuit(
         # reruns the baselines on every chunk (and, for mean or resample, the replacement
         # outputs)
         split = len(chunks) > 1
-        per = 3 + (1 if ablation != "patch" else 0) if split else 1
-        return (0 if split else 2) + evaluations * per  # at most: the candidates it can try
+        per = task.pass_work(3) + (1 if ablation != "patch" else 0) if split else task.pass_work()
+        return (0 if split else task.pass_work(2)) + evaluations * per  # at most: the candidates
 
     # the chunks of measuring one candidate (circuit_task), counting the whole search
     spec = circuit_task(task, [], cache=cache, analysis="find_circuit", work=work)

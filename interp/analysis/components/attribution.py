@@ -248,21 +248,28 @@ def attribute_heads(
             checked = shared["cache"] = check_cache(model, tokens, cache)
         # what the run counts: a forward and a backward pass, the source run or the values'
         # pass, the cache's own, and verify's exact sweep
+        count = cost.like()  # FLOPs of its passes (interp.engine.cost)
+        count.forward()
+        count.backward()
         if patching:
-            total, reads = 4.0, names if direction == "denoising" else []
+            count.forward()  # the source run
+            reads = names if direction == "denoising" else []
         else:
-            total = 3 + values_work(rt.n_layers, tokens, ablation, names, split=len(chunks) > 1,
-                                    reference_tokens=reference_tokens, cache=checked)  # fmt: skip
+            count.add(values_work(rt.n_layers, tokens, ablation, names, split=len(chunks) > 1,
+                                  reference_tokens=reference_tokens, cache=checked)
+                      * cost.block_share)  # fmt: skip
             reads = names if reference_tokens is None and ablation != "zero" else []
-        total += cache_work(checked, reads)
+        count.add(cache_work(checked, reads) * cost.block_share)
         if verify:  # at most: the k earliest heads (no edit costs more than an earlier layer's)
-            also = 1.0 if patching else max(values_work(  # in one chunk or several
+            source = cost.like()
+            source.forward()
+            also = source.total if patching else cost.block_share * max(values_work(
                 rt.n_layers, tokens, ablation, names, reference_tokens=reference_tokens,
                 cache=None, split=split) for split in (False, True))  # fmt: skip
-            total += sweep_work(model, head_edits(chosen[:verify])) + also
-        return total
+            count.add(sweep_work(model, head_edits(chosen[:verify]), pos=P, rows=m.rows) + also)
+        return count.total
 
-    cost = Cost(rt.n_layers)  # the values' pass (the chunks' passes: the runner's count)
+    cost = Cost.of(model, P, m.rows)  # the values' pass (the chunks': the runner's count)
 
     def prepare(chunks: list[slice]) -> float:
         if not patching:
@@ -274,7 +281,7 @@ def attribute_heads(
         return 0.0  # counted in cost, as the chunks draw on it
 
     def chunk(c: Chunk) -> dict[str, Any]:
-        sl, part, out = c.rows, Cost(rt.n_layers), {}
+        sl, part, out = c.rows, cost.like(), {}
         with eval_no_grad(model):
             if patching:
                 src_cache = cache_rows(shared["cache"], sl) if direction == "denoising" else None
@@ -333,7 +340,8 @@ def attribute_heads(
                 reference_tokens=reference_tokens, seed=seed, progress=progress,
                 memory_budget=memory_budget,
             )  # fmt: skip
-        cost.add(ex.attrs["forward_equivalents"] - cache_work(cache))  # counted once, below
+        # the cache's share is counted once, below
+        cost.add(ex.attrs["forward_equivalents"] - cache_work(cache) * cost.block_share)
         exact = {(int(r.layer), int(r.head)): float(r.effect) for r in ex.itertuples()}
     ex_col = [exact.get(k, float("nan")) for k in chosen]
     if patching:
@@ -364,7 +372,7 @@ def attribute_heads(
             model=model,
             positions=positions_label(pos),
             seed=seed,
-            forward_equivalents=cost.forward_equivalents + cache_work(cache),
+            forward_equivalents=round(cost.total + cache_work(cache) * cost.block_share, 3),
             correction=correction,
             verified=len(exact),
             chunks=out.chunks,

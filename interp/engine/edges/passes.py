@@ -332,8 +332,12 @@ def patch_cost(prep: Any, edits: Sequence[Edit]) -> float:
     """The forward-equivalents :func:`patch_edges` will run for ``edits`` (known before)."""
     L = prep.graph.n_layers
     starts = edit_starts(prep, edits)
-    resumed = any(0 < st < L for st in starts)
-    return float(resumed) + sum((L - st) / L for st in starts)
+    cost = prep.cost.like()
+    if any(0 < st < L for st in starts):
+        cost.forward(rows=(-1,))  # the states the passes resume from: logits unread
+    for st in starts:
+        cost.forward(start=min(st, L))  # from the edit's first layer, then the metric's rows
+    return cost.total
 
 
 def patch_edges(
@@ -368,7 +372,7 @@ def patch_edges(
             need = {starts[c[0]] for c in chunks} - {0, L}
             if need:
                 _, kept = rt.block_inputs(prep.base, need, rows=(-1,))  # logits unread
-                prep.cost.forward()
+                prep.cost.forward(rows=(-1,))
             final = prep.base_inputs["final"]
             for chunk in chunks:
                 start = starts[chunk[0]]

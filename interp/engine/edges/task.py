@@ -37,8 +37,8 @@ import torch
 
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
-from interp.engine.batching import Cost
 from interp.engine.chunks import Footprint
+from interp.engine.cost import ALL_ROWS, Cost
 from interp.engine.edges.graph import Graph, build_graph
 from interp.engine.edges.passes import check_exact, input_hooks, layer_parts, sender_outputs
 from interp.engine.edges.run import EdgeRun
@@ -78,6 +78,21 @@ class EdgeTask:
     memory_budget: Any = None  # bytes the task's passes may use (None: the default budget)
     checked_cache: Any = None  # the cache checked against every prompt (prepare_chunks)
 
+    def pass_work(self, n: float = 1.0) -> float:
+        """The forward-equivalents of ``n`` full passes unembedding the metric's rows (the
+        engine's cost model, :mod:`interp.engine.cost`)."""
+        cost = self.cost.like()
+        cost.forward(n)
+        return cost.total
+
+    def gradient_work(self, n: int = 1) -> float:
+        """The forward-equivalents of ``n`` forward and backward passes (EAP's, per step)."""
+        cost = self.cost.like()
+        for _ in range(n):
+            cost.forward()
+            cost.backward()
+        return cost.total
+
     @property
     def clean_value(self) -> float:
         """The clean run's metric."""
@@ -105,7 +120,7 @@ class EdgeTask:
             return self.mean_out.expand_as(outputs).contiguous()
         if self.ablation == "resample" and self.resample_tokens is not None:
             alt, _ = sender_outputs(self.rt, self.graph, self.resample_tokens, parts=self.parts)
-            self.cost.forward()
+            self.cost.forward(rows=ALL_ROWS)  # its logits are not read, but made
             return alt
         return replacement(self.ablation, outputs, self.seed)
 
@@ -116,7 +131,7 @@ class EdgeTask:
             self, tokens=self.tokens[rows], base=self.base[rows], metric=metric,
             corrupted=None if self.corrupted is None else self.corrupted[rows],
             base_out=None, alt=None, base_value=float("nan"), base_inputs={}, source_value=None,
-            cum={}, cost=Cost(self.cost.n_layers), parts=[], checked_cache=None,
+            cum={}, cost=self.cost.like(), parts=[], checked_cache=None,
         )  # fmt: skip
         if self.resample_index is not None:
             sub.resample_tokens = self.tokens[self.resample_index[rows]]
@@ -221,7 +236,7 @@ def check(
         base_inputs={},
         each=each,
         seed=seed,
-        cost=Cost(rt.n_layers),
+        cost=Cost.of(model, tokens.shape[1], m.rows),
         rt=rt,
     )
 
@@ -290,7 +305,7 @@ def prepare_chunks(task: EdgeTask, chunks: list[slice], *, cache: Any = None) ->
     from interp.engine.cache import check_cache
 
     rt, n = task.rt, task.tokens.shape[0]
-    cost = Cost(task.cost.n_layers)
+    cost = task.cost.like()
     with eval_no_grad(rt.model):
         task.checked_cache = check_cache(rt.model, task.tokens, cache)
         if len(chunks) > 1 and task.ablation == "mean":
@@ -299,7 +314,7 @@ def prepare_chunks(task: EdgeTask, chunks: list[slice], *, cache: Any = None) ->
                 out, _ = sender_outputs(rt, task.graph, task.base[sl])
                 part = out.double().sum(1, keepdim=True)
                 total = part if total is None else total + part
-                cost.forward((sl.stop - sl.start) / max(1, n))
+                cost.forward((sl.stop - sl.start) / max(1, n), rows=ALL_ROWS)
             task.mean_out = (total / n).float()
         elif len(chunks) > 1 and task.ablation == "resample":
             task.resample_index = resample_index(n, None, task.seed)
