@@ -105,7 +105,9 @@ def test_chunked_and_cached_readings_equal_one_pass(model, tokens, D, reading):
         read_features(model, tokens.flip(0), dictionary=D, cache=cache)
     est = read_features(model, tokens, dictionary=D, memory_budget=1_000_000, estimate=True)
     assert est.chunks == split.features.attrs["chunks"]
-    assert est.forward_equivalents == pytest.approx(0.5)  # the pass stops at layer 1 of 2
+    # the pass stops at layer 1 of 2 (half the blocks), then the encoder and the logit
+    # effects: a little over half a pass in FLOPs (issue 44; tests/test_counted_flops.py)
+    assert 0.5 < est.forward_equivalents < 0.6
 
 
 def _readout_effect(model, d):
@@ -283,7 +285,9 @@ def test_smollm2_tokens_read_as_text_and_logits_through_its_rmsnorm(smollm):
     r = read_features(smollm, tokens[:, :10], dictionary=S, top=2, skip_columns=1, logits=3)
     row = r.contexts.iloc[0]
     assert row["token"] == smollm.to_str_tokens(tokens[row["sequence"], row["pos"]])[0]
-    assert "[[" in row["context"] and r.features.attrs["forward_equivalents"] == 0.6
+    # the pass cut at layer 18 of 30 (0.6 of the blocks), then the encoder and the logit
+    # effects through a 49,152-token unembedding, large beside 2 x 10 tokens: under a pass
+    assert "[[" in row["context"] and 0.6 < r.features.attrs["forward_equivalents"] < 1.0
     want = _readout_effect(smollm, S.W_dec[5].detach()).topk(3).indices.tolist()
     lg = r.logits
     assert lg[(lg["feature"] == 5) & (lg["side"] == "top")]["token_id"].tolist() == want

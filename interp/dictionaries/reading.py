@@ -55,8 +55,9 @@ from interp.dictionaries.logit_effects import (  # noqa: F401 (importable from h
     token_strings,
 )
 from interp.dictionaries.splice import check_dictionary
-from interp.engine.cache import cache_rows, check_cache, pass_share
+from interp.engine.cache import cache_rows, check_cache
 from interp.engine.chunks import Estimate, Footprint
+from interp.engine.cost import Flops, cache_pass_work
 from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import table_attrs
 
@@ -168,7 +169,13 @@ def read_features(
     per = pos * (4 * D.d_in + 3 * 4 * D.d_sae)
     if cache is None:
         per += forward_bytes(model, 1, pos, rows=())
-    work = pass_share(int(model.cfg.n_layers), [D.hook_name]) if cache is None else 0.0
+    # FLOPs (interp.engine.cost): the pass up to the hook, the encoder on every position,
+    # and once, each feature's decoder row through the unembedding (its logit effects)
+    fl = Flops.of(model)
+    encode = pos * 2.0 * D.d_in * D.d_sae / fl.plain(pos)
+    effects = 2.0 * n_f * int(model.cfg.d_model) * int(model.cfg.d_vocab) if n_logits else 0.0
+    work = encode + effects / (batch * fl.plain(pos))
+    work += cache_pass_work(model, pos, [D.hook_name]) if cache is None else 0.0
     shared: dict[str, Any] = {}
     offsets = torch.arange(-before, after + 1)
     fd = feats.to(D.device)
@@ -221,8 +228,8 @@ def read_features(
     return _reading(
         model, D, feats, best.v, best.i, best.ids, best.acts, out.values["n_active"],
         out.values["total"], peak, n_read, offsets=tuple(offsets.tolist()), pos=pos,
-        skip=skip, n_logits=n_logits, work=work + (0.0 if checked is None else checked.work),
-        chunks=out.chunks,
+        skip=skip, n_logits=n_logits, chunks=out.chunks,
+        work=round(work + (0.0 if checked is None else checked.work * fl.block_share(pos)), 3),
     )  # fmt: skip
 
 

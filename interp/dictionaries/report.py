@@ -38,7 +38,9 @@ from interp.core.protocol import HookedModel, is_causal, logits_meaningful
 from interp.dictionaries.dictionary import Dictionary
 from interp.dictionaries.splice import Splice, check_dictionary
 from interp.engine.chunks import Footprint
+from interp.engine.cost import Flops
 from interp.engine.runner import Chunk, Task, run
+from interp.runtime import runtime_of
 
 NLL = ("clean", "with", "without")  # the losses' sums, in nats
 
@@ -116,12 +118,14 @@ def dictionary_report(
     per = forward_bytes(model, 1, pos) + 3 * stream_bytes(model, pos, element=4)
     foot = Footprint(fixed=4 * D.d_sae * pos, per_prompt=per + 4 * D.d_sae * pos)
 
+    rt = runtime_of(model)  # every pass through the runtime
+
     def chunk(c: Chunk) -> dict[str, Any]:
         t = tokens[c.rows]
         part: dict[str, Any] = {}
         with torch.no_grad():
             s = Splice(model, D)
-            with_error = model.run_with_hooks(t, fwd_hooks=s.hooks)
+            with_error = rt.run(t, hooks=s.hooks)
             x = (s.error + D.decode(s.acts))[:, skip:].double()  # x itself, to rounding
             err, acts = s.error[:, skip:].double(), s.acts[:, skip:]
             on = acts != 0
@@ -133,15 +137,18 @@ def dictionary_report(
                 part[key] = 0.0
             if losses:
                 part["with"] = float(next_token_nll(with_error, t).double().sum())
-                part["clean"] = float(next_token_nll(model(t), t).double().sum())
-                without = model.run_with_hooks(
-                    t, fwd_hooks=Splice(model, D, keep_error=False).hooks
-                )
+                part["clean"] = float(next_token_nll(rt.run(t), t).double().sum())
+                without = rt.run(t, hooks=Splice(model, D, keep_error=False).hooks)
                 part["without"] = float(next_token_nll(without, t).double().sum())
         return part
 
+    # FLOPs (interp.engine.cost): a plain pass each, every row unembedded, and each spliced
+    # pass's encoder and decoder on every position
+    fl = Flops.of(model)
+    splice = pos * 4.0 * D.d_in * D.d_sae / fl.plain(pos)
+    work = 3.0 + 2 * splice if losses else 1.0 + splice
     task = Task(
-        "dictionary_report", foot, work=3.0 if losses else 1.0, chunk=chunk,
+        "dictionary_report", foot, work=work, chunk=chunk,
         combine={k: "sum" for k in ("sse", "sx", "sxx", "n", "active", "ever", *NLL)},
         desc="dictionary report",
     )  # fmt: skip

@@ -14,8 +14,8 @@ model's own weights (:class:`Flops`):
 
 So a pass that stops before the unembedding (a cache read up to a layer) costs its share of
 the blocks only, one that unembeds one row far less than a plain pass on a large
-vocabulary, and a logit lens that unembeds every layer more. A backward pass counts twice
-the forward it differentiates.
+vocabulary, and a logit lens that unembeds every layer more. A backward pass to the
+activations (the weights' gradients not asked for) counts as its forward.
 
 Example:
     >>> from interp.models import load_model
@@ -68,6 +68,10 @@ class Flops:
         """One prompt's blocks, all of them, in FLOPs."""
         return self.n_layers * pos * (self.block + pos * self.attention)
 
+    def block_share(self, pos: int) -> float:
+        """The blocks' share of a plain pass (a share of the blocks, in forward-equivalents)."""
+        return self.blocks(pos) / self.plain(pos)
+
     def plain(self, pos: int) -> float:
         """One plain forward pass of one prompt (every block, every row unembedded)."""
         return self.blocks(pos) + pos * self.readout
@@ -100,7 +104,7 @@ def _measure(model: HookedModel, rt: Any) -> Flops:
 class Cost:
     """Forward-equivalents of the passes a run made (module docstring): each pass counts the
     FLOPs of the blocks it ran and the rows it unembedded, times its copies of the batch,
-    over one plain forward pass of the batch; a backward pass counts twice its forward.
+    over one plain forward pass of the batch; a backward pass counts as its forward.
 
     ``Cost(n_layers)`` (no model) counts blocks only, a pass of every block as 1.
     """
@@ -175,8 +179,10 @@ class Cost:
         self.total += copies * self._rows(rows) * self.row_share
 
     def backward(self, copies: float = 1) -> None:
-        """A backward pass through the whole model and the run's rows."""
-        self.total += 2.0 * copies * (self.block_share + self._rows(None) * self.row_share)
+        """A backward pass through the whole model and the run's rows, for the gradients of
+        activations only (``torch.autograd.grad`` to hooks, the weights' own gradients not
+        asked for): one product per forward product, as torch counts it."""
+        self.total += copies * (self.block_share + self._rows(None) * self.row_share)
 
     def add(self, other: Cost | float) -> None:
         """Add another count (or forward-equivalents)."""
