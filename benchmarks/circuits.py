@@ -100,11 +100,14 @@ def main() -> None:
         f"[{n_s} x {width:,}] @ [{width:,} x {n_r}] {product:.2f} s = {product / fwd:.2f} fwd-eq"
     )
 
-    from interp.engine.edges.task import begin, check
+    from interp.engine.edges.task import begin_edge_task, check_edge_task
 
-    base = timed(lambda: begin(check(model, clean, ablation="patch", **kw), base_pass="metric"), 2)[
-        0
-    ]
+    base = timed(
+        lambda: begin_edge_task(
+            check_edge_task(model, clean, ablation="patch", **kw), base_pass="metric"
+        ),
+        2,
+    )[0]
     print(
         f"circuit baselines (a plain clean forward; the corrupted run with every sender's "
         f"output): {base:.2f} s = {base / fwd:.2f} fwd-eq, once per task"

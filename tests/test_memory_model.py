@@ -24,7 +24,7 @@ from interp.core.memory import (
     stream_bytes,
 )
 from interp.core.metrics import logit_diff_metric
-from interp.engine.edges.task import check, edge_footprint
+from interp.engine.edges.task import check_edge_task, edge_footprint
 from interp.engine.sweeps.sites import head_edits
 from interp.engine.sweeps.sweep import footprint
 from interp.models import load_model
@@ -82,7 +82,9 @@ def test_eap_per_prompt_bytes_grow_linearly_with_pos_and_senders():
 
     def eap(pos, graph=None):
         tokens, corrupted = _tokens(model, 2, pos), _tokens(model, 2, pos, seed=1)
-        task = check(model, tokens, corrupted_tokens=corrupted, metric=metric, ablation="patch")
+        task = check_edge_task(
+            model, tokens, corrupted_tokens=corrupted, metric=metric, ablation="patch"
+        )
         if graph is not None:
             task.graph = graph(task.graph)
         return task, edge_footprint(task, "eap").per_prompt

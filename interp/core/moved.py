@@ -57,6 +57,8 @@ RENAMED: dict[tuple[str, str], str] = {
     ("interp.engine.sweeps.sweep", "plan"): "interp.engine.sweeps.sweep:sweep_outline",
     ("interp.engine.sweeps.sweep", "copy_bytes"): "interp.engine.sweeps.sweep:sweep_copy_bytes",
     ("interp.engine.sweeps.sweep", "edits_per_pass"): "interp.engine.sweeps.sweep:sweep_copies",
+    ("interp.engine.edges.task", "check"): "interp.engine.edges.task:check_edge_task",
+    ("interp.engine.edges.task", "begin"): "interp.engine.edges.task:begin_edge_task",
 }
 
 

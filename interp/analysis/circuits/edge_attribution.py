@@ -64,8 +64,8 @@ from interp.engine.edges.graph import Graph
 from interp.engine.edges.passes import pass_shape, patch_cost, patch_edges
 from interp.engine.edges.task import (
     EdgeTask,
-    begin,
-    check,
+    begin_edge_task,
+    check_edge_task,
     edge_footprint,
     prepare_chunks,
     task_rows,
@@ -166,7 +166,7 @@ def attribute_edges(
             "eap-ig interpolates the token embeddings from the corrupted prompt to the clean "
             "one, so it needs ablation='patch' and corrupted_tokens"
         )
-    task = check(
+    task = check_edge_task(
         model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation=ablation,
         positions=positions, direction=direction, seed=seed, each_for="attribute_edges",
     )  # fmt: skip
@@ -203,7 +203,7 @@ def attribute_edges(
     def chunk(c: runner.Chunk) -> dict[str, Any]:
         sub, checked = task_rows(task, c)
         # estimates take the base outputs from their own pass
-        prep = begin(sub, cache=checked, base_pass=method == "exact")
+        prep = begin_edge_task(sub, cache=checked, base_pass=method == "exact")
         if method == "exact":
             values = patch_edges(prep, edits, progress=c.progress, desc="exact edges")
             part = np.zeros(wanted.shape)

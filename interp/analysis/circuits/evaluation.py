@@ -54,8 +54,8 @@ from interp.engine.direction import check_span
 from interp.engine.edges.passes import evaluate_masks
 from interp.engine.edges.task import (
     EdgeTask,
-    begin,
-    check,
+    begin_edge_task,
+    check_edge_task,
     edge_footprint,
     prepare_chunks,
     task_rows,
@@ -71,7 +71,7 @@ def check_circuit(
 ) -> EdgeTask:  # fmt: skip
     """The checked task of a circuit evaluation: the clean run is the base (edges outside a
     circuit carry the replacement)."""
-    return check(
+    return check_edge_task(
         model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation=ablation,
         positions=positions, seed=seed, each_for=each_for,
     )  # fmt: skip
@@ -79,7 +79,7 @@ def check_circuit(
 
 def begin_circuit(task: EdgeTask, cache: Any) -> EdgeTask:
     """The task's first passes; the base metric from a plain pass."""
-    return begin(task, cache=cache, base_pass="metric")
+    return begin_edge_task(task, cache=cache, base_pass="metric")
 
 
 def corrupted_metric(prep: EdgeTask, *, check: bool = True) -> float:

@@ -50,7 +50,13 @@ from interp.engine.batching import check_work
 from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction, check_span, clean_first, effects, normalized
 from interp.engine.edges.passes import pass_shape, patch_cost, patch_edges
-from interp.engine.edges.task import begin, check, edge_footprint, prepare_chunks, task_rows
+from interp.engine.edges.task import (
+    begin_edge_task,
+    check_edge_task,
+    edge_footprint,
+    prepare_chunks,
+    task_rows,
+)
 from interp.outputs.frames import table_attrs
 
 
@@ -116,7 +122,7 @@ def path_patch(
             equal, clean and corrupted runs with the same metric, a metric that needs an LM
             head the model lacks, or a cache of other tokens.
     """
-    task = check(
+    task = check_edge_task(
         model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation="patch",
         positions=positions, direction=direction,
     )  # fmt: skip
@@ -152,7 +158,7 @@ def path_patch(
 
     def chunk(c: runner.Chunk) -> dict[str, Any]:
         sub, checked = task_rows(task, c)
-        prep = begin(sub, cache=checked)
+        prep = begin_edge_task(sub, cache=checked)
         if not c.split:  # one batch: refuse equal runs before the senders' passes
             check_span(prep.base_value, float(prep.source_value), "the normalized column", dtype)
         values = patch_edges(prep, edits, progress=c.progress, desc="path patching")

@@ -6,8 +6,8 @@ the metric and the positions before any forward pass, then the cache; verify onc
 that this model's receivers can be given their own inputs exactly
 (:func:`interp.engine.edges.passes.check_exact`); then run the base run (recording
 every sender's output and every receiver layer's input) and the source run.
-:func:`check` checks the inputs and builds the graph, so a caller can refuse
-work it cannot do before any pass; :func:`begin` then checks the cache (its one
+:func:`check_edge_task` checks the inputs and builds the graph, so a caller can refuse
+work it cannot do before any pass; :func:`begin_edge_task` then checks the cache (its one
 stopped pass) and runs the first passes. In chunks (:mod:`interp.engine.runner`),
 :func:`prepare_chunks` is what the chunks share and :func:`task_rows` gives each chunk its
 sub-task.
@@ -20,10 +20,10 @@ Example:
     >>> import torch
     >>> from interp.core.metrics import logit_diff_metric
     >>> from interp.models import load_model
-    >>> task = check(load_model("induction-2l"), torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]]),
+    >>> task = check_edge_task(load_model("induction-2l"), torch.tensor([[0, 5, 6, 7, 8, 5, 6, 7]]),
     ...              corrupted_tokens=torch.tensor([[0, 5, 6, 7, 9, 5, 6, 7]]),
     ...              metric=logit_diff_metric(8, 9), ablation="patch")
-    >>> task = begin(task)
+    >>> task = begin_edge_task(task)
     >>> task.base_value > 0 > task.source_value
     True
 """
@@ -152,7 +152,7 @@ def replacement(ablation: str, outputs: torch.Tensor, seed: int = 0) -> torch.Te
     return outputs.mean(1, keepdim=True).expand_as(outputs).contiguous()
 
 
-def check(
+def check_edge_task(
     model: HookedModel,
     tokens: Any,
     *,
@@ -165,7 +165,7 @@ def check(
     each_for: str | None = None,
 ) -> EdgeTask:
     """Every input of an edge task checked, and its graph built: no forward pass yet
-    (:func:`begin` runs them), so a caller can refuse work it cannot do first.
+    (:func:`begin_edge_task` runs them), so a caller can refuse work it cannot do first.
 
     ``positions="each"`` (edges per position) is accepted only when ``each_for`` names the
     calling function (those that read edges per position).
@@ -241,7 +241,7 @@ def check(
     )
 
 
-def begin(
+def begin_edge_task(
     task: EdgeTask, *, cache: Any = None, base_pass: bool | Literal["metric"] = True
 ) -> EdgeTask:
     """Run a checked task's first passes: the cache check, the once-per-model exactness
@@ -324,7 +324,7 @@ def prepare_chunks(task: EdgeTask, chunks: list[slice], *, cache: Any = None) ->
 def task_rows(task: EdgeTask, chunk: Any) -> tuple[EdgeTask, Any]:
     """A runner chunk's sub-task (:class:`interp.engine.runner.Chunk`: its rows, metric and
     budget) and its rows of the cache :func:`prepare_chunks` checked: begin the sub-task
-    (:func:`begin`) with that cache. Its passes are counted in its own ``cost``, in
+    (:func:`begin_edge_task`) with that cache. Its passes are counted in its own ``cost``, in
     forward-equivalents of its own prompts."""
     from interp.engine.cache import cache_rows
 
@@ -430,3 +430,9 @@ def eap_bytes(
     if steps:
         per = max(per, (S + R) * f + grads + 3 * e)
     return int(per)
+
+
+def __getattr__(name: str) -> Any:
+    from interp.core.moved import renamed
+
+    return renamed(__name__, name)  # check and begin were renamed (issue 44: no bare names)
