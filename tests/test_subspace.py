@@ -54,7 +54,11 @@ def test_nearly_rank_deficient(n, seed, exponent):
     M, r = random_matrix(n, n, n - 1, 0.0, seed)
     tiny = M + 10.0 ** -(exponent + 11) * np.random.default_rng(seed).standard_normal((n, n))
     assert subspaces(tiny).rank == n - 1
-    big = M + 10.0**-exponent * np.eye(n)
+    # far above: 10^-exponent along M's own null directions (left u, right v), so the
+    # smallest singular value is exactly that; + eps * I moves it by eps * |u . v|, which can
+    # be 1e-3 of eps (n=7, seed=456: 6.8e-10 against a tolerance of 1e-9), on every CPU
+    U, _, Vt = np.linalg.svd(M)
+    big = M + 10.0**-exponent * np.outer(U[:, -1], Vt[-1])
     s = subspaces(big, tol=10.0 ** -(exponent + 3))
     assert s.rank == n and s.nullity == 0 and s.null_space.shape == (0, n)
 
