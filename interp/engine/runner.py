@@ -55,6 +55,7 @@ import torch
 
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
+from interp.engine import ranks
 from interp.engine.chunks import (
     Estimate,
     Footprint,
@@ -84,6 +85,7 @@ class Chunk:
         progress: Whether the chunk may show a bar of its own (a run of one chunk; several
             chunks share the runner's bar).
         split: Whether the run has several chunks.
+        index: Its place in the plan (the order rows are concatenated in).
     """
 
     rows: slice
@@ -93,6 +95,7 @@ class Chunk:
     budget: int
     progress: bool
     split: bool
+    index: int = 0
 
 
 @dataclasses.dataclass
@@ -112,6 +115,9 @@ class Task:
         what: The work, in the refusal of a prompt that does not fit.
         fix: What makes it fit.
         desc: The progress bar's label.
+        parallel: Whether its partials are all it keeps, so that its chunks may run on
+            several ranks (False: it keeps state of its own across chunks; refused inside a
+            process group).
     """
 
     analysis: str
@@ -124,6 +130,7 @@ class Task:
     what: str = ""
     fix: str = "use shorter prompts"
     desc: str = ""
+    parallel: bool = True
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.combine.items() if v not in COMBINE}
@@ -164,6 +171,12 @@ def plan_task(
         forward_equivalents=0.0, what=task.what, fix=task.fix, estimate=estimate,
         progress=progress,
     )  # fmt: skip
+    if ranks.active():  # every rank splits alike (rank 0's plan), at least a chunk each
+        chunks = ranks.agreed(ranks.spread(pl.chunks))
+        est = dataclasses.replace(
+            pl.estimate, chunks=len(chunks), prompts_per_chunk=max(c.stop - c.start for c in chunks)
+        )
+        pl = dataclasses.replace(pl, chunks=chunks, estimate=est)
     work = task.work(pl.chunks) if callable(task.work) else task.work
     return pl.costing(work)
 
@@ -200,20 +213,29 @@ def run(
     )
     if estimate:
         return pl.estimate
+    if ranks.active() and not task.parallel:
+        raise InterpError(
+            f"{task.analysis} does not run data-parallel yet (it keeps state across chunks); "
+            "call it outside the process group, or on one rank"
+        )
     check_chunkable(task.metric, len(pl.chunks))
-    cost = float(task.prepare(pl.chunks) or 0.0) if task.prepare is not None else 0.0
-    acc = Partials(task.combine)
+    prepared = float(task.prepare(pl.chunks) or 0.0) if task.prepare is not None else 0.0
+    acc, cost = Partials(task.combine), 0.0
     for c in chunks_of(pl, task.metric, progress=bool(progress), desc=task.desc or task.analysis):
         part = dict(task.chunk(c))
         cost += float(part.pop("cost", 0.0)) * c.share
-        acc.add(part, c.weight)
+        acc.add(part, c.weight, c.index)
+    # the chunks' passes, each run on one rank, and what every chunk shares, counted once
+    cost = prepared + (sum(ranks.gathered(cost)) if ranks.active() else cost)
     return Run(gathered(acc), len(pl.chunks), cost, pl)
 
 
 def chunks_of(pl: Plan, metric: Any, *, progress: bool, desc: str) -> Iterator[Chunk]:
     """This process's chunks of ``pl``, each with its metric and weight (chunks the metric
     gives no weight are skipped), under one progress bar."""
-    for rows in chunk_bar(my_chunks(pl.chunks), progress=progress, desc=desc):
+    mine = my_chunks(pl.chunks)
+    index = {id(c): i for i, c in enumerate(pl.chunks)}
+    for rows in chunk_bar(mine, progress=progress and ranks.rank() == 0, desc=desc):
         if pl.split and metric is not None:
             part, weight = metric.chunk(rows)
             if weight <= 0:
@@ -222,20 +244,26 @@ def chunks_of(pl: Plan, metric: Any, *, progress: bool, desc: str) -> Iterator[C
             part, weight = metric, float(rows.stop - rows.start)
         yield Chunk(
             rows=rows, metric=part, weight=float(weight), share=pl.share(rows),
-            budget=pl.spare(rows), progress=progress and not pl.split, split=pl.split,
+            budget=pl.spare(rows), progress=progress and not pl.split and ranks.rank() == 0,
+            split=pl.split, index=index[id(rows)],
         )  # fmt: skip
 
 
 def my_chunks(chunks: list[slice]) -> list[slice]:
-    """The chunks this process runs: all of them (one process). With several ranks, this
-    is where they are assigned."""
-    return chunks
+    """The chunks this process runs: all of them in one process; a rank's share inside a
+    process group (:func:`interp.engine.ranks.assign`)."""
+    return [chunks[i] for i in ranks.assign(chunks)]
 
 
 def gathered(acc: Partials) -> dict[str, Any]:
-    """The combined values of every process's chunks: this process's (one process). With
-    several ranks, this is where their partials meet."""
-    return acc.values()
+    """The combined values of every process's chunks: this process's in one process; every
+    rank's, combined in chunk order, inside a process group."""
+    if not ranks.active():
+        return acc.values()
+    merged = Partials(acc.rules)
+    for state in ranks.gathered(acc.state()):
+        merged.absorb(state)
+    return merged.values()
 
 
 class Partials:
@@ -254,8 +282,9 @@ class Partials:
         self.parts: dict[str, list[Any]] = {}
         self.seen = 0
 
-    def add(self, part: Mapping[str, Any], weight: float) -> None:
-        """Add one chunk's partials, weighted by ``weight`` in the means."""
+    def add(self, part: Mapping[str, Any], weight: float, index: int | None = None) -> None:
+        """Add one chunk's partials, weighted by ``weight`` in the means; ``index`` is the
+        chunk's place in the plan (default: the order added)."""
         missing = set(self.rules) - set(part)
         extra = set(part) - set(self.rules)
         if missing or extra:
@@ -263,12 +292,29 @@ class Partials:
                 f"internal error: a chunk gave {sorted(part)}, its task declares "
                 f"{sorted(self.rules)}; please report this"
             )
+        at = self.seen if index is None else index
         self.seen += 1
         for k, v in part.items():
             if self.rules[k] == "mean":
                 self.means.setdefault(k, WeightedMean()).add(v, weight)
             else:
-                self.parts.setdefault(k, []).append(v)
+                self.parts.setdefault(k, []).append((at, v))
+
+    def state(self) -> dict[str, Any]:
+        """What another rank needs to combine these partials with its own (picklable)."""
+        means = {k: (m.total, m.weight) for k, m in self.means.items()}
+        return {"seen": self.seen, "means": means, "parts": self.parts}
+
+    def absorb(self, state: Mapping[str, Any]) -> None:
+        """Add another rank's :meth:`state`."""
+        self.seen += int(state["seen"])
+        for k, (total, weight) in state["means"].items():
+            if weight > 0:
+                m = self.means.setdefault(k, WeightedMean())
+                m.total = total if m.total is None else m.total + total
+                m.weight += weight
+        for k, items in state["parts"].items():
+            self.parts.setdefault(k, []).extend(items)
 
     def values(self) -> dict[str, Any]:
         """Every partial combined (an empty dict before any chunk)."""
@@ -280,7 +326,8 @@ class Partials:
                 if k in self.means:
                     out[k] = self.means[k].value
             elif k in self.parts:
-                out[k] = _combined(self.parts[k], rule)
+                ordered = [v for _, v in sorted(self.parts[k], key=lambda iv: iv[0])]
+                out[k] = _combined(ordered, rule)
         return out
 
 

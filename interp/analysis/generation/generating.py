@@ -359,7 +359,7 @@ def _chunks(pl: Plan, task: Task) -> dict[str, Any]:
     chunks and combined by its rules; no bar of its own (generation's counts tokens)."""
     acc = Partials(task.combine)
     for c in chunks_of(pl, task.metric, progress=False, desc=task.desc):
-        acc.add(task.chunk(c), c.weight)
+        acc.add(task.chunk(c), c.weight, c.index)
     return gathered(acc)
 
 

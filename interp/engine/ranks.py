@@ -1,0 +1,97 @@
+"""The runner's processes: which chunks this rank runs, and how partials from every rank meet.
+
+Inside an initialised ``torch.distributed`` process group (``torchrun``: gloo on CPU, nccl
+on CUDA), the runner (:mod:`interp.engine.runner`) gives each rank its share of the plan's
+chunks and combines every rank's partials into the one-process result; outside one, there
+is one process and these are the identity. Nothing else in the package knows about
+processes.
+
+* the plan: rank 0's chunks, broadcast, so every rank splits the prompts alike (free
+  memory, and so the default budget, may differ by rank); at least one chunk per rank
+  where there are as many prompts;
+* the assignment: chunk ``i`` runs on rank ``i % world``;
+* the meeting: every rank's partials gathered (``all_gather_object``), then combined in
+  chunk order, on every rank.
+
+Example:
+    >>> world(), rank()  # no process group: one process
+    (1, 0)
+    >>> assign([slice(0, 2), slice(2, 4)])
+    [0, 1]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def active() -> bool:
+    """Whether an initialised process group of more than one rank is running."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch built without distributed
+        return False
+    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
+def world() -> int:
+    """The number of ranks (1 outside a process group)."""
+    if not active():
+        return 1
+    import torch.distributed as dist
+
+    return int(dist.get_world_size())
+
+
+def rank() -> int:
+    """This process's rank (0 outside a process group)."""
+    if not active():
+        return 0
+    import torch.distributed as dist
+
+    return int(dist.get_rank())
+
+
+def agreed(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (the value itself in one process)."""
+    if not active():
+        return value
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def assign(chunks: list[slice]) -> list[int]:
+    """The indices of the chunks this rank runs: ``i % world == rank`` (all of them in one
+    process)."""
+    n, r = world(), rank()
+    return [i for i in range(len(chunks)) if i % n == r]
+
+
+def gathered(value: Any) -> list[Any]:
+    """Every rank's ``value``, in rank order (``[value]`` in one process)."""
+    if not active():
+        return [value]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * world()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def spread(chunks: list[slice]) -> list[slice]:
+    """``chunks`` split again so that every rank has one, where there are as many prompts
+    (near-equal, in order; unchanged in one process or when there are enough)."""
+    n_ranks = world()
+    n = chunks[-1].stop if chunks else 0
+    if len(chunks) >= n_ranks or n < n_ranks:
+        return chunks
+    size, extra = divmod(n, n_ranks)
+    out, start = [], 0
+    for c in range(n_ranks):
+        stop = start + size + (1 if c < extra else 0)
+        out.append(slice(start, stop))
+        start = stop
+    return out

@@ -1,0 +1,124 @@
+"""The runner's chunks on two processes (issue 45, step 1): real ``torchrun`` ranks, gloo.
+
+Two ranks of one thread each, launched by PyTorch's own launcher, run each analysis inside
+the process group: each rank runs its share of the chunks and the partials meet in chunk
+order (:mod:`interp.engine.ranks`). Every table equals the one-process table to 1e-6 of
+its scale (a mean of chunk means is summed in another order: float32 rounding). An analysis
+that keeps state of its own across chunks is refused inside the group, in one line.
+"""
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, pickle, sys, warnings
+    warnings.simplefilter("ignore")
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    sys.path.insert(0, sys.argv[2])
+    from rank_cases import cases
+    from interp.core.errors import InterpError
+    from interp.dictionaries import Dictionary, read_features
+    out = {name: fn() for name, fn in cases().items()}
+    try:
+        m, t = cases.model, cases.tokens
+        D = Dictionary.random(d_in=128, d_sae=16, hook_name="blocks.1.hook_resid_pre")
+        read_features(m, t, dictionary=D)
+        out["refused"] = None
+    except InterpError as exc:
+        out["refused"] = str(exc)
+    if dist.get_rank() == 0:
+        with open(sys.argv[1], "wb") as f:
+            pickle.dump(out, f)
+    dist.destroy_process_group()
+    """
+)
+
+CASES = textwrap.dedent(
+    """
+    import interp.analysis as A
+    from interp.core.metrics import logit_diff_metric
+    from interp.datasets import repeated_random_tokens
+    from interp.models import load_model
+
+
+    def cases():
+        m = load_model("induction-2l")
+        t = repeated_random_tokens(6, 8, d_vocab=64, seed=0).tokens
+        cases.model, cases.tokens = m, t
+        met = logit_diff_metric(5, 6)
+        c = t.flip(1)
+        return {
+            "ablate_heads zero": lambda: A.ablate_heads(m, t),
+            "ablate_heads mean": lambda: A.ablate_heads(m, t, ablation="mean"),
+            "patch_heads": lambda: A.patch_heads(m, t, corrupted_tokens=c, metric=met),
+            "attribute_edges": lambda: A.attribute_edges(m, t, corrupted_tokens=c, metric=met),
+            "path_patch": lambda: A.path_patch(m, t, corrupted_tokens=c, metric=met),
+            "qk_attribution": lambda: A.qk_attribution(m, t, layer=1, head=1),
+            "direct_logit_attribution": lambda: A.direct_logit_attribution(m, t, answer=5),
+            "logit_lens": lambda: A.logit_lens(m, t, at=[-1]),
+            "head_scores": lambda: A.head_scores(m, t),
+        }
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """What rank 0 of a 2-process ``torchrun`` gloo group returned, and one process's."""
+    d = tmp_path_factory.mktemp("ranks")
+    (d / "run.py").write_text(SCRIPT)
+    (d / "rank_cases.py").write_text(CASES)
+    out = d / "out.pkl"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           "2", str(d / "run.py"), str(out), str(d)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=d)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(out, "rb") as f:
+        ranked = pickle.load(f)
+    sys.path.insert(0, str(d))
+    try:
+        import rank_cases
+
+        one = {name: fn() for name, fn in rank_cases.cases().items()}
+    finally:
+        sys.path.remove(str(d))
+    return ranked, one
+
+
+def _numbers(df: pd.DataFrame) -> pd.DataFrame:
+    return df.select_dtypes("number")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["ablate_heads zero", "ablate_heads mean", "patch_heads", "attribute_edges", "path_patch",
+     "qk_attribution", "direct_logit_attribution", "logit_lens", "head_scores"],
+)  # fmt: skip
+def test_two_ranks_give_the_one_process_table(two_ranks, name):
+    ranked, one = two_ranks
+    a, b = _numbers(ranked[name]), _numbers(one[name])
+    assert list(a.columns) == list(b.columns) and a.shape == b.shape, name
+    x, y = a.to_numpy(float), b.to_numpy(float)
+    assert (np.isnan(x) == np.isnan(y)).all(), name
+    x, y = x[~np.isnan(x)], y[~np.isnan(y)]
+    # a mean of chunk means, summed in another order: float32 rounding of the table's scale
+    scale = max(1.0, float(np.abs(y).max(initial=0)))
+    assert np.abs(x - y).max(initial=0) <= 1e-6 * scale, (name, np.abs(x - y).max())
+    assert ranked[name].attrs["chunks"] >= 2  # each rank ran a chunk
+
+
+def test_an_analysis_with_its_own_state_is_refused_in_the_group(two_ranks):
+    ranked, _ = two_ranks
+    assert "does not run data-parallel yet" in ranked["refused"]
