@@ -53,7 +53,7 @@ LAYERS = [
         "interp.outputs.pages",
         "interp.experiments",
     ),
-    ("interp.cli",),
+    ("interp.cli", "interp.__main__"),  # python -m interp (and torchrun -m interp): the CLI
 ]
 
 

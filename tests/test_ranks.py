@@ -122,3 +122,30 @@ def test_two_ranks_give_the_one_process_table(two_ranks, name):
 def test_an_analysis_with_its_own_state_is_refused_in_the_group(two_ranks):
     ranked, _ = two_ranks
     assert "does not run data-parallel yet" in ranked["refused"]
+
+
+def test_torchrun_runs_a_command_and_rank_0_writes_the_one_file(tmp_path):
+    """``torchrun --nproc-per-node 2 -m interp circuit`` finds the one-process circuit (its
+    scores to 1e-6 of their scale) and leaves one file: no staging folder, no second copy."""
+    import json
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    two, one = tmp_path / "two" / "c.json", tmp_path / "one" / "c.json"
+    two.parent.mkdir()
+    one.parent.mkdir()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           "2", "-m", "interp", "circuit", "--out", str(two)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count(f"wrote {two}") == 1  # rank 0 alone prints
+    done = subprocess.run([sys.executable, "-m", "interp", "circuit", "--out", str(one)],
+                          capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in two.parent.iterdir()) == ["c.json"]
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    key = [(e["sender"], e["receiver"]) for e in a["edges"]]
+    assert key == [(e["sender"], e["receiver"]) for e in b["edges"]]
+    x = np.array([e["score"] for e in a["edges"]])
+    y = np.array([e["score"] for e in b["edges"]])
+    assert np.abs(x - y).max() <= 1e-6 * max(1.0, np.abs(x).max())
+    assert a["info"]["n_edges"] == b["info"]["n_edges"]

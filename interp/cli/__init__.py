@@ -61,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = warnings.showwarning
     warnings.showwarning = _one_line_warning
+    group = _join_group()  # launched by torchrun: every rank runs the command
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default", UserWarning)  # each distinct warning once
@@ -82,6 +83,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         warnings.showwarning = previous
+        if group:
+            _leave_group()
+
+
+def _join_group() -> bool:
+    """Join the ``torch.distributed`` process group ``torchrun`` describes (``WORLD_SIZE``
+    above 1; gloo on CPU, nccl on CUDA), once; other ranks than 0 print nothing to stdout
+    (rank 0 prints and writes the one copy of each output). Returns whether it joined."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        return False
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend)
+    if dist.get_rank() != 0:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+    return True
+
+
+def _leave_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":  # pragma: no cover

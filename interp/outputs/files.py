@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -122,7 +123,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file normal permissions
     try:
         yield tmp
-        os.replace(tmp, target)
+        if publishes() or _staged(target):
+            os.replace(tmp, target)
+        else:  # another rank of a process group: rank 0 writes the one copy
+            tmp.unlink()
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -193,7 +197,8 @@ def atomic_files(*paths: str | os.PathLike[str]) -> Iterator[list[Path]]:
             for f in sorted(stage.iterdir())
             if not f.name.startswith(".interp-old-")
         ]
-        _move_all(moves)
+        if publishes():  # another rank of a process group writes nothing
+            _move_all(moves)
     finally:
         for stage in stages.values():
             shutil.rmtree(stage, ignore_errors=True)
@@ -324,6 +329,8 @@ def atomic_dir(path: str | os.PathLike[str], *, marker: dict | None = None) -> I
         )
         os.chmod(tmp, 0o777 & ~_umask())
         yield tmp
+        if not publishes():  # another rank of a process group: rank 0 writes the one copy
+            raise _NotPublished
         (tmp / LAB_MARKER).write_text(json.dumps(marker or {}, indent=1) + "\n")
         old = None
         with _no_interrupt():
@@ -334,13 +341,41 @@ def atomic_dir(path: str | os.PathLike[str], *, marker: dict | None = None) -> I
             tmp = None
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         for d in created:  # innermost first
             with contextlib.suppress(OSError):
                 d.rmdir()
-        raise
+        if not isinstance(exc, _NotPublished):
+            raise
+
+
+def _staged(target: Path) -> bool:
+    """Whether ``target`` lies in a staging folder of :func:`atomic_files` or
+    :func:`atomic_dir` (published, or not, as that folder is)."""
+    return any(
+        p.name.startswith(".interp-write-") or (p.name.startswith(".") and p.name.endswith(".tmp"))
+        for p in target.absolute().parents
+    )
+
+
+class _NotPublished(Exception):
+    """Raised inside :func:`atomic_dir` on a rank that does not write (caught there)."""
+
+
+def publishes() -> bool:
+    """Whether this process writes outputs: the only process, or rank 0 of an initialised
+    ``torch.distributed`` group (the others compute alike and write nothing).
+
+    Example:
+        >>> publishes()
+        True
+    """
+    dist = sys.modules.get("torch.distributed")  # never imports torch for this
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return True
+    return int(dist.get_rank()) == 0
 
 
 def _umask() -> int:
