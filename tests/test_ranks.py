@@ -149,3 +149,27 @@ def test_torchrun_runs_a_command_and_rank_0_writes_the_one_file(tmp_path):
     y = np.array([e["score"] for e in b["edges"]])
     assert np.abs(x - y).max() <= 1e-6 * max(1.0, np.abs(x).max())
     assert a["info"]["n_edges"] == b["info"]["n_edges"]
+
+
+def test_workers_starts_local_processes_through_torch_launcher(tmp_path):
+    """``interp ablate --workers 2``: two processes from ``torch.distributed.run``, the
+    one-process table (to 1e-6 of its scale), one file; a bad count is one line, exit 2."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    exe = [sys.executable, "-m", "interp", "ablate"]
+    two, one = tmp_path / "two.csv", tmp_path / "one.csv"
+    done = subprocess.run([*exe, "--workers", "2", "--out", str(two)], capture_output=True,
+                          text=True, timeout=600, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = subprocess.run([*exe, "--out", str(one)], capture_output=True, text=True,
+                          timeout=600, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    a, b = (_numbers(pd.read_csv(p)).to_numpy(float) for p in (one, two))
+    assert a.shape == b.shape and np.abs(a - b).max() <= 1e-6 * max(1.0, np.abs(a).max())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "one.csv", "one.meta.json", "two.csv", "two.meta.json"
+    ]  # fmt: skip
+    bad = subprocess.run([*exe, "--workers", "0", "--out", str(two)], capture_output=True,
+                         text=True, timeout=60, env=env)  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "interp: error: --workers must be a positive integer, got '0'"
+    ]  # fmt: skip

@@ -55,6 +55,10 @@ def _one_line_warning(message: Any, category: Any, *args: Any, **kwargs: Any) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    workers, argv = _workers(argv)
+    if workers is not None:
+        return _launch(workers, argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     from interp.core.errors import InterpError
@@ -67,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.simplefilter("default", UserWarning)  # each distinct warning once
             return args.func(args)
     except InterpError as exc:
-        print(f"interp: error: {exc}", file=sys.stderr)
+        print(f"interp: error{_rank_tag()}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interp: interrupted; earlier output (if any) is left as it was", file=sys.stderr)
@@ -76,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("INTERP_DEBUG"):
             raise
         print(
-            f"interp: unexpected error: {type(exc).__name__}: {exc} "
+            f"interp: unexpected error{_rank_tag()}: {type(exc).__name__}: {exc} "
             "(set INTERP_DEBUG=1 for a traceback)",
             file=sys.stderr,
         )
@@ -85,6 +89,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.showwarning = previous
         if group:
             _leave_group()
+
+
+def _workers(argv: list[str]) -> tuple[int | None, list[str]]:
+    """``--workers N`` taken out of ``argv`` (any place before a lone ``--``): N local
+    processes started by PyTorch's own launcher; None when not given.
+
+    Raises:
+        SystemExit: (2, one line) for N that is not a positive integer.
+    """
+    out, n, i = [], None, 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out += argv[i:]
+            break
+        if a == "--workers" or a.startswith("--workers="):
+            text = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1 if "=" in a else 2
+            if not text.isdigit() or int(text) < 1:
+                print(f"interp: error: --workers must be a positive integer, got {text!r}",
+                      file=sys.stderr)  # fmt: skip
+                raise SystemExit(2)
+            n = int(text)
+            continue
+        out.append(a)
+        i += 1
+    return n, out
+
+
+def _launch(workers: int, argv: list[str]) -> int:
+    """Run ``interp argv`` on ``workers`` local processes through ``torch.distributed.run``
+    (one process: here, as usual); its exit status."""
+    if workers == 1:
+        return main(argv)
+    import subprocess
+
+    env = {**os.environ}
+    env.setdefault("OMP_NUM_THREADS", "1")  # the processes share the machine's cores
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={workers}", "-m", "interp", *argv]  # fmt: skip
+    return subprocess.run(cmd, env=env).returncode
+
+
+def _rank_tag() -> str:
+    """`` (rank 1)`` inside a process group, else nothing: which rank failed."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return ""
+    return f" (rank {dist.get_rank()})"
 
 
 def _join_group() -> bool:
@@ -101,7 +154,11 @@ def _join_group() -> bool:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend)
+    from datetime import timedelta
+
+    # no rank waits forever for another: a collective that cannot complete times out
+    seconds = float(os.environ.get("INTERP_RANK_TIMEOUT", "600"))
+    dist.init_process_group(backend, timeout=timedelta(seconds=seconds))
     if dist.get_rank() != 0:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
     return True
