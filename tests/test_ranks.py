@@ -17,6 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+# gloo on the loopback interface: the ranks meet on this machine whatever its host name
+# resolves to (a container's may not resolve at all)
+LOOPBACK = {"GLOO_SOCKET_IFNAME": "lo"}
+
 SCRIPT = textwrap.dedent(
     """
     import os, pickle, sys, warnings
@@ -80,7 +84,7 @@ def two_ranks(tmp_path_factory):
     (d / "run.py").write_text(SCRIPT)
     (d / "rank_cases.py").write_text(CASES)
     out = d / "out.pkl"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, **LOOPBACK, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
            "2", str(d / "run.py"), str(out), str(d)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=d)
@@ -129,7 +133,7 @@ def test_torchrun_runs_a_command_and_rank_0_writes_the_one_file(tmp_path):
     scores to 1e-6 of their scale) and leaves one file: no staging folder, no second copy."""
     import json
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, **LOOPBACK, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     two, one = tmp_path / "two" / "c.json", tmp_path / "one" / "c.json"
     two.parent.mkdir()
     one.parent.mkdir()
@@ -154,7 +158,7 @@ def test_torchrun_runs_a_command_and_rank_0_writes_the_one_file(tmp_path):
 def test_workers_starts_local_processes_through_torch_launcher(tmp_path):
     """``interp ablate --workers 2``: two processes from ``torch.distributed.run``, the
     one-process table (to 1e-6 of its scale), one file; a bad count is one line, exit 2."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, **LOOPBACK, "PYTHONWARNINGS": "ignore"}
     exe = [sys.executable, "-m", "interp", "ablate"]
     two, one = tmp_path / "two.csv", tmp_path / "one.csv"
     done = subprocess.run([*exe, "--workers", "2", "--out", str(two)], capture_output=True,
