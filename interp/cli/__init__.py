@@ -65,7 +65,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = warnings.showwarning
     warnings.showwarning = _one_line_warning
-    group = _join_group()  # launched by torchrun: every rank runs the command
+    try:
+        group = _join_group()  # launched by torchrun: every rank runs the command
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
+        print(
+            f"interp: error: WORLD_SIZE={os.environ.get('WORLD_SIZE')} asks for a process "
+            f"group, but joining it failed ({type(exc).__name__}: {exc}); launch with torchrun "
+            "or --workers N, or unset WORLD_SIZE",
+            file=sys.stderr,
+        )
+        return 2
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default", UserWarning)  # each distinct warning once
