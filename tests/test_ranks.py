@@ -177,3 +177,16 @@ def test_workers_starts_local_processes_through_torch_launcher(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "interp: error: --workers must be a positive integer, got '0'"
     ]  # fmt: skip
+
+
+def test_a_group_that_cannot_be_joined_is_one_line(monkeypatch, capsys, tmp_path):
+    """WORLD_SIZE without a rendezvous (no torchrun): one line naming the fix, exit 2."""
+    from interp.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    assert main(["ablate", "--out", str(tmp_path / "t.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "launch with torchrun or --workers N" in err[0], err
+    assert list(tmp_path.iterdir()) == []
