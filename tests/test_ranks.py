@@ -128,22 +128,24 @@ def test_an_analysis_with_its_own_state_is_refused_in_the_group(two_ranks):
     assert "does not run data-parallel yet" in ranked["refused"]
 
 
-def test_torchrun_runs_a_command_and_rank_0_writes_the_one_file(tmp_path):
-    """``torchrun --nproc-per-node 2 -m interp circuit`` finds the one-process circuit (its
-    scores to 1e-6 of their scale) and leaves one file: no staging folder, no second copy."""
+def test_workers_run_a_command_and_rank_0_writes_the_one_file(tmp_path):
+    """``interp circuit --workers 2``: two ranks started by ``torch.distributed.run`` (the
+    command line ``torchrun --nproc-per-node 2 -m interp circuit`` runs, exactly) find the
+    one-process circuit (its scores to 1e-6 of their scale) and leave one file: no staging
+    folder, no second copy; rank 0 alone prints."""
     import json
 
-    env = {**os.environ, **LOOPBACK, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, **LOOPBACK, "PYTHONWARNINGS": "ignore"}
     two, one = tmp_path / "two" / "c.json", tmp_path / "one" / "c.json"
     two.parent.mkdir()
     one.parent.mkdir()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-           "2", "-m", "interp", "circuit", "--out", str(two)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    exe = [sys.executable, "-m", "interp", "circuit"]
+    done = subprocess.run([*exe, "--workers", "2", "--out", str(two)], capture_output=True,
+                          text=True, timeout=600, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count(f"wrote {two}") == 1  # rank 0 alone prints
-    done = subprocess.run([sys.executable, "-m", "interp", "circuit", "--out", str(one)],
-                          capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    done = subprocess.run([*exe, "--out", str(one)], capture_output=True, text=True,
+                          timeout=600, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in two.parent.iterdir()) == ["c.json"]
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
@@ -155,28 +157,16 @@ def test_torchrun_runs_a_command_and_rank_0_writes_the_one_file(tmp_path):
     assert a["info"]["n_edges"] == b["info"]["n_edges"]
 
 
-def test_workers_starts_local_processes_through_torch_launcher(tmp_path):
-    """``interp ablate --workers 2``: two processes from ``torch.distributed.run``, the
-    one-process table (to 1e-6 of its scale), one file; a bad count is one line, exit 2."""
-    env = {**os.environ, **LOOPBACK, "PYTHONWARNINGS": "ignore"}
-    exe = [sys.executable, "-m", "interp", "ablate"]
-    two, one = tmp_path / "two.csv", tmp_path / "one.csv"
-    done = subprocess.run([*exe, "--workers", "2", "--out", str(two)], capture_output=True,
-                          text=True, timeout=600, env=env)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    done = subprocess.run([*exe, "--out", str(one)], capture_output=True, text=True,
-                          timeout=600, env=env)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    a, b = (_numbers(pd.read_csv(p)).to_numpy(float) for p in (one, two))
-    assert a.shape == b.shape and np.abs(a - b).max() <= 1e-6 * max(1.0, np.abs(a).max())
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "one.csv", "one.meta.json", "two.csv", "two.meta.json"
-    ]  # fmt: skip
-    bad = subprocess.run([*exe, "--workers", "0", "--out", str(two)], capture_output=True,
-                         text=True, timeout=60, env=env)  # fmt: skip
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+def test_a_bad_worker_count_is_one_line(capsys, tmp_path):
+    from interp.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["ablate", "--workers", "0", "--out", str(tmp_path / "t.csv")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == [
         "interp: error: --workers must be a positive integer, got '0'"
     ]  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_group_that_cannot_be_joined_is_one_line(monkeypatch, capsys, tmp_path):
