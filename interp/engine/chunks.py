@@ -145,7 +145,16 @@ def plan_chunks(
         )
     each = max(1, footprint.per_prompt + max(footprint.first, footprint.per_copy))
     most = max(1, (budget - footprint.fixed) // each)
-    n_chunks = max(1, math.ceil(n_prompts / most))
+    return near_equal(n_prompts, max(1, math.ceil(n_prompts / most)))
+
+
+def near_equal(n_prompts: int, n_chunks: int) -> list[slice]:
+    """``n_prompts`` in ``n_chunks`` consecutive chunks whose sizes differ by at most one.
+
+    Example:
+        >>> near_equal(10, 4)
+        [slice(0, 3, None), slice(3, 6, None), slice(6, 8, None), slice(8, 10, None)]
+    """
     size, extra = divmod(n_prompts, n_chunks)
     out, start = [], 0
     for c in range(n_chunks):

@@ -116,11 +116,12 @@ class Cost:
         flops: Flops | None = None,
         pos: int = 1,
         rows: Sequence[int] | None = None,
+        some_rows: bool = True,
     ) -> None:
         self.n_layers = max(1, int(n_layers))
         self.flops, self.pos = flops, max(1, int(pos))
         self.rows = rows  # the rows a full pass unembeds (None: every row)
-        self.some_rows = True  # whether the runtime unembeds only the rows asked for
+        self.some_rows = some_rows  # whether the runtime unembeds only the rows asked for
         self.total = 0.0
         self.passes = 0
         if flops is None:
@@ -139,15 +140,17 @@ class Cost:
 
         fl = Flops.of(model)
         rt = runtime_of(model)
-        cost = cls(fl.n_layers, flops=fl, pos=pos, rows=rt.unembedded(rows))
-        cost.some_rows = bool(rt.rows_supported)
-        return cost
+        return cls(
+            fl.n_layers, flops=fl, pos=pos, rows=rt.unembedded(rows),
+            some_rows=bool(rt.rows_supported),
+        )  # fmt: skip
 
     def like(self) -> Cost:
         """A new, empty count of the same run (a chunk's own)."""
-        cost = Cost(self.n_layers, flops=self.flops, pos=self.pos, rows=self.rows)
-        cost.some_rows = self.some_rows
-        return cost
+        return Cost(
+            self.n_layers, flops=self.flops, pos=self.pos, rows=self.rows,
+            some_rows=self.some_rows,
+        )  # fmt: skip
 
     def _rows(self, rows: Any) -> int:
         if rows is not None and rows is not ALL_ROWS and not self.some_rows:

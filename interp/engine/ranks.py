@@ -84,14 +84,10 @@ def gathered(value: Any) -> list[Any]:
 def spread(chunks: list[slice]) -> list[slice]:
     """``chunks`` split again so that every rank has one, where there are as many prompts
     (near-equal, in order; unchanged in one process or when there are enough)."""
+    from interp.engine.chunks import near_equal
+
     n_ranks = world()
     n = chunks[-1].stop if chunks else 0
     if len(chunks) >= n_ranks or n < n_ranks:
         return chunks
-    size, extra = divmod(n, n_ranks)
-    out, start = [], 0
-    for c in range(n_ranks):
-        stop = start + size + (1 if c < extra else 0)
-        out.append(slice(start, stop))
-        start = stop
-    return out
+    return near_equal(n, n_ranks)

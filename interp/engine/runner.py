@@ -233,9 +233,8 @@ def run(
 def chunks_of(pl: Plan, metric: Any, *, progress: bool, desc: str) -> Iterator[Chunk]:
     """This process's chunks of ``pl``, each with its metric and weight (chunks the metric
     gives no weight are skipped), under one progress bar."""
-    mine = my_chunks(pl.chunks)
-    index = {id(c): i for i, c in enumerate(pl.chunks)}
-    for rows in chunk_bar(mine, progress=progress and ranks.rank() == 0, desc=desc):
+    bar = chunk_bar(my_chunks(pl.chunks), progress=progress and ranks.rank() == 0, desc=desc)
+    for index, rows in zip(ranks.assign(pl.chunks), bar):  # with their places in the plan
         if pl.split and metric is not None:
             part, weight = metric.chunk(rows)
             if weight <= 0:
@@ -245,7 +244,7 @@ def chunks_of(pl: Plan, metric: Any, *, progress: bool, desc: str) -> Iterator[C
         yield Chunk(
             rows=rows, metric=part, weight=float(weight), share=pl.share(rows),
             budget=pl.spare(rows), progress=progress and not pl.split and ranks.rank() == 0,
-            split=pl.split, index=index[id(rows)],
+            split=pl.split, index=index,
         )  # fmt: skip
 
 

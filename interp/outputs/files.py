@@ -354,10 +354,8 @@ def atomic_dir(path: str | os.PathLike[str], *, marker: dict | None = None) -> I
 def _staged(target: Path) -> bool:
     """Whether ``target`` lies in a staging folder of :func:`atomic_files` or
     :func:`atomic_dir` (published, or not, as that folder is)."""
-    return any(
-        p.name.startswith(".interp-write-") or (p.name.startswith(".") and p.name.endswith(".tmp"))
-        for p in target.absolute().parents
-    )
+    names = (p.name for p in target.absolute().parents)
+    return any(n.startswith(".") and n.endswith(".tmp") for n in names)
 
 
 class _NotPublished(Exception):
