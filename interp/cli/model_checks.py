@@ -33,7 +33,6 @@ _RESIDUAL = (
     "hook_embed", "hook_pos_embed",
 )  # fmt: skip
 _PER_HEAD = ("hook_q", "hook_z")  # [head, d_head] per position, every head
-_KEYED = ("hook_pattern", "hook_attn_scores")  # no position axis to steer
 
 
 def model_spec_of(name: str | os.PathLike[str]) -> ModelSpec | None:
@@ -124,7 +123,9 @@ def check_steering_fits(spec: ModelSpec | None, hook: str, shape: tuple[int, ...
     if spec is None:
         return
     check_hook_fits(spec, hook, "--steer")
-    if hook.rsplit(".", 1)[-1] in _KEYED:
+    from interp.analysis.generation.interventions import KEYED  # no position axis to steer
+
+    if hook.rsplit(".", 1)[-1] in KEYED:
         raise InterpError(
             f"--steer {hook}: steering adds a fixed vector, and this hook's key axis grows with "
             "every token; steer a hook with a position axis (a residual stream, hook_z ...)"
