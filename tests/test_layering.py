@@ -44,7 +44,13 @@ LAYERS = [
     ("interp.runtime",),
     # the engine: its shared core (the runner, interp.engine.runner; chunks; batching), the
     # sweep engine, the edge engine
-    ("interp.engine", "interp.engine.runner", "interp.engine.ranks", "interp.engine.chunks"),
+    (
+        "interp.engine",
+        "interp.engine.runner",
+        "interp.engine.ranks",
+        "interp.engine.agreement",
+        "interp.engine.chunks",
+    ),
     ("interp.analysis", "interp.analysis.generation", "interp.datasets", "interp.dictionaries"),
     (
         "interp.training",

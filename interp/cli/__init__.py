@@ -57,10 +57,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     workers, argv = _workers(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)  # bad arguments: one line here, before any process starts
     if workers is not None:
         return _launch(workers, argv)
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C, at any point
+        if not os.environ.get("INTERP_LAUNCHER"):  # a rank's launcher says it once
+            _say("interp: interrupted; earlier output (if any) is left as it was")
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command inside the process group torchrun describes, if any; its exit
+    status, errors as one line (module docstring)."""
     from interp.core.errors import InterpError
 
     previous = warnings.showwarning
@@ -68,30 +79,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         group = _join_group()  # launched by torchrun: every rank runs the command
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback
-        print(
+        _say(
             f"interp: error: WORLD_SIZE={os.environ.get('WORLD_SIZE')} asks for a process "
             f"group, but joining it failed ({type(exc).__name__}: {exc}); launch with torchrun "
             "or --workers N, or unset WORLD_SIZE",
-            file=sys.stderr,
         )
+        warnings.showwarning = previous
         return 2
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default", UserWarning)  # each distinct warning once
             return args.func(args)
     except InterpError as exc:
-        print(f"interp: error{_rank_tag()}: {exc}", file=sys.stderr)
+        _say(f"interp: error{_rank_tag()}: {exc}")
         return 2
-    except KeyboardInterrupt:
-        print("interp: interrupted; earlier output (if any) is left as it was", file=sys.stderr)
-        return 130
     except Exception as exc:  # noqa: BLE001 - the CLI promises one line, not a traceback
         if os.environ.get("INTERP_DEBUG"):
             raise
-        print(
+        _say(
             f"interp: unexpected error{_rank_tag()}: {type(exc).__name__}: {exc} "
             "(set INTERP_DEBUG=1 for a traceback)",
-            file=sys.stderr,
         )
         return 1
     finally:
@@ -128,17 +135,24 @@ def _workers(argv: list[str]) -> tuple[int | None, list[str]]:
 
 
 def _launch(workers: int, argv: list[str]) -> int:
-    """Run ``interp argv`` on ``workers`` local processes through ``torch.distributed.run``
-    (one process: here, as usual); its exit status."""
+    """Run ``interp argv`` on ``workers`` local processes through PyTorch's launcher
+    (:mod:`interp.cli.workers`; one process: here, as usual); its exit status."""
     if workers == 1:
         return main(argv)
-    import subprocess
+    from interp.cli.workers import launch
 
-    env = {**os.environ}
-    env.setdefault("OMP_NUM_THREADS", "1")  # the processes share the machine's cores
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={workers}", "-m", "interp", *argv]  # fmt: skip
-    return subprocess.run(cmd, env=env).returncode
+    return launch(workers, argv)
+
+
+def _say(line: str) -> None:
+    """One line on stderr; in a rank that ``--workers`` started, to its launcher instead,
+    which says the failing rank's line once (:mod:`interp.cli.workers`)."""
+    where = os.environ.get("INTERP_LAUNCHER", "")
+    if where and os.path.isdir(where):
+        with open(os.path.join(where, f"rank{os.environ.get('RANK', '0')}.err"), "a") as f:
+            f.write(line + "\n")
+        return
+    print(line, file=sys.stderr)
 
 
 def _rank_tag() -> str:

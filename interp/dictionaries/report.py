@@ -150,7 +150,7 @@ def dictionary_report(
     task = Task(
         "dictionary_report", foot, work=work, chunk=chunk,
         combine={k: "sum" for k in ("sse", "sx", "sxx", "n", "active", "ever", *NLL)},
-        desc="dictionary report",
+        desc="dictionary report", inputs=(tokens, D, skip),
     )  # fmt: skip
     out = run(model, (tokens.shape[0], pos), task, memory_budget=memory_budget,
               progress=progress).values  # fmt: skip

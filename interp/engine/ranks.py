@@ -11,7 +11,11 @@ processes.
   where there are as many prompts;
 * the assignment: chunk ``i`` runs on rank ``i % world``;
 * the meeting: every rank's partials gathered (``all_gather_object``), then combined in
-  chunk order, on every rank.
+  chunk order, on every rank;
+* the wait: a collective that cannot complete (a rank died, hangs or never came) fails
+  after the group's timeout (``INTERP_RANK_TIMEOUT`` seconds in the CLI) with an
+  :class:`~interp.core.errors.InterpError` saying where this rank waited, never silently
+  forever.
 
 Example:
     >>> world(), rank()  # no process group: one process
@@ -22,7 +26,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
+
+from interp.core.errors import InterpError
 
 
 def active() -> bool:
@@ -52,14 +60,20 @@ def rank() -> int:
     return int(dist.get_rank())
 
 
-def agreed(value: Any) -> Any:
-    """Rank 0's ``value`` on every rank (the value itself in one process)."""
+def agreed(value: Any, *, at: str = "the plan") -> Any:
+    """Rank 0's ``value`` on every rank (the value itself in one process); ``at`` names the
+    meeting in a timeout's message.
+
+    Raises:
+        InterpError: when the other ranks do not come within the group's timeout.
+    """
     if not active():
         return value
     import torch.distributed as dist
 
     box = [value]
-    dist.broadcast_object_list(box, src=0)
+    with _waiting(at):
+        dist.broadcast_object_list(box, src=0)
     return box[0]
 
 
@@ -70,15 +84,38 @@ def assign(chunks: list[slice]) -> list[int]:
     return [i for i in range(len(chunks)) if i % n == r]
 
 
-def gathered(value: Any) -> list[Any]:
-    """Every rank's ``value``, in rank order (``[value]`` in one process)."""
+def gathered(value: Any, *, at: str = "the partial results") -> list[Any]:
+    """Every rank's ``value``, in rank order (``[value]`` in one process); ``at`` names the
+    meeting in a timeout's message.
+
+    Raises:
+        InterpError: when the other ranks do not come within the group's timeout.
+    """
     if not active():
         return [value]
     import torch.distributed as dist
 
     out: list[Any] = [None] * world()
-    dist.all_gather_object(out, value)
+    with _waiting(at):
+        dist.all_gather_object(out, value)
     return out
+
+
+@contextlib.contextmanager
+def _waiting(at: str) -> Iterator[None]:
+    """A collective's failure to complete (a timeout, a peer that closed its connection) as
+    one clear :class:`InterpError`; other errors pass unchanged."""
+    try:
+        yield
+    except RuntimeError as exc:  # gloo and nccl raise RuntimeError subclasses
+        text = str(exc).lower()
+        if not any(w in text for w in ("timed out", "timeout", "connection", "closed", "reset")):
+            raise
+        raise InterpError(
+            f"rank {rank()} of {world()} waited for the other ranks at {at} and gave up: "
+            f"another rank died, hangs or never reached this point ({str(exc).splitlines()[0]}); "
+            "look at that rank's error, or raise INTERP_RANK_TIMEOUT for ranks that are slow"
+        ) from exc
 
 
 def spread(chunks: list[slice]) -> list[slice]:

@@ -23,9 +23,10 @@ the chunks and returns a :class:`Run`: the combined values, the chunks and the c
 cost. The table and its ``attrs`` stay the analysis's own (the runner's figures go into
 them: ``chunks``, ``forward_equivalents``).
 
-Ready for ranks: which chunks this process runs (:func:`my_chunks`) and how partials from
-several processes combine (:func:`gathered`) are the only two places that would know
-about processes; today both are the identity of one process.
+Ranks: inside a ``torch.distributed`` process group, the ranks first compare hashes of
+their model, prompts and options (:mod:`interp.engine.agreement`), then each runs its share
+of the chunks (:func:`my_chunks`) and the partials of every rank combine in chunk order
+(:func:`gathered`); outside one, both are the identity of one process.
 
 Example:
     >>> import torch
@@ -56,6 +57,7 @@ import torch
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
 from interp.engine import ranks
+from interp.engine.agreement import check_alike
 from interp.engine.chunks import (
     Estimate,
     Footprint,
@@ -118,6 +120,9 @@ class Task:
         parallel: Whether its partials are all it keeps, so that its chunks may run on
             several ranks (False: it keeps state of its own across chunks; refused inside a
             process group).
+        inputs: What every rank must hold alike besides the model and the prompts' shape:
+            the tokens and the options (inside a process group the ranks compare their
+            hashes before any pass, :func:`interp.engine.agreement.check_alike`).
     """
 
     analysis: str
@@ -131,6 +136,7 @@ class Task:
     fix: str = "use shorter prompts"
     desc: str = ""
     parallel: bool = True
+    inputs: Any = None
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.combine.items() if v not in COMBINE}
@@ -166,13 +172,17 @@ def plan_task(
             does not fit), or from ``task.work``.
     """
     n, pos = int(shape[0]), int(shape[1])
+    # every rank was given the same work (hashes compared, a no-op in one process)
+    check_alike(
+        task.analysis, {"model": model, "prompts": (n, pos), "tokens and options": task.inputs}
+    )
     pl = plan(
         model, n, pos, task.footprint, memory_budget=memory_budget, analysis=task.analysis,
         forward_equivalents=0.0, what=task.what, fix=task.fix, estimate=estimate,
         progress=progress,
     )  # fmt: skip
     if ranks.active():  # every rank splits alike (rank 0's plan), at least a chunk each
-        chunks = ranks.agreed(ranks.spread(pl.chunks))
+        chunks = ranks.agreed(ranks.spread(pl.chunks), at=f"{task.analysis}'s plan")
         est = dataclasses.replace(
             pl.estimate, chunks=len(chunks), prompts_per_chunk=max(c.stop - c.start for c in chunks)
         )
@@ -226,7 +236,7 @@ def run(
         cost += float(part.pop("cost", 0.0)) * c.share
         acc.add(part, c.weight, c.index)
     # the chunks' passes, each run on one rank, and what every chunk shares, counted once
-    cost = prepared + (sum(ranks.gathered(cost)) if ranks.active() else cost)
+    cost = prepared + sum(ranks.gathered(cost, at=f"{task.analysis}'s counted cost"))
     return Run(gathered(acc), len(pl.chunks), cost, pl)
 
 
@@ -260,7 +270,7 @@ def gathered(acc: Partials) -> dict[str, Any]:
     if not ranks.active():
         return acc.values()
     merged = Partials(acc.rules)
-    for state in ranks.gathered(acc.state()):
+    for state in ranks.gathered(acc.state(), at="the partial results"):
         merged.absorb(state)
     return merged.values()
 

@@ -67,6 +67,7 @@ from interp.engine.edges.task import (
     begin_edge_task,
     check_edge_task,
     edge_footprint,
+    edge_inputs,
     prepare_chunks,
     task_rows,
 )
@@ -222,7 +223,7 @@ def attribute_edges(
         prepare=lambda chunks: prepare_chunks(task, chunks, cache=cache),
         fix="use shorter prompts, or whole edges (positions=None)" if task.each
         else "use shorter prompts",
-        desc="edges",
+        desc="edges", inputs=(edge_inputs(task), method, steps, wanted),
     )  # fmt: skip
     out = runner.run(model, tuple(task.tokens.shape), spec, memory_budget=memory_budget,
                      estimate=estimate, progress=progress)  # fmt: skip

@@ -57,6 +57,7 @@ from interp.engine.edges.task import (
     begin_edge_task,
     check_edge_task,
     edge_footprint,
+    edge_inputs,
     prepare_chunks,
     task_rows,
 )
@@ -259,7 +260,7 @@ def circuit_task(
         work=counted if work is None else work, chunk=chunk,
         combine={"values": "mean", "clean": "mean", "corrupted": "mean"}, metric=task.metric,
         prepare=lambda chunks: prepare_chunks(task, chunks, cache=cache),
-        fix="use shorter prompts", desc=analysis,
+        fix="use shorter prompts", desc=analysis, inputs=(edge_inputs(task), masks),
     )  # fmt: skip
 
 

@@ -54,6 +54,7 @@ from interp.engine.edges.task import (
     begin_edge_task,
     check_edge_task,
     edge_footprint,
+    edge_inputs,
     prepare_chunks,
     task_rows,
 )
@@ -171,7 +172,7 @@ def path_patch(
         "path_patch", edge_footprint(task, "patch", **pass_shape(task, edits)), work=work,
         chunk=chunk, combine={"base": "mean", "source": "mean", "patched": "mean"},
         metric=task.metric, prepare=lambda chunks: prepare_chunks(task, chunks, cache=cache),
-        fix="use shorter prompts", desc="paths",
+        fix="use shorter prompts", desc="paths", inputs=(edge_inputs(task), edits),
     )  # fmt: skip
     out = runner.run(model, tuple(task.tokens.shape), spec, memory_budget=memory_budget,
                      estimate=estimate, progress=progress)  # fmt: skip

@@ -157,6 +157,7 @@ def ablate(
         chunk=chunk, combine={"base": "mean", "ablated": "mean", "engine": "same"},
         metric=a.metric, prepare=prepare, what=f"{analysis} ({a.ablation})",
         fix="ablate at fewer positions or use shorter prompts",
+        inputs=(a, edits),
     )  # fmt: skip
     with eval_no_grad(model):
         out = run(model, (n, pos), task, memory_budget=memory_budget, estimate=estimate,
@@ -301,6 +302,7 @@ def patch(
         chunk=chunk, metric=p.metric, what=analysis,
         combine={"base": "mean", "source": "mean", "patched": "mean", "engine": "same"},
         fix="patch fewer cells (fewer positions or a coarser by=) or use shorter prompts",
+        inputs=(p, edits),
     )  # fmt: skip
     with eval_no_grad(model):
         out = run(model, (n, pos), task, memory_budget=memory_budget, estimate=estimate,

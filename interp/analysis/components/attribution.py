@@ -314,6 +314,8 @@ def attribute_heads(
     task = Task(
         "attribute_heads", Footprint(0, per), work=work, chunk=chunk, prepare=prepare,
         combine=dict.fromkeys(means, "mean"), metric=m, fix="use shorter prompts",
+        inputs=(tokens, corrupted_tokens, reference_tokens, ablation, direction, heads,
+                positions, correction, verify, seed),
     )  # fmt: skip
     out = run(model, (n, P), task, memory_budget=memory_budget, estimate=estimate,
               progress=progress)  # fmt: skip

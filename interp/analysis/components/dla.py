@@ -224,7 +224,7 @@ def direct_logit_attribution(
     task = Task(
         "direct_logit_attribution", Footprint(0, 0 if cache is not None else per), work=work,
         chunk=chunk, combine={"parts": "rows"}, prepare=prepare, fix="use shorter prompts",
-        desc="direct logit attribution",
+        desc="direct logit attribution", inputs=(tokens, answer, wrong, pos, by),
     )  # fmt: skip
     out = run(
         model, (b, n), task, memory_budget=memory_budget, estimate=estimate, progress=progress

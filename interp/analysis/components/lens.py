@@ -178,6 +178,7 @@ def logit_lens(
         "logit_lens", Footprint(chunk * 9 // 4, per), work=planned, chunk=read,
         combine=dict.fromkeys(_READ, "rows"), prepare=prepare,
         fix="read fewer positions (at=) or use shorter prompts", desc="logit lens",
+        inputs=(tokens, pos, k, tgt),
     )  # fmt: skip
     out = run(
         model, (b, n), task, memory_budget=memory_budget, estimate=estimate, progress=progress

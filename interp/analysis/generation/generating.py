@@ -143,6 +143,7 @@ def plan_generation(
         analysis, footprint(model, L, n_new, cached=cached, keep_logits=keep_logits),
         work=passes, chunk=_unbound, combine={"parts": "rows"},
         fix="generate fewer or shorter continuations", desc="generating",
+        inputs=(prompts, n_new, rule, seed, stops, edits, keep_logits),
     )  # fmt: skip
     pl = plan_task(
         model, (prompts.batch, T), task, memory_budget=memory_budget, estimate=estimate,

@@ -311,7 +311,7 @@ def head_scores(
     task = Task(
         "head_scores", Footprint(0, per), work=work, chunk=chunk,
         combine={k: "sum" for s in reducers for k in (f"total:{s}", f"weight:{s}")},
-        fix="use shorter prompts", desc="head scores",
+        fix="use shorter prompts", desc="head scores", inputs=(tokens, options, loss_mask, causal),
     )  # fmt: skip
     run_ = run(model, (b, n), task, memory_budget=memory_budget, estimate=estimate,
                progress=progress)  # fmt: skip

@@ -241,6 +241,21 @@ def check_edge_task(
     )
 
 
+def edge_inputs(task: EdgeTask) -> tuple[Any, ...]:
+    """What every rank must be given alike for ``task`` (the runner's agreement check,
+    :mod:`interp.engine.agreement`): its tokens, metric and options, not what its passes
+    compute.
+
+    Args:
+        task: A checked edge task (:func:`check_edge_task`).
+
+    Returns:
+        A tuple to hash.
+    """
+    return (task.tokens, task.corrupted, task.base, task.metric, task.ablation, task.direction,
+            task.positions, task.each, task.seed, task.resample_tokens)  # fmt: skip
+
+
 def begin_edge_task(
     task: EdgeTask, *, cache: Any = None, base_pass: bool | Literal["metric"] = True
 ) -> EdgeTask:

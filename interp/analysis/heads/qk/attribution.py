@@ -214,6 +214,7 @@ def qk_attribution(
         "qk_attribution", footprint(model, n, layer, by, dicts),
         work=inputs_work(model, n, layer), chunk=chunk, combine=COMBINE[mode],
         prepare=prepare, fix="use shorter prompts", desc="qk attribution",
+        inputs=(tokens, query_positions, key_positions, contrast, options),
     )  # fmt: skip
     out = run(model, (bsz, n), task, memory_budget=memory_budget, estimate=estimate,
               progress=progress)  # fmt: skip
