@@ -55,6 +55,7 @@ from interp.dictionaries.logit_effects import (  # noqa: F401 (importable from h
     token_strings,
 )
 from interp.dictionaries.splice import check_dictionary
+from interp.dictionaries.top import Best, chunk_top, copies, merged_best
 from interp.engine.cache import cache_rows, check_cache
 from interp.engine.chunks import Estimate, Footprint
 from interp.engine.cost import Flops, cache_pass_work
@@ -164,8 +165,9 @@ def read_features(
     if skip >= pos:
         raise InterpError(f"skip_columns={skip} leaves none of the {pos} columns to read")
     n_f, W = len(feats), before + after + 1
-    # held: the running top contexts (values, places, windows) twice while merging
-    fixed = 2 * n_f * top * (4 + 8 + W * 12)
+    # held: the running top contexts (values, places, windows) twice while merging (in a
+    # process group also every rank's, gathered: interp.dictionaries.top.copies)
+    fixed = copies() * n_f * top * (4 + 8 + W * 12)
     per = pos * (4 * D.d_in + 3 * 4 * D.d_sae)
     if cache is None:
         per += forward_bytes(model, 1, pos, rows=())
@@ -182,7 +184,7 @@ def read_features(
 
     def prepare(chunks: list[slice]) -> float:
         shared["cache"] = check_cache(model, tokens, cache, needs=[D.hook_name])
-        shared["best"] = _Best(n_f, W)
+        shared["best"] = Best(n_f, W)
         return 0.0  # the passes are the task's work; the cache's check counts below
 
     def chunk(c: Chunk) -> dict[str, Any]:
@@ -197,7 +199,7 @@ def read_features(
             acts = D.encode(x.to(D.device))[..., fd].float().cpu()  # [b, pos, n_f]
         read = acts[:, skip:].reshape(-1, n_f)  # [b * (pos - skip), n_f]
         k = min(top, read.shape[0])
-        v, i = read.topk(k, dim=0)  # [k, n_f]
+        v, i = chunk_top(read, k)  # [k, n_f], ties: the earlier position
         seq, at = i // (pos - skip), skip + i % (pos - skip)
         where = at[..., None] + offsets  # [k, n_f, W]
         inside = (where >= 0) & (where < pos)
@@ -216,13 +218,14 @@ def read_features(
     task = Task(
         "read_features", Footprint(fixed=fixed, per_prompt=per), work=work, chunk=chunk,
         combine={"n_active": "sum", "total": "sum", "peak": "rows"}, prepare=prepare,
-        desc="read features", parallel=False,  # its top contexts merge in a closure
+        desc="read features",
     )  # fmt: skip
     out = run(model, (batch, pos), task, memory_budget=memory_budget, estimate=estimate,
               progress=progress)  # fmt: skip
     if isinstance(out, Estimate):
         return out
-    checked, best = shared["cache"], shared["best"]
+    # each rank's running best, merged (its chunks' candidates merged as they came)
+    checked, best = shared["cache"], merged_best(shared["best"], top)
     peak = torch.maximum(torch.zeros(n_f), out.values["peak"].max(0).values)
     n_read = batch * (pos - skip)
     return _reading(
@@ -231,29 +234,6 @@ def read_features(
         skip=skip, n_logits=n_logits, chunks=out.chunks,
         work=round(work + (0.0 if checked is None else checked.work * fl.block_share(pos)), 3),
     )  # fmt: skip
-
-
-class _Best:
-    """The running top contexts of each feature over the chunks read so far: the values
-    ``v [top, n_f]`` (largest first; ties: the earlier chunk, then ``topk``'s order),
-    their places in the token set, windows of ids and activations. Merged as each chunk
-    comes (holding every chunk's candidates would grow with the chunks)."""
-
-    def __init__(self, n_f: int, W: int) -> None:
-        self.v = torch.full((0, n_f), float("-inf"))
-        self.i = torch.zeros((0, n_f), dtype=torch.long)
-        self.ids = torch.zeros((0, n_f, W), dtype=torch.long)
-        self.acts = torch.zeros((0, n_f, W))
-
-    def merge(self, v, flat, ids, wa, top: int) -> None:
-        """Merge one chunk's candidates, keeping the ``top`` largest."""
-        self.v, order = torch.cat([self.v, v]).sort(dim=0, descending=True, stable=True)
-        order = order[:top]
-        self.v = self.v[:top]
-        self.i = torch.cat([self.i, flat]).gather(0, order)
-        g3 = order[..., None].expand(-1, -1, self.ids.shape[-1])
-        self.ids = torch.cat([self.ids, ids]).gather(0, g3)
-        self.acts = torch.cat([self.acts, wa]).gather(0, g3)
 
 
 def _reading(

@@ -42,10 +42,12 @@ from interp.core.memory import forward_bytes
 from interp.core.protocol import HookedModel, model_device, model_name
 from interp.dictionaries.activations import hook_activations
 from interp.dictionaries.dictionary import Dictionary
+from interp.dictionaries.ranks import fired, mean_rows, my_rows, one_process_plan, sum_grads, total
 from interp.dictionaries.report import DictionaryReport, dictionary_report
 from interp.dictionaries.splice import check_hook, hook_width
+from interp.engine import ranks
 from interp.engine.chunks import Footprint
-from interp.engine.runner import Task, plan_task
+from interp.engine.runner import Task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,11 +105,18 @@ def _diverged(what: str, step: int, n_steps: int, lr: float, hook: str) -> Inter
 
 
 def _finite_activations(x: torch.Tensor, rows: slice, hook: str) -> torch.Tensor:
-    """Refuse a chunk of activations holding NaN or infinity, before training on it."""
-    if not bool(torch.isfinite(x).all()):
+    """Refuse a chunk of activations holding NaN or infinity, before training on it (in a
+    process group every rank's part is counted, so that every rank refuses alike)."""
+    if ranks.active():
+        bad = total(torch.stack([torch.isnan(x).sum(), torch.isinf(x).sum()]).cpu())
+    elif not bool(torch.isfinite(x).all()):
+        bad = torch.stack([torch.isnan(x).sum(), torch.isinf(x).sum()])
+    else:
+        return x
+    if int(bad.sum()):
         raise InterpError(
             f"the activations at {hook!r} of sequences {rows.start}..{rows.stop - 1} hold "
-            f"{int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} infinite "
+            f"{int(bad[0])} NaN and {int(bad[1])} infinite "
             "value(s): a dictionary cannot be trained on them; run the model in float32, or "
             "drop those sequences"
         )
@@ -210,26 +219,33 @@ def train_dictionary(
     device = model_device(model)
     g = torch.Generator().manual_seed(seed)
 
-    def chunk(rows: slice) -> torch.Tensor:  # [n, d_in] float32, scaled
-        x = hook_activations(model, tokens[rows], hook)[:, skip:].float()
+    def chunk(rows: slice) -> torch.Tensor:  # [n, d_in] float32: this rank's part of it
+        mine = my_rows(rows)
+        if mine.stop == mine.start:  # a rank beyond the chunk's prompts holds none of it
+            x = torch.zeros(0, d_in, device=device)
+        else:
+            x = hook_activations(model, tokens[mine], hook)[:, skip:].float()
         return _finite_activations(x.reshape(-1, d_in), rows, hook)
 
     # the activation stream: a pass stopped at the hook per chunk, once per epoch (the
-    # runner plans it; the epochs walk its chunks again, so the loop is training's own)
+    # runner's plan; the epochs walk its chunks again, so the loop is training's own). In a
+    # process group the chunks are one process's, each rank holding its part of each one
+    # (interp.dictionaries.ranks), so that every mini-batch is one process's
     stream = Task(
         "train_dictionary", foot, work=epochs * _depth(model, hook),
         chunk=lambda c: {"x": chunk(c.rows)}, combine={"x": "rows"}, desc="train dictionary",
     )  # fmt: skip
-    run = plan_task(model, (batch, pos), stream, memory_budget=memory_budget, progress=progress)
+    run = one_process_plan(model, (batch, pos), stream, memory_budget=memory_budget,
+                           progress=progress)  # fmt: skip
     first = chunk(run.chunks[0])
-    scale = math.sqrt(d_in) / float(first.norm(dim=-1).mean().clamp(min=1e-12))
+    scale = math.sqrt(d_in) / float(mean_rows(first.norm(dim=-1)).clamp(min=1e-12))
     W_dec = torch.randn(n_features, d_in, generator=g).to(device)
     W_dec /= W_dec.norm(dim=-1, keepdim=True)
     params = {
         "W_enc": W_dec.T.clone(),
         "b_enc": torch.zeros(n_features, device=device),
         "W_dec": W_dec,
-        "b_dec": (first * scale).mean(0),
+        "b_dec": mean_rows(first * scale),
     }
     for p in params.values():
         p.requires_grad_(True)
@@ -240,18 +256,26 @@ def train_dictionary(
     )
     n_steps, step = steps_per_epoch * epochs, 0
     last: dict[str, float] = {}
-    bar = _bar(n_steps, progress)
+    bar = _bar(n_steps, progress and ranks.rank() == 0)
     for _ in range(epochs):
         for i, rows in enumerate(run.chunks):
             reuse = i == 0 and (epochs == 1 or len(run.chunks) == 1)
             x_all = (first if reuse else chunk(rows)) * scale
-            order = torch.randperm(x_all.shape[0], generator=g).to(device)
-            for start in range(0, x_all.shape[0], batch_size):
-                x = x_all[order[start : start + batch_size]]
+            # the chunk's positions, shuffled as one process shuffles them; this rank holds
+            # those from lo to hi (all of them in one process)
+            n_all = (rows.stop - rows.start) * (pos - skip)
+            lo = (my_rows(rows).start - rows.start) * (pos - skip)
+            order = torch.randperm(n_all, generator=g).to(device)
+            for start in range(0, n_all, batch_size):
+                at = order[start : start + batch_size]
+                n = at.shape[0]
+                if ranks.active():
+                    at = at[(at >= lo) & (at < lo + x_all.shape[0])] - lo
+                x = x_all[at]
                 frac = step / max(1, n_steps)
                 for group in opt.param_groups:
                     group["lr"] = lr * min(1.0, (1 - frac) / 0.2)
-                last = _step(params, opt, x, k, aux_k, aux_coefficient, since, dead_after)
+                last = _step(params, opt, x, n, k, aux_k, aux_coefficient, since, dead_after)
                 step += 1
                 if not math.isfinite(last["loss"]):
                     raise _diverged(f"the loss is {last['loss']}", step, n_steps, lr, hook)
@@ -268,7 +292,7 @@ def train_dictionary(
         epochs=epochs, batch_size=batch_size, lr=lr, aux_k=aux_k, aux_coefficient=aux_coefficient,
         dead_after=dead_after, skip_columns=skip, steps=step, positions_seen=total,
         train_sequences=batch, seq_len=pos, chunks=len(run.chunks), input_scale=scale,
-        final_loss=last.get("loss"), final_dead_fraction=last.get("dead"),
+        final_loss=last.get("loss"), final_dead_fraction=last.get("dead"), ranks=ranks.world(),
     )  # fmt: skip
     report = dictionary_report(
         model, tokens if eval_tokens is None else eval_tokens, D, skip_columns=skip,
@@ -288,41 +312,51 @@ def _step(
     p: dict[str, torch.Tensor],
     opt: torch.optim.Optimizer,
     x: torch.Tensor,
+    n: int,
     k: int,
     aux_k: int,
     aux_coefficient: float,
     since: torch.Tensor,
     dead_after: int,
 ) -> dict[str, float]:
-    """One optimiser step on the positions ``x`` ``[n, d_in]`` (scaled)."""
+    """One optimiser step on the positions ``x`` ``[n, d_in]`` (scaled): the whole batch in
+    one process; in a process group this rank's part of a batch of ``n`` positions, whose
+    loss is its share of the batch's (so the ranks' gradients sum to the batch's)."""
     pre = (x - p["b_dec"]) @ p["W_enc"] + p["b_enc"]  # [n, d_sae]
     top = pre.topk(k, dim=-1)
     acts = torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
     recon = acts @ p["W_dec"] + p["b_dec"]
-    var = (x - x.mean(0)).pow(2).sum(-1).mean().clamp(min=1e-12)
     err = x - recon
-    loss = err.pow(2).sum(-1).mean() / var
+    group = ranks.active()
+    if group:  # the batch's variance from every rank's positions; this rank's share of it
+        var = (total((x - mean_rows(x)).pow(2).sum()) / n).clamp(min=1e-12)
+        loss = err.pow(2).sum() / n / var
+    else:
+        var = (x - x.mean(0)).pow(2).sum(-1).mean().clamp(min=1e-12)
+        loss = err.pow(2).sum(-1).mean() / var
     dead = since >= dead_after
-    total = loss
+    total_loss = loss
     if aux_coefficient > 0 and bool(dead.any()):
         n_aux = min(aux_k, int(dead.sum()))
         masked = pre.masked_fill(~dead, float("-inf"))
         atop = masked.topk(n_aux, dim=-1)
         aux_acts = torch.zeros_like(pre).scatter(-1, atop.indices, atop.values.relu())
         residual = err.detach()
-        aux = (residual - aux_acts @ p["W_dec"]).pow(2).sum(-1).mean() / var
-        total = loss + aux_coefficient * torch.nan_to_num(aux, nan=0.0)
+        miss = (residual - aux_acts @ p["W_dec"]).pow(2)
+        aux = (miss.sum() / n if group else miss.sum(-1).mean()) / var
+        total_loss = loss + aux_coefficient * torch.nan_to_num(aux, nan=0.0)
     opt.zero_grad(set_to_none=True)
-    total.backward()
+    total_loss.backward()
+    sum_grads(p)  # every rank's share: the batch's gradient (nothing in one process)
     with torch.no_grad():
         W, G = p["W_dec"], p["W_dec"].grad
         G -= (G * W).sum(-1, keepdim=True) * W  # keep unit norm: no gradient along a row
         opt.step()
         W /= W.norm(dim=-1, keepdim=True)
-        fired = (acts > 0).any(0)
-        since += x.shape[0]
-        since[fired] = 0
-    return {"loss": float(loss.detach()), "dead": float(dead.float().mean())}
+        on = fired((acts > 0).any(0))  # active at any position of the batch, on any rank
+        since += n
+        since[on] = 0
+    return {"loss": float(total(loss.detach())), "dead": float(dead.float().mean())}
 
 
 def _folded(p: dict[str, torch.Tensor], scale: float, *, hook: str, k: int) -> Dictionary:
