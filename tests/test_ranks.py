@@ -127,10 +127,10 @@ def test_an_analysis_with_its_own_state_is_refused_in_the_group(two_ranks):
 
 
 def test_workers_run_a_command_and_rank_0_writes_the_one_file(tmp_path):
-    """``interp circuit --workers 2``: two ranks started by ``torch.distributed.run`` (the
-    command line ``torchrun --nproc-per-node 2 -m interp circuit`` runs, exactly) find the
-    one-process circuit (its scores to 1e-6 of their scale) and leave one file: no staging
-    folder, no second copy; rank 0 alone prints."""
+    """``interp circuit --workers 2``: two ranks started by PyTorch's launcher (what
+    ``torchrun --nproc-per-node 2 -m interp circuit`` runs) find the one-process circuit
+    (its scores to 1e-6 of their scale) and leave one file: no staging folder, no second
+    copy; rank 0 alone prints. So do two "nodes": two launchers of one rank each."""
     import json
 
     env = {**os.environ, **LOOPBACK, "PYTHONWARNINGS": "ignore"}
@@ -138,6 +138,7 @@ def test_workers_run_a_command_and_rank_0_writes_the_one_file(tmp_path):
     two.parent.mkdir()
     one.parent.mkdir()
     exe = [sys.executable, "-m", "interp", "circuit"]
+    nodes = _two_nodes(tmp_path / "nodes" / "c.json", env)  # meanwhile, two "nodes"
     done = subprocess.run([*exe, "--workers", "2", "--out", str(two)], capture_output=True,
                           text=True, timeout=600, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -146,13 +147,38 @@ def test_workers_run_a_command_and_rank_0_writes_the_one_file(tmp_path):
                           timeout=600, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in two.parent.iterdir()) == ["c.json"]
-    a, b = json.loads(one.read_text()), json.loads(two.read_text())
-    key = [(e["sender"], e["receiver"]) for e in a["edges"]]
-    assert key == [(e["sender"], e["receiver"]) for e in b["edges"]]
-    x = np.array([e["score"] for e in a["edges"]])
-    y = np.array([e["score"] for e in b["edges"]])
-    assert np.abs(x - y).max() <= 1e-6 * max(1.0, np.abs(x).max())
-    assert a["info"]["n_edges"] == b["info"]["n_edges"]
+    for node in nodes:
+        _, err = node.communicate(timeout=600)
+        assert node.returncode == 0, err[-3000:]
+    assert sorted(p.name for p in (tmp_path / "nodes").iterdir()) == ["c.json"]
+    a = json.loads(one.read_text())
+    for other in (two, tmp_path / "nodes" / "c.json"):
+        b = json.loads(other.read_text())
+        key = [(e["sender"], e["receiver"]) for e in a["edges"]]
+        assert key == [(e["sender"], e["receiver"]) for e in b["edges"]]
+        x = np.array([e["score"] for e in a["edges"]])
+        y = np.array([e["score"] for e in b["edges"]])
+        assert np.abs(x - y).max() <= 1e-6 * max(1.0, np.abs(x).max())
+        assert a["info"]["n_edges"] == b["info"]["n_edges"]
+
+
+def _two_nodes(out, env):
+    """Two ``torchrun --nnodes 2 --nproc-per-node 1`` launchers meeting through a c10d
+    rendezvous on 127.0.0.1: two "nodes" on this machine, each running one rank of
+    ``interp circuit`` (started, not waited for)."""
+    import socket
+    import uuid
+
+    out.parent.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
+           "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+           "--rdzv-id", uuid.uuid4().hex, "-m", "interp", "circuit", "--out", str(out)]  # fmt: skip
+    env = {**env, "OMP_NUM_THREADS": "1"}
+    return [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env) for _ in range(2)]  # fmt: skip
 
 
 def test_a_bad_worker_count_is_one_line(capsys, tmp_path):
