@@ -191,3 +191,26 @@ def test_a_rank_that_never_comes_times_out_with_a_clear_message(disagreeing):
     assert said is not None, "rank 0 did not stop"
     assert "rank 0 of 2 waited for the other ranks at logit_lens's agreement check" in said
     assert "INTERP_RANK_TIMEOUT" in said
+
+
+def test_every_task_declares_what_the_ranks_must_hold_alike():
+    """The agreement check hashes each task's ``inputs`` (its tokens and options): every
+    ``Task(...)`` in the package gives them, or a rank given its own shard would pass."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(__file__).resolve().parents[1] / "interp"
+    missing, seen = [], 0
+    for path in sorted(pkg.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name != "Task" or path.name == "runner.py":
+                continue
+            seen += 1
+            if "inputs" not in {k.arg for k in node.keywords}:
+                missing.append(f"{path.relative_to(pkg.parent)}:{node.lineno}")
+    assert seen >= 14, seen
+    assert not missing, missing

@@ -30,6 +30,7 @@ import torch
 
 from interp.core.protocol import HookedModel
 from interp.engine import ranks
+from interp.engine.agreement import check_alike
 from interp.engine.chunks import Plan, near_equal, plan
 from interp.engine.runner import Task
 
@@ -142,6 +143,10 @@ def one_process_plan(
     Raises:
         InterpError: as :func:`interp.engine.chunks.plan`.
     """
+    # every rank was given the same work (hashes compared, a no-op in one process)
+    check_alike(
+        task.analysis, {"model": model, "prompts": tuple(shape), "tokens and options": task.inputs}
+    )
     pl = plan(
         model, int(shape[0]), int(shape[1]), task.footprint, memory_budget=memory_budget,
         analysis=task.analysis, forward_equivalents=0.0, what=task.what, fix=task.fix,

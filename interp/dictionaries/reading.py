@@ -218,7 +218,7 @@ def read_features(
     task = Task(
         "read_features", Footprint(fixed=fixed, per_prompt=per), work=work, chunk=chunk,
         combine={"n_active": "sum", "total": "sum", "peak": "rows"}, prepare=prepare,
-        desc="read features",
+        desc="read features", inputs=(tokens, D, feats, top, n_logits, before, after, skip),
     )  # fmt: skip
     out = run(model, (batch, pos), task, memory_budget=memory_budget, estimate=estimate,
               progress=progress)  # fmt: skip

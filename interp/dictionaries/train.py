@@ -234,6 +234,8 @@ def train_dictionary(
     stream = Task(
         "train_dictionary", foot, work=epochs * _depth(model, hook),
         chunk=lambda c: {"x": chunk(c.rows)}, combine={"x": "rows"}, desc="train dictionary",
+        inputs=(tokens, eval_tokens, hook, n_features, k, aux_k, seed, epochs, batch_size, lr,
+                aux_coefficient, skip, dead_after),
     )  # fmt: skip
     run = one_process_plan(model, (batch, pos), stream, memory_budget=memory_budget,
                            progress=progress)  # fmt: skip

@@ -250,6 +250,7 @@ def measure_atlas(
         "head_atlas", P.footprint(model, pos, draws), work=2.0, chunk=chunk, combine={},
         prepare=prepare, fix="use a smaller or shorter probe", desc="head atlas",
         parallel=False,  # its readers sum the patterns across chunks
+        inputs=(tokens, swapped, seed, keep_patterns, causal),
     )  # fmt: skip
     out = run(model, (n, pos), task, memory_budget=memory_budget, estimate=estimate,
               progress=progress)  # fmt: skip
