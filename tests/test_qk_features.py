@@ -153,9 +153,9 @@ def test_bad_dictionaries_are_refused_before_the_forward(induction_model):
     t = _tokens(model)
     runs = []
     handle = model.blocks[0].register_forward_hook(lambda *a: runs.append(1))
-    z = Dictionary.random(d_in=64, d_sae=8, hook_name="blocks.0.attn.hook_z")
+    z = Dictionary.random(d_in=64, d_sae=8, hook_name="blocks.1.attn.hook_z")
     cases = [
-        (dict(dictionary=z), "residual-stream dictionary"),
+        (dict(dictionary=z), "not upstream"),
         (dict(dictionary=_dictionary(model, "blocks.1.hook_resid_post")), "after layer 1"),
         (
             dict(

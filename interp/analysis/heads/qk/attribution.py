@@ -73,9 +73,9 @@ def qk_attribution(
     key_positions: Any = None,
     contrast: Any = None,
     by: By = "component",
-    dictionary: Dictionary | None = None,
-    query_dictionary: Dictionary | None = None,
-    key_dictionary: Dictionary | None = None,
+    dictionary: Dictionary | list[Dictionary] | None = None,
+    query_dictionary: Dictionary | list[Dictionary] | None = None,
+    key_dictionary: Dictionary | list[Dictionary] | None = None,
     cache: Any = None,
     memory_budget: int | None = None,
     progress: bool = False,
@@ -114,7 +114,15 @@ def qk_attribution(
         dictionary: A sparse dictionary (:class:`interp.dictionaries.Dictionary`) on the
             residual stream at or before the head's input, for both sides: each position's
             active features are pieces (``F123``), with its ``error`` and decoder bias
-            ``b_dec`` (:mod:`interp.analysis.heads.qk.features`).
+            ``b_dec`` (:mod:`interp.analysis.heads.qk.features`). Or a list of dictionaries,
+            each at its own hook: at most one on the residual stream, and writers' outputs
+            upstream of the head (``blocks.m.hook_attn_out``, ``blocks.m.attn.hook_z``
+            through ``W_O``, ``blocks.m.hook_mlp_out``): the stream is then split into the
+            token embedding (one piece per token, ``embed:<token>``), the positional
+            embedding, each writer's active features, ``error`` and ``b_dec`` (named
+            ``<hook>:F123`` when a side has several dictionaries) and the writers without
+            one as components (:mod:`interp.analysis.heads.qk.writers`). A lone writer
+            dictionary splits the same way.
         query_dictionary: The query side's dictionary alone (the other side: components,
             or ``key_dictionary``); not beside ``dictionary``.
         key_dictionary: The key side's dictionary alone; not beside ``dictionary``.
@@ -163,9 +171,13 @@ def qk_attribution(
             (or beside ``key_positions``), a model whose norms or rotation cannot be
             frozen, rows that do not reproduce the model's scores (above
             :data:`~interp.analysis.heads.qk.shares.CHECK_RTOL`), or a dictionary that does
-            not fit (not a ``Dictionary``, another width or model, a hook that is not the
-            residual stream at or before the head's input, ``dictionary`` beside a side's
-            own), or scores (the model's, or the pieces' sum) that are NaN or infinite.
+            not fit (not a ``Dictionary``, another width or model, a hook that is neither
+            the residual stream at or before the head's input nor a writer's output upstream
+            of it, ``dictionary`` beside a side's own; in a list: a hook twice, two
+            dictionaries for one writer, two residual ones, a writer before the residual
+            one's hook, an empty list), a writer's pieces that do not add up to what it wrote
+            (a hook that is not its output on this model), or scores (the model's, or the
+            pieces' sum) that are NaN or infinite.
     """
     layer, head, dicts = check_qk_options(
         model, layer=layer, head=head, by=by, dictionary=dictionary,
@@ -177,8 +189,8 @@ def qk_attribution(
     cells = plan_cells(bsz, n, query_positions=query_positions, key_positions=key_positions,
                        contrast=contrast, geometry=geometry)  # fmt: skip
     check_read_padding(model, tokens, cells)
-    options = dict(layer=layer, head=head, by=by, query_dictionary=dicts.query,
-                   key_dictionary=dicts.key)  # fmt: skip
+    options = dict(layer=layer, head=head, by=by, query_dictionary=dicts.given("query"),
+                   key_dictionary=dicts.given("key"))  # fmt: skip
     # a chunk's rows: per sequence (joined), feature pairs (each chunk has its own) or
     # one batch's rows (means weighted by the chunk's sequences)
     mode = "rows" if "sequence" in cells.columns else "pairs" if dicts.any else "mean"
@@ -244,10 +256,11 @@ def footprint(
     pieces = layer * per_layer + 3
     forward = forward_bytes(model, 1, pos, rows=())
     extra = 0
-    for D in () if dicts is None else (dicts.query, dicts.key):
-        if D is not None:
-            slots = D.k if D.k is not None else min(D.d_sae, 64)
-            extra += 4 * pos * 2 * D.d_sae + 2 * slots * stream
+    for D in () if dicts is None else dicts.all:
+        slots = D.k if D.k is not None else min(D.d_sae, 64)
+        extra += 4 * pos * 2 * D.d_sae + 2 * slots * stream
+    if dicts is not None and (dicts.query_writers or dicts.key_writers):
+        extra += 2 * (layer + 2) * stream  # the component split beside the writers' pieces
     return Footprint(
         fixed=0, per_prompt=int(forward + (2 * pieces + 2 * layer + 2) * stream + extra)
     )

@@ -34,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,14 +43,19 @@ import torch
 
 from interp.analysis.heads.qk.cells import Cells
 from interp.analysis.heads.qk.inputs import REMAINDER_TOL, Piece, project_pieces
+from interp.analysis.heads.qk.writers import (
+    PAD,
+    Writer,
+    active_features,
+    check_writers,
+    dictionary_start,
+)
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
 from interp.core.precision import tolerance, within
 from interp.core.protocol import HookedModel
 from interp.dictionaries import Dictionary, check_dictionary
 from interp.runtime.attention import QKGeometry
-
-PAD = -1  # a slot no feature fills at that position
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +70,31 @@ class Side:
     dictionary: Dictionary | None = None
     values: torch.Tensor | None = None  # [batch, pos, slot]: activations at every position
     ids_all: torch.Tensor | None = None  # [batch, pos, slot]: their features
+    base: int | None = None  # slot codes are below (None: the dictionary's width, or 0)
+    code_name: Callable[[int], str] | None = None  # a slot code's label (None: F<code>)
+    lookup: Callable[[str], torch.Tensor | None] | None = None  # label -> [batch, pos, d_model]
+
+    @property
+    def code_base(self) -> int:
+        """The first code of a shared piece: slot codes are below it."""
+        if self.base is not None:
+            return self.base
+        return self.dictionary.d_sae if self.dictionary is not None else 0
+
+    def name_of(self, code: int) -> str:
+        """A code's label: a slot's (``F12``, ``embed:37``, ...) or a shared piece's."""
+        if code >= self.code_base:
+            return self.names[code - self.code_base]
+        return self.code_name(code) if self.code_name is not None else f"F{code}"
+
+    def piece_of(self, label: str) -> torch.Tensor | None:
+        """``[batch, pos, d_model]``: what piece ``label`` wrote into the head's input at
+        every position, or ``None`` where this side does not hold it (a component's)."""
+        if self.lookup is not None:
+            return self.lookup(label)
+        if self.dictionary is not None and label[:1] == "F" and label[1:].isdigit():
+            return self.feature_piece(label)
+        return None
 
     @property
     def total(self) -> torch.Tensor:
@@ -88,18 +119,6 @@ def component_side(names: list[str], pieces: torch.Tensor) -> Side:
         ids=torch.full((bsz, rows, 0), PAD, dtype=torch.long),
         slots=pieces.new_zeros((0, bsz, rows, d)),
     )
-
-
-def dictionary_start(model: HookedModel, D: Dictionary) -> int | None:
-    """The first layer whose writes come after ``D``'s hook (``blocks.l.hook_resid_pre``:
-    ``l``; ``blocks.l.hook_resid_post``: ``l + 1``), or ``None`` for any other hook."""
-    parts = D.hook_name.split(".")
-    if len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit():
-        if parts[2] == "hook_resid_pre":
-            return int(parts[1])
-        if parts[2] == "hook_resid_post":
-            return int(parts[1]) + 1
-    return None
 
 
 def check_qk_dictionary(model: HookedModel, D: Any, *, layer: int, side: str) -> int:
@@ -150,16 +169,32 @@ class Dictionaries:
     key: Dictionary | None = None
     query_start: int = 0
     key_start: int = 0
+    query_writers: tuple[Writer, ...] = ()  # a list of dictionaries (writers' or several)
+    key_writers: tuple[Writer, ...] = ()
 
     @property
     def any(self) -> bool:
         """Whether either side has a dictionary."""
-        return self.query is not None or self.key is not None
+        return bool(self.all)
+
+    @property
+    def all(self) -> tuple[Dictionary, ...]:
+        """Every dictionary of both sides (one given to both appears twice)."""
+        ws = (*self.query_writers, *self.key_writers)
+        return (*(D for D in (self.query, self.key) if D is not None), *(w.dictionary for w in ws))
+
+    def given(self, side: str) -> Any:
+        """What ``side`` (``'query'`` / ``'key'``) was given, checked: its dictionary, its list
+        of dictionaries, or ``None`` (to run a chunk with the same options)."""
+        writers = self.query_writers if side == "query" else self.key_writers
+        if writers:
+            return [w.dictionary for w in writers]
+        return self.query if side == "query" else self.key
 
     @property
     def hooks(self) -> tuple[str, ...]:
         """The hooks the dictionaries read."""
-        return tuple(D.hook_name for D in (self.query, self.key) if D is not None)
+        return tuple(dict.fromkeys(D.hook_name for D in self.all))
 
 
 def qk_dictionaries(
@@ -167,9 +202,14 @@ def qk_dictionaries(
 ) -> Dictionaries:
     """``dictionary`` (both sides) or ``query_dictionary`` / ``key_dictionary``, checked.
 
+    A side's value is one dictionary or a list of them
+    (:mod:`~interp.analysis.heads.qk.writers`); a lone residual-stream dictionary is split as
+    before (its features ``F123``, ``error``, ``b_dec``, the components after its hook).
+
     Raises:
-        InterpError: ``dictionary`` beside a side's own, or a dictionary
-            :func:`check_qk_dictionary` refuses.
+        InterpError: ``dictionary`` beside a side's own, or a dictionary (or list)
+            :func:`check_qk_dictionary` / :func:`~interp.analysis.heads.qk.writers.
+            check_writers` refuses.
     """
     if dictionary is not None:
         if query_dictionary is not None or key_dictionary is not None:
@@ -179,20 +219,17 @@ def qk_dictionaries(
         query_dictionary = key_dictionary = dictionary
     out: dict[str, Any] = {}
     for side, D in (("query", query_dictionary), ("key", key_dictionary)):
-        if D is not None:
-            out[side] = D
-            out[f"{side}_start"] = check_qk_dictionary(model, D, layer=layer, side=side)
+        if D is None:
+            continue
+        ws = check_writers(model, D, layer=layer, side=side)
+        if len(ws) == 1 and ws[0].kind == "resid":
+            out[side] = ws[0].dictionary
+            out[f"{side}_start"] = check_qk_dictionary(
+                model, ws[0].dictionary, layer=layer, side=side
+            )
+        else:
+            out[f"{side}_writers"] = ws
     return Dictionaries(**out)
-
-
-def _active(acts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The active features of each position, ``ids`` and ``values`` ``[..., slot]`` (slots:
-    the most any position has; PAD and 0 where a position has fewer)."""
-    on = acts > 0
-    n = max(1, int(on.sum(-1).max()))
-    values, ids = acts.topk(n, dim=-1)
-    off = values <= 0
-    return ids.masked_fill(off, PAD), values.masked_fill(off, 0.0)
 
 
 def feature_side(
@@ -215,7 +252,7 @@ def feature_side(
     with torch.no_grad():
         f_acts = D.encode(x).float()  # [batch, pos, d_sae]
         W_dec, b_dec = D.W_dec.detach().float(), D.b_dec.detach().float()
-        ids, values = _active(f_acts)  # [batch, pos, slot]
+        ids, values = active_features(f_acts)  # [batch, pos, slot]
         del f_acts
         x = x[:, rows]
         # [batch, R, slot, d_model]: what each active feature wrote at the rows
@@ -255,16 +292,11 @@ def _cell_vectors(side: Side, seq: torch.Tensor, row: torch.Tensor) -> tuple[tor
     """Each cell's piece vectors ``[cell, piece, d_head]`` and codes ``[cell, piece]``: a
     feature's id, ``d_sae + j`` for shared piece ``j`` (``d_sae`` 0 without a dictionary),
     PAD for an empty slot."""
-    base = side.dictionary.d_sae if side.dictionary is not None else 0
+    base = side.code_base
     vec = torch.cat([side.slots[:, seq, row], side.fixed[:, seq, row]]).transpose(0, 1)
     shared = torch.arange(len(side.names)) + base
     codes = torch.cat([side.ids[seq, row], shared.expand(len(seq), -1)], dim=1)
     return vec, codes
-
-
-def _name(side: Side, code: int) -> str:
-    base = side.dictionary.d_sae if side.dictionary is not None else 0
-    return f"F{code}" if code < base else side.names[code - base]
 
 
 def feature_rows(q: Side, k: Side, cells: Cells, *, scale: float) -> pd.DataFrame:
@@ -300,18 +332,21 @@ def feature_rows(q: Side, k: Side, cells: Cells, *, scale: float) -> pd.DataFram
         name: np.array([cells.groups[i][c] for i in g], dtype=int)
         for c, name in enumerate(cells.columns)
     }
-    q_names = {c: _name(q, c) for c in summed["q"].unique().tolist()}
-    k_names = {c: _name(k, c) for c in summed["k"].unique().tolist()}
+    q_names = {c: q.name_of(c) for c in summed["q"].unique().tolist()}
+    k_names = {c: k.name_of(c) for c in summed["k"].unique().tolist()}
     data["query_piece"] = summed["q"].map(q_names).to_numpy(dtype=object)
     data["key_piece"] = summed["k"].map(k_names).to_numpy(dtype=object)
     data["value"] = summed["value"].to_numpy()
     return pd.DataFrame(data)
 
 
-def describe(D: Dictionary | None) -> dict[str, Any] | None:
-    """What a table's attrs record of a dictionary (``None``: that side has none)."""
+def describe(D: Any) -> Any:
+    """What a table's attrs record of a dictionary (``None``: that side has none; a list of
+    :class:`~interp.analysis.heads.qk.writers.Writer`: one record each)."""
     if D is None:
         return None
+    if isinstance(D, (list, tuple)):
+        return [describe(w.dictionary) for w in D] if D else None
     return {
         "hook_name": D.hook_name,
         "architecture": D.architecture,

@@ -37,6 +37,7 @@ from interp.analysis.heads.qk.features import (
     qk_dictionaries,
 )
 from interp.analysis.heads.qk.inputs import head_inputs, residual_pieces, side_pieces
+from interp.analysis.heads.qk.stream import writer_side
 from interp.core.checks import check_tokens
 from interp.core.errors import InterpError
 from interp.core.head_checks import check_layer_head
@@ -74,11 +75,11 @@ class Attributed:
     def piece(self, side: str, label: str) -> torch.Tensor:
         """``[batch, pos, d_model]``: what the piece ``label`` of ``side`` (``'q'`` / ``'k'``)
         wrote into the head's input: a component, or a dictionary's feature (``'F12'``: its
-        activation times its decoder row, at every position)."""
+        activation times its decoder row, at every position; a token's embedding
+        ``'embed:37'``, or a writer dictionary's feature, error or decoder bias)."""
         s = None if self.sides is None else self.sides[side != "q"]
-        if s is not None and s.dictionary is not None and label.startswith("F"):
-            return s.feature_piece(label)
-        return self.pieces[label]
+        got = None if s is None else s.piece_of(label)
+        return self.pieces[label] if got is None else got
 
 
 def check_qk_options(
@@ -150,8 +151,9 @@ def attribute_scores(
         terms = residual_pieces(model, acts, layer, by=by)
         side = dict(model=model, acts=acts, terms=terms, layer=layer, head=head, geometry=geometry)
         if dicts.any:
-            sq = _side(side, dicts.query, dicts.query_start, "q", rows)
-            sk = _side(side, dicts.key, dicts.key_start, "k", list(range(n)))
+            side.update(tokens=tokens, by=by)
+            sq = _side(side, dicts.query, dicts.query_start, dicts.query_writers, "q", rows)
+            sk = _side(side, dicts.key, dicts.key_start, dicts.key_writers, "k", list(range(n)))
             q_total, k_total = sq.total, sk.total
         else:
             names_q, Q = side_pieces(**side, side="q", rows=rows)  # [i, batch, query, d_head]
@@ -222,8 +224,8 @@ def attribute_scores(
     )
     if dicts.any:
         df.attrs.update(
-            query_dictionary=describe(dicts.query),
-            key_dictionary=describe(dicts.key),
+            query_dictionary=describe(dicts.query or dicts.query_writers),
+            key_dictionary=describe(dicts.key or dicts.key_writers),
             features_scored=max(int(s.ids.shape[-1]) for s in (sq, sk)),
         )
     return Attributed(
@@ -238,11 +240,18 @@ def attribute_scores(
     )
 
 
-def _side(side: dict[str, Any], D: Any, start: int, which: str, rows: list[int]) -> Side:
-    """One side's pieces: over ``D``'s features where it has a dictionary, else components."""
+def _side(
+    side: dict[str, Any], D: Any, start: int, writers: tuple, which: str, rows: list[int]
+) -> Side:
+    """One side's pieces: over its writers' dictionaries where it has a list
+    (:func:`~interp.analysis.heads.qk.writers.writer_side`), over ``D``'s features where it
+    has one residual dictionary, else components."""
+    opts = {k: v for k, v in side.items() if k not in ("tokens", "by")}
+    if writers:
+        return writer_side(**side, writers=writers, side=which, rows=rows)
     if D is None:
-        return component_side(*side_pieces(**side, side=which, rows=rows))
-    return feature_side(**side, D=D, start=start, side=which, rows=rows)
+        return component_side(*side_pieces(**opts, side=which, rows=rows))
+    return feature_side(**opts, D=D, start=start, side=which, rows=rows)
 
 
 def _rows(block: torch.Tensor, names_q, names_k, cells: Cells) -> pd.DataFrame:
