@@ -1,10 +1,11 @@
 """The runner's chunks on two processes (issue 45, step 1): real ``torchrun`` ranks, gloo.
 
 Two ranks of one thread each, launched by PyTorch's own launcher, run each analysis inside
-the process group: each rank runs its share of the chunks and the partials meet in chunk
-order (:mod:`interp.engine.ranks`). Every table equals the one-process table to 1e-6 of
-its scale (a mean of chunk means is summed in another order: float32 rounding). An analysis
-that keeps state of its own across chunks is refused inside the group, in one line.
+the process group, on the induction model and on a random GQA Llama: each rank runs its
+share of the chunks and the partials meet in chunk order (:mod:`interp.engine.ranks`).
+Every table equals the one-process table to 1e-6 of its scale (a mean of chunk means is
+summed in another order: float32 rounding). An analysis that keeps state of its own across
+chunks is refused inside the group, in one line.
 """
 
 import os
@@ -34,6 +35,7 @@ SCRIPT = textwrap.dedent(
     from interp.core.errors import InterpError
     import interp.analysis as A
     out = {name: fn() for name, fn in cases().items()}
+    out["estimate"] = A.ablate_heads(cases.model, cases.tokens, estimate=True)
     try:  # the atlas's readers sum the patterns across chunks: state of its own
         A.head_atlas(cases.model, cases.tokens)
         out["refused"] = None
@@ -70,6 +72,33 @@ CASES = textwrap.dedent(
             "direct_logit_attribution": lambda: A.direct_logit_attribution(m, t, answer=5),
             "logit_lens": lambda: A.logit_lens(m, t, at=[-1]),
             "head_scores": lambda: A.head_scores(m, t),
+            **llama_cases(),
+        }
+
+
+    def llama_cases():
+        # a random GQA Llama (RMSNorm, grouped-query attention), every parameter moved a
+        # little (seeded) so every term counts
+        import torch
+        from interp.models.hf import random_llama
+
+        m = random_llama(2, vocab=30)
+        gen = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+        t = repeated_random_tokens(6, 8, d_vocab=30, seed=2).tokens
+        c = t.flip(1)
+        met = logit_diff_metric(5, 6)
+        return {
+            "llama ablate_heads mean": lambda: A.ablate_heads(m, t, ablation="mean"),
+            "llama patch_heads": lambda: A.patch_heads(m, t, corrupted_tokens=c, metric=met),
+            "llama attribute_edges": lambda: A.attribute_edges(
+                m, t, corrupted_tokens=c, metric=met),
+            "llama qk_attribution": lambda: A.qk_attribution(m, t, layer=1, head=1),
+            "llama direct_logit_attribution": lambda: A.direct_logit_attribution(
+                m, t, answer=5),
+            "llama logit_lens": lambda: A.logit_lens(m, t, at=[-1]),
         }
     """
 )
@@ -106,7 +135,9 @@ def _numbers(df: pd.DataFrame) -> pd.DataFrame:
 @pytest.mark.parametrize(
     "name",
     ["ablate_heads zero", "ablate_heads mean", "patch_heads", "attribute_edges", "path_patch",
-     "qk_attribution", "direct_logit_attribution", "logit_lens", "head_scores"],
+     "qk_attribution", "direct_logit_attribution", "logit_lens", "head_scores",
+     "llama ablate_heads mean", "llama patch_heads", "llama attribute_edges",
+     "llama qk_attribution", "llama direct_logit_attribution", "llama logit_lens"],
 )  # fmt: skip
 def test_two_ranks_give_the_one_process_table(two_ranks, name):
     ranked, one = two_ranks
@@ -119,6 +150,15 @@ def test_two_ranks_give_the_one_process_table(two_ranks, name):
     scale = max(1.0, float(np.abs(y).max(initial=0)))
     assert np.abs(x - y).max(initial=0) <= 1e-6 * scale, (name, np.abs(x - y).max())
     assert ranked[name].attrs["chunks"] >= 2  # each rank ran a chunk
+
+
+def test_the_estimate_gives_the_plan_of_each_rank(two_ranks):
+    """6 prompts that fit one chunk: split so that each of the 2 ranks runs one chunk of 3
+    prompts, at the one-chunk peak, and half the passes."""
+    est = two_ranks[0]["estimate"]
+    assert (est.ranks, est.chunks, est.rank_chunks, est.rank_prompts) == (2, 2, 1, 3)
+    assert est.rank_forward_equivalents == round(est.forward_equivalents / 2, 3)
+    assert "on 2 ranks, each at most 1 chunk of 3 prompts in all" in str(est)
 
 
 def test_an_analysis_with_its_own_state_is_refused_in_the_group(two_ranks):

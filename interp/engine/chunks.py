@@ -91,7 +91,10 @@ class Estimate:
     """What a run will cost, known before it starts (``estimate=True`` on any analysis).
 
     ``peak_bytes`` is the peak over the model's own weights; ``forward_equivalents``
-    counts forward passes over all the prompts (a backward pass counts 2).
+    counts forward passes over all the prompts (a backward pass counts 2). Inside a
+    process group of ``ranks`` processes, each rank runs at most ``rank_chunks`` chunks of
+    at most ``rank_prompts`` prompts in all, at the same peak (a rank holds one chunk at a
+    time), and :attr:`rank_forward_equivalents` of the passes.
     """
 
     analysis: str
@@ -103,6 +106,15 @@ class Estimate:
     forward_equivalents: float
     budget: int
     footprint: Footprint  # the memory model behind peak_bytes: fixed + per prompt
+    ranks: int = 1
+    rank_chunks: int = 0  # the most chunks one rank runs (0: every chunk, one process)
+    rank_prompts: int = 0  # the most prompts one rank runs (0: every prompt)
+
+    @property
+    def rank_forward_equivalents(self) -> float:
+        """The passes of the busiest rank: its prompts' share of the run's."""
+        share = (self.rank_prompts or self.prompts) / max(1, self.prompts)
+        return round(self.forward_equivalents * share, 3)
 
     def budget_for(self, prompts_per_chunk: int) -> int:
         """The smallest budget under which a chunk holds ``prompts_per_chunk`` prompts (at
@@ -117,6 +129,13 @@ class Estimate:
             f"chunk{'s' if self.chunks != 1 else ''} of up to {self.prompts_per_chunk}; about "
             f"{self.forward_equivalents:,.1f} forward-equivalents, peak "
             f"{size_text(self.peak_bytes)} over the weights (budget {size_text(self.budget)})"
+            + (
+                f"; on {self.ranks} ranks, each at most {self.rank_chunks} chunk"
+                f"{'s' if self.rank_chunks != 1 else ''} of {self.rank_prompts} prompts in all "
+                f"and {self.rank_forward_equivalents:,.1f} forward-equivalents"
+                if self.ranks > 1
+                else ""
+            )
         )
 
 

@@ -183,9 +183,14 @@ def plan_task(
     )  # fmt: skip
     if ranks.active():  # every rank splits alike (rank 0's plan), at least a chunk each
         chunks = ranks.agreed(ranks.spread(pl.chunks), at=f"{task.analysis}'s plan")
+        mine = [[c for i, c in enumerate(chunks) if i % ranks.world() == r]
+                for r in range(ranks.world())]  # fmt: skip
         est = dataclasses.replace(
-            pl.estimate, chunks=len(chunks), prompts_per_chunk=max(c.stop - c.start for c in chunks)
-        )
+            pl.estimate, chunks=len(chunks),
+            prompts_per_chunk=max(c.stop - c.start for c in chunks), ranks=ranks.world(),
+            rank_chunks=max(len(m) for m in mine),
+            rank_prompts=max(sum(c.stop - c.start for c in m) for m in mine),
+        )  # fmt: skip
         pl = dataclasses.replace(pl, chunks=chunks, estimate=est)
     work = task.work(pl.chunks) if callable(task.work) else task.work
     return pl.costing(work)
