@@ -36,8 +36,11 @@ SCRIPT = textwrap.dedent(
     import interp.analysis as A
     out = {name: fn() for name, fn in cases().items()}
     out["estimate"] = A.ablate_heads(cases.model, cases.tokens, estimate=True)
-    try:  # the atlas's readers sum the patterns across chunks: state of its own
-        A.head_atlas(cases.model, cases.tokens)
+    from interp.engine.chunks import Footprint
+    from interp.engine.runner import Task, run
+    try:  # a task that keeps state of its own across chunks
+        run(cases.model, (6, 8), Task("stateful", Footprint(0, 8), work=0.0,
+            chunk=lambda c: {}, combine={}, parallel=False, inputs=None))
         out["refused"] = None
     except InterpError as exc:
         out["refused"] = str(exc)
@@ -72,6 +75,7 @@ CASES = textwrap.dedent(
             "direct_logit_attribution": lambda: A.direct_logit_attribution(m, t, answer=5),
             "logit_lens": lambda: A.logit_lens(m, t, at=[-1]),
             "head_scores": lambda: A.head_scores(m, t),
+            "head_atlas": lambda: A.head_atlas(m, t),
             **llama_cases(),
         }
 
@@ -135,7 +139,7 @@ def _numbers(df: pd.DataFrame) -> pd.DataFrame:
 @pytest.mark.parametrize(
     "name",
     ["ablate_heads zero", "ablate_heads mean", "patch_heads", "attribute_edges", "path_patch",
-     "qk_attribution", "direct_logit_attribution", "logit_lens", "head_scores",
+     "qk_attribution", "direct_logit_attribution", "logit_lens", "head_scores", "head_atlas",
      "llama ablate_heads mean", "llama patch_heads", "llama attribute_edges",
      "llama qk_attribution", "llama direct_logit_attribution", "llama logit_lens"],
 )  # fmt: skip
@@ -150,6 +154,8 @@ def test_two_ranks_give_the_one_process_table(two_ranks, name):
     scale = max(1.0, float(np.abs(y).max(initial=0)))
     assert np.abs(x - y).max(initial=0) <= 1e-6 * scale, (name, np.abs(x - y).max())
     assert ranked[name].attrs["chunks"] >= 2  # each rank ran a chunk
+    if "role" in ranked[name].columns:
+        assert ranked[name]["role"].tolist() == one[name]["role"].tolist()
 
 
 def test_the_estimate_gives_the_plan_of_each_rank(two_ranks):

@@ -115,6 +115,16 @@ class Sums:
     def mean(self, key: str) -> torch.Tensor:
         return self.total[key] / max(self.count[key], 1e-300)
 
+    def __add__(self, other: Sums) -> Sums:
+        """Both chunks' sums (each key's totals and counts added): the runner's ``sum`` rule
+        over chunks and ranks."""
+        out = Sums()
+        for part in (self, other):
+            for key, v in part.total.items():
+                out.total[key] = out.total[key] + v if key in out.total else v
+                out.count[key] = out.count.get(key, 0.0) + part.count[key]
+        return out
+
 
 def stripe_masks(tokens: torch.Tensor, *, causal: bool) -> dict[str, torch.Tensor]:
     """Each stripe's ``[batch, query, key]`` keys (interp convention: key 0 left out)."""
@@ -176,6 +186,13 @@ class PatternReader:
         if layer not in self._geometry:
             self._geometry[layer] = self.rt.qk_geometry(layer)
         return self._geometry[layer]
+
+    def chunk(self) -> tuple[Sums, dict[int, torch.Tensor], float]:
+        """What the reader gathered since the last call (its sums, the first patterns it
+        kept, its gap), then empty again: one chunk's partials."""
+        out = (self.sums, self.first, self.gap)
+        self.sums, self.first, self.gap = Sums(), {}, 0.0
+        return out
 
     def __call__(self, layer: int, tokens: torch.Tensor, acts: dict[str, torch.Tensor]) -> None:
         pattern = acts[hook_name("pattern", layer)].float()

@@ -96,7 +96,7 @@ from interp.analysis.heads.scores import probe_tokens
 from interp.core.checks import check_seed, check_tokens
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
-from interp.core.precision import FROM_MODEL, rtol, within
+from interp.core.precision import FROM_MODEL, rtol, within, worst
 from interp.core.protocol import (
     HookedModel,
     check_model,
@@ -231,32 +231,37 @@ def measure_atlas(
     def prepare(chunks: list[slice]) -> float:
         shared["reader"] = P.PatternReader(model, draws=draws, seed=seed,
                                            keep_first=keep_patterns, causal=causal)  # fmt: skip
-        shared["sinks"] = P.Sums()
         with eval_no_grad(model):
             shared["cache"] = check_cache(model, tokens, cache)
         return 0.0  # the chunks' passes count
 
     def chunk(c: Chunk) -> dict[str, Any]:
-        # the readers sum each chunk's patterns: their means are the whole probe's
-        part = Cost(L)
+        # each chunk's sums of patterns, added over the chunks (and ranks) in chunk order:
+        # the means are the whole probe's
+        part, sinks, reader = Cost(L), P.Sums(), shared["reader"]
         with eval_no_grad(model):
-            P.probe_pass(model, tokens[c.rows], shared["reader"], names=names, cost=part,
+            P.probe_pass(model, tokens[c.rows], reader, names=names, cost=part,
                          cache=cache_rows(shared["cache"], c.rows))  # fmt: skip
-            P.probe_pass(model, swapped[c.rows], P.sink_reader(shared["sinks"]),
+            P.probe_pass(model, swapped[c.rows], P.sink_reader(sinks),
                          names=lambda l: [pattern(l)], cost=part)  # fmt: skip
-        return {"cost": part.total}
+        sums, first, gap = reader.chunk()
+        if c.rows.start > 0:  # the first sequence's patterns: the first chunk's
+            first = {}
+        return {"cost": part.total, "sums": sums, "sinks": sinks, "gap": [gap], "first": [first]}
 
     task = Task(
-        "head_atlas", P.footprint(model, pos, draws), work=2.0, chunk=chunk, combine={},
-        prepare=prepare, fix="use a smaller or shorter probe", desc="head atlas",
-        parallel=False,  # its readers sum the patterns across chunks
+        "head_atlas", P.footprint(model, pos, draws), work=2.0, chunk=chunk, prepare=prepare,
+        combine={"sums": "sum", "sinks": "sum", "gap": "rows", "first": "rows"},
+        fix="use a smaller or shorter probe", desc="head atlas",
         inputs=(tokens, swapped, seed, keep_patterns, causal),
     )  # fmt: skip
     out = run(model, (n, pos), task, memory_budget=memory_budget, estimate=estimate,
               progress=progress)  # fmt: skip
     if isinstance(out, Estimate):
         return out
-    reader, sink_sums = shared["reader"], shared["sinks"]
+    reader, sink_sums = shared["reader"], out.values["sinks"]
+    reader.sums, reader.gap = out.values["sums"], worst(out.values["gap"])
+    reader.first = next((f for f in out.values["first"] if f), {})
     with eval_no_grad(model):
         dtype = reader.rt.layer(0).W["q"].dtype
         # patterns are probabilities (magnitude 1); in float16 / bfloat16 four eps of the
