@@ -212,3 +212,41 @@ def test_bad_writer_lists_are_refused_before_the_forward(induction_model):
     with pytest.raises(InterpError, match="post-norm"):
         A.qk_attribution(bert, _tokens(bert), layer=2, head=0,
                          key_dictionary=[_dictionary(bert, "blocks.0.hook_attn_out")])  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["attn-only (learned positions)", "gpt2"])
+def test_feature_head_attribution_over_upstream_writers(kind):
+    """A residual dictionary's pre-activation over its writers' features: the rows of a
+    feature add up to its encoder's own pre-activation."""
+    model = kind_model(kind)
+    tokens = _tokens(model)
+    layer = model.cfg.n_layers - 1
+    D = _dictionary(model, f"blocks.{layer}.hook_resid_pre", seed=9)
+    ups = _writers(model, 0)
+    df = A.feature_head_attribution(model, tokens, dictionary=D, upstream=ups,
+                                    query_positions=[-1, 4])  # fmt: skip
+    # float32 sums of a few dozen products, as the QK rows: 1e-4 of the largest pre-activation
+    assert df.attrs["pre_gap"] < RTOL
+    _, c = model.run_with_cache(tokens)
+    pre = D.pre_activations(c[f"blocks.{layer}.hook_resid_pre"]).detach()
+    sums = df.groupby(["sequence", "query_position", "feature"])["value"].sum()
+    for (b, p, f), v in sums.items():
+        assert abs(v - float(pre[b, p, f])) < RTOL * float(pre.abs().max()), (b, p, f)
+    labels = set(df["label"])
+    pre0 = "blocks.0.hook_attn_out:" if len(ups) > 1 else ""
+    assert any(x.startswith("embed:") for x in labels)
+    assert any(re.fullmatch(rf"{re.escape(pre0)}F\d+", x) for x in labels)
+    assert {f"{pre0}error", f"{pre0}b_dec", "bias"} <= labels
+    heads = df.dropna(subset=["head"])  # the heads of later layers stay heads
+    assert set(heads["layer"]) <= set(range(1, layer)), set(heads["layer"])
+
+
+def test_feature_head_attribution_refuses_bad_upstream(induction_model):
+    t = _tokens(induction_model)
+    D = _dictionary(induction_model, "blocks.1.hook_resid_pre")
+    z = _dictionary(induction_model, "blocks.1.attn.hook_z")
+    with pytest.raises(InterpError, match="drop upstream"):
+        A.feature_head_attribution(induction_model, t, dictionary=z, upstream=[D])
+    later = _dictionary(induction_model, "blocks.1.hook_attn_out")
+    with pytest.raises(InterpError, match="not upstream"):
+        A.feature_head_attribution(induction_model, t, dictionary=D, upstream=[later])

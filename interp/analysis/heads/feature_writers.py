@@ -13,7 +13,10 @@ A dictionary's encoder is affine before its nonlinearity,
   every earlier component wrote (:func:`interp.analysis.heads.qk.inputs.residual_pieces`,
   sandwich norms frozen at this run's scale), so ``pre_f`` is a sum over the heads
   upstream (their direct path), a ``rest`` row (the embeddings, MLPs, output biases and
-  any remainder: so the rows sum exactly) and the ``bias``.
+  any remainder: so the rows sum exactly) and the ``bias``; with ``upstream=`` writer
+  dictionaries (:mod:`interp.analysis.heads.qk.writers`), the stream's pieces are the
+  tokens' embeddings, the writers' active features, errors and decoder biases, and the
+  heads and MLPs without a dictionary.
 
 The split is of the pre-activation; the nonlinearity (relu, topk, jumprelu) comes after it,
 and ``attrs["nonlinearity"]`` says which. Every call checks the rows against the
@@ -33,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -41,6 +45,8 @@ import torch
 
 from interp.analysis.heads.qk.cells import read_positions
 from interp.analysis.heads.qk.inputs import head_inputs, residual_pieces
+from interp.analysis.heads.qk.stream import Split, split_stream
+from interp.analysis.heads.qk.writers import PAD, Writer, check_writers
 from interp.core.checks import check_int, check_tokens
 from interp.core.errors import InterpError
 from interp.core.hooks import head_label, hook_name
@@ -64,6 +70,7 @@ def feature_head_attribution(
     query_positions: Any = -1,
     features: Any = None,
     cache: Any = None,
+    upstream: Dictionary | list[Dictionary] | None = None,
 ) -> pd.DataFrame:
     """Each feature's pre-activation split exactly over the heads that wrote its input.
 
@@ -89,6 +96,12 @@ def feature_head_attribution(
         cache: An ActivationCache of ``tokens``; it is read only after its earliest
             token-dependent activation is recomputed on ``tokens`` and matches; hooks it lacks
             are computed by one forward pass.
+        upstream: For a residual dictionary: writer dictionaries (one or a list, as
+            :func:`~interp.analysis.qk_attribution` takes them:
+            :mod:`interp.analysis.heads.qk.writers`) that split its input further: the rows
+            are then the tokens' embeddings (``embed:<token>``), the positional embedding,
+            each writer's active features, ``error`` and ``b_dec``, the heads and MLPs
+            without a dictionary, any ``remainder``, and ``bias``.
 
     Returns:
         A table with one row per (sequence, query position, feature, piece): ``layer, head,
@@ -105,7 +118,8 @@ def feature_head_attribution(
         InterpError: for no model, a dictionary that does not fit (another width or
             model, a hook that is neither a layer's ``hook_z`` nor a ``hook_resid_pre``
             after the first layer or ``hook_resid_post`` before the last), positions out
-            of range, features out of range, or rows
+            of range, features out of range, ``upstream`` beside a z dictionary or one that
+            :func:`~interp.analysis.heads.qk.writers.check_writers` refuses, or rows
             that do not reproduce the encoder's pre-activation (above :data:`CHECK_RTOL`),
             or a model activation or pre-activation that is NaN or infinite.
     """
@@ -122,6 +136,14 @@ def feature_head_attribution(
             f"{D.hook_name!r} is the last layer's output, which no later head reads: split a "
             "dictionary at a blocks.l.hook_resid_pre (or an earlier layer's hook_resid_post)"
         )
+    writers: tuple[Writer, ...] = ()
+    if upstream is not None:
+        if kind == "z":
+            raise InterpError(
+                "upstream= splits a residual dictionary's input over its writers' features; a z "
+                "dictionary's is split over heads and source positions: drop upstream"
+            )
+        writers = check_writers(model, upstream, layer=layer, side="upstream")
     tokens = check_tokens(model, tokens)
     bsz, n = tokens.shape
     qs = read_positions(query_positions, n, "query_positions")
@@ -138,7 +160,8 @@ def feature_head_attribution(
                 cost.add(cache_work(acts))
             x = acts[names[0]].float().flatten(2)  # [batch, pos, head * d_head]
         else:
-            acts, cost = head_inputs(model, tokens, cache, layer)
+            extra = tuple(w.dictionary.hook_name for w in writers)
+            acts, cost = head_inputs(model, tokens, cache, layer, extra=extra)
             x = acts[hook_name("resid_pre", layer)].float()  # = blocks.{layer-1}.hook_resid_post
         check_finite_values(
             x,
@@ -160,8 +183,13 @@ def feature_head_attribution(
                 feats = chosen if chosen is not None else torch.nonzero(post[b, p] > 0).flatten()
                 if len(feats):
                     rows.append((b, p, feats.tolist()))
-        split = _split_z if kind == "z" else _split_resid
-        table, gap, size = split(model, D, acts, layer, rows, pre, post)
+        if writers:
+            sp = split_stream(model, acts, tokens, writers, residual_pieces(model, acts, layer),
+                              layer=layer, by="head")  # fmt: skip
+            table, gap, size = _split_upstream(sp, D, rows, pre, post)
+        else:
+            split = _split_z if kind == "z" else _split_resid
+            table, gap, size = split(model, D, acts, layer, rows, pre, post)
     check = CHECK_RTOL
     if not within(gap, check):  # NaN fails
         raise InterpError(
@@ -287,6 +315,43 @@ def _split_resid(
             a = float(post[b, p, f])
             out.append(_frame(b, p, f, a, None, lh, None, share[:, j]))
             out.append(_extra(b, p, f, a, "rest", float(r[j]), key=False))
+            out.append(_extra(b, p, f, a, "bias", float(bias[j]), key=False))
+    return _concat(out), gap, size
+
+
+def _split_upstream(
+    sp: Split, D: Dictionary, rows: Any, pre: Any, post: Any
+) -> tuple[pd.DataFrame, float, float]:
+    """Rows of a residual dictionary's features over the pieces of ``sp`` (its writers'
+    features, the tokens' embeddings, components) and ``bias``."""
+    codes, writes, fixed = sp.codes(), sp.writes(), torch.stack(sp.fixed)
+    out, gap, size = [], 0.0, float(pre.abs().max().clamp(min=1e-12))
+    for b, p, feats in rows:
+        W = D.W_enc.detach().float()[:, feats]  # [d_model, feature]
+        on = codes[b, p] != PAD
+        names = [sp.code_name(int(c)) for c in codes[b, p][on]] + sp.names
+        share = torch.cat([writes[b, p][on], fixed[:, b, p]]) @ W  # [piece, feature]
+        bias = _bias(D, feats)
+        miss = float((share.sum(0) + bias - pre[b, p, feats]).abs().max())
+        gap = worst([gap, miss / size])
+        heads = [re.fullmatch(r"L(\d+)H(\d+)", x) for x in names]
+        lh = [(int(m[1]), int(m[2])) if m else (None, None) for m in heads]
+        for j, f in enumerate(feats):
+            a = float(post[b, p, f])
+            out.append(
+                pd.DataFrame(
+                    {
+                        "layer": pd.array([x[0] for x in lh], dtype="Int64"),
+                        "head": pd.array([x[1] for x in lh], dtype="Int64"),
+                        "label": names,
+                        "sequence": b,
+                        "query_position": p,
+                        "feature": f,
+                        "value": share[:, j].double().numpy(),
+                        "activation": a,
+                    }
+                )
+            )
             out.append(_extra(b, p, f, a, "bias", float(bias[j]), key=False))
     return _concat(out), gap, size
 
