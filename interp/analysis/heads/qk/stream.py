@@ -143,7 +143,8 @@ def _writer_pieces(
         b_O = rt.output_bias()
         post = rt.norm("ln1_post", m)
         if b_O is not None and bool(b_O[m].abs().max() > 0) or post is not None:
-            bias = b_O[m].to(dev).float() if b_O is not None else torch.zeros(W_O.shape[1])
+            zero = torch.zeros(W_O.shape[1], device=dev)
+            bias = b_O[m].to(dev).float() if b_O is not None else zero
             names, fixed = [*names, f"L{m}.attn_bias"], [*fixed, bias.expand_as(fixed[0])]
         if post is not None:
             inv = post.inverse_scale(writes.sum(-2) + sum(fixed))  # [batch, pos, 1]
