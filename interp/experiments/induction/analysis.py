@@ -62,6 +62,11 @@ from interp.datasets import BOS, HELD_OUT_LENGTHS, RepeatedTokens, repeated_rand
 from interp.datasets import repeated_tokens as make_repeated
 from interp.experiments.common import half_losses, load, progress_bar
 from interp.experiments.induction.continuation import continuation, summary_row
+from interp.experiments.induction.features import (
+    WhyInFeatures,
+    feature_summary_rows,
+    why_in_features,
+)
 from interp.experiments.induction.why_attend import WhyAttend, summary_rows, why_attend
 
 NAME = "induction"
@@ -99,6 +104,7 @@ class InductionFindings:
     probe_size: int
     lens: pd.DataFrame  # per stage and half: the next token's probability and rank
     why: WhyAttend  # the induction head's score on its targets, split by QK attribution
+    features: WhyInFeatures  # the same score over the previous-token layer's features
     continued: pd.DataFrame  # the repeated half continued, clean and without the induction head
 
     @property
@@ -163,6 +169,7 @@ class InductionFindings:
             ("in-context learning score", icl, "< 0 (late loss below early)"),
             summary_row(self.continued, self.induction_label),
             *summary_rows(self.why, self.induction_label, self.prev_label),
+            *feature_summary_rows(self.features, self.induction_label, self.prev_label),
         ]
         return pd.DataFrame(rows, columns=["quantity", "value", "reference"]).astype(
             {"value": object}
@@ -319,6 +326,7 @@ def analyse(
     pats = attention_patterns(model, example)[0].cpu()  # [layer * head, q, k], layer-major
     lens = lens_by_half(model, data)
     why = why_attend(model, data, ind_head)
+    in_features = why_in_features(model, data, ind_head, prev_head[0], seed=seed)
     continued = continuation(model, ind_head, seed=seed)
     bar.update()
     bar.close()
@@ -349,6 +357,7 @@ def analyse(
         probe_size=int(probe.tokens.shape[0]),
         lens=lens,
         why=why,
+        features=in_features,
         continued=continued,
     )
 
@@ -403,5 +412,8 @@ def tables(f: InductionFindings) -> dict[str, pd.DataFrame]:
         "qk_pairs": f.why.pairs,
         "qk_sides": f.why.sides,
         "qk_interventions": f.why.interventions,
+        "qk_features_per_prompt": f.features.per_prompt,
+        "qk_feature_meanings": f.features.meanings,
+        "qk_feature_removals": f.features.removals,
         "continuation": f.continued,
     }

@@ -9,6 +9,7 @@ from typing import Any
 
 from interp.experiments.induction.analysis import TITLE, InductionFindings
 from interp.experiments.induction.continuation import summary_row
+from interp.experiments.induction.features import feature_sentence
 from interp.outputs.figures import heatmap, lines
 from interp.outputs.render import Report
 from interp.outputs.tables import styled_html
@@ -178,6 +179,19 @@ def report(f: InductionFindings) -> Report:
         caption="each side's top writers removed from the head's "
         "query or key input alone (norms recomputed), beside the attribution",
     )
+    report.heading(f"Why {f.induction_label} attends, in features")
+    report.text(feature_sentence(f.features, f.induction_label, f.prev_label))
+    report.table(
+        f.features.per_prompt.head(20),
+        caption="the first 20 held-out prompts: the query token A, the score on the "
+        "induction target, its top (query piece, key piece) pair and what that key feature "
+        "reads (its own top previous token)",
+    )
+    report.table(
+        f.features.removals,
+        caption="the top key feature removed from the key input alone (norms recomputed), "
+        "beside its attribution",
+    )
     report.heading(f"What the model writes without {f.induction_label}")
     quantity, value, _ = summary_row(f.continued, f.induction_label)
     report.text(
@@ -247,4 +261,5 @@ def summary(f: InductionFindings) -> list[str]:
             for r in f.lens[f.lens["half"] == "repeated"].itertuples()
         ),
         why_lines(f)[1],
+        feature_sentence(f.features, f.induction_label, f.prev_label),
     ]
