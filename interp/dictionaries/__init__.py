@@ -7,6 +7,9 @@ sae-lens folders (and Gemma Scope npz files); :class:`Splice` / :func:`spliced` 
 into a model at its hook with its error term kept as a node; :func:`train_dictionary`
 trains a TopK dictionary on a hook's activations and :func:`dictionary_report` scores one;
 :func:`read_features` reads what each feature does (top contexts, density, logit effects).
+:class:`Transcoder` reads one hook (an MLP's input) and writes another (its output);
+:func:`load_transcoder` / :func:`load_circuit_tracer_transcoder` read sae-lens folders and
+circuit-tracer's per-layer files.
 """
 
 from interp.dictionaries.dictionary import ARCHITECTURES, Dictionary, architecture_name
@@ -21,6 +24,13 @@ from interp.dictionaries.report import DictionaryReport, dictionary_report
 from interp.dictionaries.sae_lens import dictionary_config, save_dictionary
 from interp.dictionaries.splice import Splice, check_dictionary, check_hook, hook_width, spliced
 from interp.dictionaries.train import TrainedDictionary, default_lr, train_dictionary
+from interp.dictionaries.transcoder import Transcoder
+from interp.dictionaries.transcoder_files import (
+    load_circuit_tracer_transcoder,
+    load_transcoder,
+    save_transcoder,
+    transcoder_config,
+)
 
 __all__ = [
     "ARCHITECTURES",
@@ -29,6 +39,7 @@ __all__ = [
     "FeatureReading",
     "Splice",
     "TrainedDictionary",
+    "Transcoder",
     "architecture_name",
     "check_dictionary",
     "check_hook",
@@ -37,10 +48,14 @@ __all__ = [
     "dictionary_report",
     "feature_logit_effects",
     "hook_width",
+    "load_circuit_tracer_transcoder",
     "load_dictionary",
+    "load_transcoder",
     "read_features",
     "save_dictionary",
+    "save_transcoder",
     "spliced",
     "token_strings",
     "train_dictionary",
+    "transcoder_config",
 ]

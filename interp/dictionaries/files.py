@@ -55,40 +55,43 @@ IDENTITY_NORMS = ("none", "expected_average_only_in")  # sae-lens applies neithe
 CORRUPT_FILE = "the file is corrupt; retrain or re-download it"
 
 
-def _bad(path: Path, what: str) -> InterpError:
+def file_error(path: Path, what: str) -> InterpError:
+    """The error about a file: ``InterpError("{path}: {what}")``."""
     return InterpError(f"{path}: {what}")
 
 
-def _read_cfg(path: Path) -> dict[str, Any]:
+def read_cfg(path: Path) -> dict[str, Any]:
+    """A sae-lens folder's ``cfg.json`` as a dict (with a dict ``metadata``), or an InterpError."""
     try:
         cfg = json.loads((path / CFG).read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:
-        raise _bad(
+        raise file_error(
             path / CFG, f"is not UTF-8 text (byte {e.start}): the file is corrupt; re-download it"
         ) from None
     except json.JSONDecodeError as e:
-        raise _bad(
+        raise file_error(
             path / CFG, f"is not valid JSON ({e.msg}, line {e.lineno}): fix or re-download it"
         ) from None
     except OSError as e:
-        raise _bad(path / CFG, f"cannot be read ({e.strerror or type(e).__name__})") from None
+        raise file_error(path / CFG, f"cannot be read ({e.strerror or type(e).__name__})") from None
     if not isinstance(cfg, dict):
-        raise _bad(path / CFG, "must hold a JSON object of sae-lens config keys")
+        raise file_error(path / CFG, "must hold a JSON object of sae-lens config keys")
     if not isinstance(cfg.get("metadata") or {}, dict):
-        raise _bad(path / CFG, "'metadata' must be a JSON object (hook_name, model_name ...)")
+        raise file_error(path / CFG, "'metadata' must be a JSON object (hook_name, model_name ...)")
     return cfg
 
 
-def _key(cfg: dict[str, Any], key: str, path: Path, kind: type | tuple[type, ...]) -> Any:
+def cfg_key(cfg: dict[str, Any], key: str, path: Path, kind: type | tuple[type, ...]) -> Any:
+    """``cfg[key]``, present and of ``kind`` (an int at least 1), or an InterpError."""
     if key not in cfg:
-        raise _bad(path / CFG, f"has no {key!r}: add it (sae-lens cfg.json key)")
+        raise file_error(path / CFG, f"has no {key!r}: add it (sae-lens cfg.json key)")
     value = cfg[key]
     if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        raise _bad(
+        raise file_error(
             path / CFG, f"{key!r} is {value!r}: it must be a {getattr(kind, '__name__', kind)}"
         )
     if kind is int and value < 1:
-        raise _bad(path / CFG, f"{key!r} is {value}: it must be at least 1")
+        raise file_error(path / CFG, f"{key!r} is {value}: it must be at least 1")
     return value
 
 
@@ -102,10 +105,10 @@ def _architecture(cfg: dict[str, Any], path: Path) -> tuple[str, int | None]:
     try:
         arch = architecture_name(arch)
     except InterpError as e:
-        raise _bad(path / CFG, f"'architecture': {e}") from None
+        raise file_error(path / CFG, f"'architecture': {e}") from None
     k = cfg.get("k", kwargs.get("k")) if arch == "topk" else None
     if arch == "topk" and (isinstance(k, bool) or not isinstance(k, int)):
-        raise _bad(path / CFG, f"a topk dictionary needs an integer 'k', got {k!r}")
+        raise file_error(path / CFG, f"a topk dictionary needs an integer 'k', got {k!r}")
     return arch, k
 
 
@@ -114,14 +117,17 @@ def _hook_name(cfg: dict[str, Any]) -> str:
     return str(meta.get("hook_name") or cfg.get("hook_name") or cfg.get("hook_point") or "")
 
 
-def _load_safetensors(file: Path) -> dict[str, torch.Tensor]:
+def load_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, or an InterpError naming a corrupt file."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     try:
         return load_file(str(file))
     except (SafetensorError, OSError, ValueError, TypeError, RuntimeError) as e:
-        raise _bad(file, f"is not a readable safetensors file ({e}): {CORRUPT_FILE}") from None
+        raise file_error(
+            file, f"is not a readable safetensors file ({e}): {CORRUPT_FILE}"
+        ) from None
 
 
 def _load_npz(file: Path) -> dict[str, Any]:
@@ -131,7 +137,9 @@ def _load_npz(file: Path) -> dict[str, Any]:
     import numpy as np
 
     if not zipfile.is_zipfile(file):
-        raise _bad(file, f"is not an npz archive (truncated, or not a numpy file): {CORRUPT_FILE}")
+        raise file_error(
+            file, f"is not an npz archive (truncated, or not a numpy file): {CORRUPT_FILE}"
+        )
     try:
         with np.load(file, allow_pickle=False) as data:
             # Gemma Scope spells the matrices w_enc / w_dec in some releases
@@ -139,21 +147,22 @@ def _load_npz(file: Path) -> dict[str, Any]:
                 ("W_" + k[2:] if k.startswith("w_") else k): np.array(data[k]) for k in data.files
             }
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
-        raise _bad(file, f"is not a readable npz file ({e}): {CORRUPT_FILE}") from None
+        raise file_error(file, f"is not a readable npz file ({e}): {CORRUPT_FILE}") from None
 
 
-def _weight(value: Any, name: str, file: Path) -> torch.Tensor:
+def file_weight(value: Any, name: str, file: Path) -> torch.Tensor:
+    """A file's tensor as a floating weight, or an InterpError naming the file."""
     try:
         return as_weight(value, repr(name))
     except InterpError as e:
-        raise _bad(file, f"{e}; {CORRUPT_FILE}") from None
+        raise file_error(file, f"{e}; {CORRUPT_FILE}") from None
 
 
 def _tensors(state: dict[str, Any], file: Path, arch: str) -> dict[str, torch.Tensor]:
     state = dict(state)
     if "log_threshold" in state and "threshold" not in state:
         log = check_finite_weight(
-            _weight(state.pop("log_threshold"), "log_threshold", file),
+            file_weight(state.pop("log_threshold"), "log_threshold", file),
             f"{file}: 'log_threshold'",
             fix=CORRUPT_FILE,
         )
@@ -161,17 +170,17 @@ def _tensors(state: dict[str, Any], file: Path, arch: str) -> dict[str, torch.Te
     need = [k for k in TENSORS if k != "threshold" or arch == "jumprelu"]
     missing = [k for k in need if k not in state]
     if missing:
-        raise _bad(
+        raise file_error(
             file, f"has no {', '.join(map(repr, missing))}: a {arch} dictionary needs {need}"
         )
     extra = sorted(set(state) - set(need))
     if extra:
-        raise _bad(
+        raise file_error(
             file,
             f"holds {', '.join(map(repr, extra))}, which a {arch} dictionary does not use: "
             "remove them or set cfg.json's 'architecture' to the dictionary they belong to",
         )
-    out = {k: _weight(state[k], k, file) for k in need}
+    out = {k: file_weight(state[k], k, file) for k in need}
     for k, t in out.items():
         check_finite_weight(t, f"{file}: {k!r}", fix=CORRUPT_FILE)
     return out
@@ -182,7 +191,7 @@ def _check_widths(tensors: dict[str, torch.Tensor], d_in: int, d_sae: int, file:
     want["threshold"] = (d_sae,)
     for key, t in tensors.items():
         if tuple(t.shape) != want[key]:
-            raise _bad(
+            raise file_error(
                 file,
                 f"{key!r} has shape {list(t.shape)}, but cfg.json's d_in={d_in}, d_sae={d_sae} "
                 f"need {list(want[key])}: the weights and the config belong to different "
@@ -235,36 +244,40 @@ def load_dictionary(
     if not p.is_dir():
         raise InterpError(f"{p}: no such dictionary folder: pass a sae-lens folder or a .npz file")
     if not (p / CFG).is_file():
-        raise _bad(p, f"has no {CFG}: a sae-lens folder holds {CFG} and {WEIGHTS}")
+        raise file_error(p, f"has no {CFG}: a sae-lens folder holds {CFG} and {WEIGHTS}")
     if not (p / WEIGHTS).is_file():
-        raise _bad(p, f"has no {WEIGHTS}: a sae-lens folder holds {CFG} and {WEIGHTS}")
-    cfg = _read_cfg(p)
+        raise file_error(p, f"has no {WEIGHTS}: a sae-lens folder holds {CFG} and {WEIGHTS}")
+    cfg = read_cfg(p)
     arch, k = _architecture(cfg, p)
-    d_in, d_sae = _key(cfg, "d_in", p, int), _key(cfg, "d_sae", p, int)
+    d_in, d_sae = cfg_key(cfg, "d_in", p, int), cfg_key(cfg, "d_sae", p, int)
     norm = cfg.get("normalize_activations", "none")
     norm = {None: "none", False: "none", True: "expected_average_only_in"}.get(norm, norm)
     if norm not in IDENTITY_NORMS:
-        raise _bad(
+        raise file_error(
             p / CFG,
             f"'normalize_activations' is {norm!r}: only {' / '.join(IDENTITY_NORMS)} (no "
             "change at inference) are supported; fold the normalisation into the weights",
         )
     if cfg.get("reshape_activations", "none") not in ("none", "hook_z"):
-        raise _bad(p / CFG, f"'reshape_activations' {cfg['reshape_activations']!r} is unknown")
+        raise file_error(
+            p / CFG, f"'reshape_activations' {cfg['reshape_activations']!r} is unknown"
+        )
     apply_b_dec = cfg.get("apply_b_dec_to_input", True)
     if not isinstance(apply_b_dec, bool):
-        raise _bad(p / CFG, f"'apply_b_dec_to_input' is {apply_b_dec!r}: it must be true or false")
+        raise file_error(
+            p / CFG, f"'apply_b_dec_to_input' is {apply_b_dec!r}: it must be true or false"
+        )
     file_dtype = cfg.get("dtype", "float32")
     if dtype is None and str(file_dtype).removeprefix("torch.") not in DTYPES:
-        raise _bad(p / CFG, f"'dtype' {file_dtype!r} is unknown: use one of {sorted(DTYPES)}")
+        raise file_error(p / CFG, f"'dtype' {file_dtype!r} is unknown: use one of {sorted(DTYPES)}")
     dtype = dtype or DTYPES[str(file_dtype).removeprefix("torch.")]
-    tensors = _tensors(_load_safetensors(p / WEIGHTS), p / WEIGHTS, arch)
+    tensors = _tensors(load_safetensors(p / WEIGHTS), p / WEIGHTS, arch)
     _check_widths(tensors, d_in, d_sae, p / WEIGHTS)
     tensors = {key: t.to(torch.float64) for key, t in tensors.items()}
     if arch == "topk" and cfg.get("rescale_acts_by_decoder_norm", False):
         norms = tensors["W_dec"].norm(dim=-1)  # [d_sae]; folded: same activations
         if not bool((norms > 0).all()):
-            raise _bad(
+            raise file_error(
                 p / WEIGHTS,
                 f"'W_dec' has {int((norms == 0).sum())} all-zero row(s), which "
                 "rescale_acts_by_decoder_norm divides by: drop those features or set "
@@ -304,7 +317,7 @@ def _build(
             **options,
         )
     except InterpError as e:
-        raise _bad(file, str(e)) from None
+        raise file_error(file, str(e)) from None
     return D if device is None else D.to(device)
 
 
@@ -312,12 +325,12 @@ def _from_npz(
     file: Path, hook_name: str | None, dtype: torch.dtype | None, device: torch.device | None
 ) -> Dictionary:
     if hook_name is None:
-        raise _bad(
+        raise file_error(
             file, "does not name its hook: pass hook_name= (e.g. 'blocks.12.hook_resid_post')"
         )
     tensors = _tensors(_load_npz(file), file, "jumprelu")
     if tensors["W_enc"].ndim != 2:
-        raise _bad(
+        raise file_error(
             file, f"'W_enc' has shape {list(tensors['W_enc'].shape)}: it must be [d_in, d_sae]"
         )
     d_in, d_sae = tensors["W_enc"].shape

@@ -111,13 +111,13 @@ def save_dictionary(D: Dictionary, path: str | os.PathLike[str]) -> Path:
 
     def weights(f: Path) -> None:
         save_file(state, str(f))
-        os.chmod(f, 0o666 & ~_umask())  # safetensors writes 0600; give it cfg.json's mode
+        os.chmod(f, 0o666 & ~umask())  # safetensors writes 0600; give it cfg.json's mode
 
     write_files({out / WEIGHTS: weights, out / CFG: lambda f: f.write_text(text)})
     return out
 
 
-def _umask() -> int:
+def umask() -> int:
     """The process umask (read by setting it, so set it straight back)."""
     mask = os.umask(0)
     os.umask(mask)
