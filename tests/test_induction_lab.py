@@ -111,12 +111,12 @@ def test_qk_attribution_says_why_the_induction_head_attends(lab, induction_model
 
 
 def test_the_induction_head_attends_for_the_feature_that_reads_its_token(lab, induction_model):
-    """In features (issue 46): with a TopK dictionary trained in the lab on L0's attention
-    output, L1H1's top (query, key) pair on its induction target is (embed:A) x (a feature
-    whose own top previous token is A) in at least 90% of the 256 held-out prompts; the
-    feature's meaning is recomputed here from its activations in the lab's own folder-free
-    way (hook activations, encode, the previous token's share), and removing the feature from
-    the key input alone moves the score within a tenth of its attribution."""
+    """In features (issue 46): with the shipped TopK dictionary on L0's attention output
+    (data/induction-2l-attn0), L1H1's top (query, key) pair on its induction target is
+    (embed:A) x (a feature whose own top previous token is A) in at least 90% of the 256
+    held-out prompts; each hit's feature reads A by the lab's meanings table (checked against
+    a hand count in the next test), and removing the feature from the key input alone moves
+    the score within a tenth of its attribution."""
     per = table(lab, "qk_features_per_prompt")
     meanings = table(lab, "qk_feature_meanings").set_index("feature")
     assert len(per) == 256
@@ -131,6 +131,32 @@ def test_the_induction_head_attends_for_the_feature_that_reads_its_token(lab, in
     assert (gap <= 0.1 * removals["attribution"].abs()).all()
     report = (lab[1] / "report.html").read_text()
     assert "In features: with a 128-feature TopK dictionary" in report
+
+
+@pytest.mark.slow
+def test_the_shipped_dictionary_is_what_its_recipe_trains(tmp_path):
+    """data/induction-2l-attn0 is honestly reproducible: the command in its metadata (the
+    lab's RECIPE) writes the same dictionary again. Same CPU kind: bit-identical (measured
+    0.0, with 1 or 2 threads); another CPU's kernels round differently and Adam carries it
+    over 384 steps, so weights within 5% of each tensor's scale and the figures close."""
+    import shlex
+
+    from interp.core.paths import data_dir
+    from interp.dictionaries import load_dictionary
+    from interp.experiments.induction.features import RECIPE, SHIPPED
+
+    shipped = load_dictionary(data_dir() / SHIPPED)
+    assert shipped.metadata["command"].startswith(RECIPE)
+    args = shlex.split(RECIPE)[1:]
+    proc = run_cli(*args, "--out", str(tmp_path / "d"), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    again = load_dictionary(tmp_path / "d")
+    for name in ("W_enc", "W_dec", "b_enc", "b_dec"):
+        a, b = getattr(shipped, name).detach(), getattr(again, name).detach()
+        assert float((a - b).abs().max()) <= 0.05 * float(a.abs().max()), name
+    r, s = shipped.metadata["report"], again.metadata["report"]
+    assert abs(r["fraction_variance_explained"] - s["fraction_variance_explained"]) < 0.01
+    assert r["l0"] == s["l0"] and abs(r["dead_fraction"] - s["dead_fraction"]) < 0.05
 
 
 def test_the_features_meanings_are_read_from_their_activations(induction_model):

@@ -35,13 +35,7 @@ from typing import Any
 from interp.core.moved_paths import MOVED
 
 #: old module -> why it cannot be imported any more, and what to use instead.
-WITHDRAWN: dict[str, str] = {
-    "interp.experiments.induction.features": (
-        "interp.experiments.induction.features was withdrawn before release (the induction "
-        "lab in features is not on main yet); for feature-level QK attribution use "
-        "interp.analysis.qk_attribution(..., dictionary=D) and interp.dictionaries"
-    ),
-}
+WITHDRAWN: dict[str, str] = {}  # (interp.experiments.induction.features is on main again)
 
 #: (module, old name) -> "module:new_name", for names renamed inside modules that still exist.
 RENAMED: dict[tuple[str, str], str] = {

@@ -65,6 +65,7 @@ from interp.experiments.induction.continuation import continuation, summary_row
 from interp.experiments.induction.features import (
     WhyInFeatures,
     feature_summary_rows,
+    lab_dictionary,
     why_in_features,
 )
 from interp.experiments.induction.why_attend import WhyAttend, summary_rows, why_attend
@@ -326,7 +327,7 @@ def analyse(
     pats = attention_patterns(model, example)[0].cpu()  # [layer * head, q, k], layer-major
     lens = lens_by_half(model, data)
     why = why_attend(model, data, ind_head)
-    in_features = why_in_features(model, data, ind_head, prev_head[0], seed=seed)
+    in_features = why_in_features(model, data, ind_head, lab_dictionary(model, name, prev_head[0]))
     continued = continuation(model, ind_head, seed=seed)
     bar.update()
     bar.close()

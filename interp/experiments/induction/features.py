@@ -22,9 +22,9 @@ whether the score moves by what the attribution says.
 Example:
     >>> from interp.models import load_model
     >>> m = load_model("induction-2l")
-    >>> fit, tokens = layer_dictionary(m, 0, sequences=64, epochs=1)
-    >>> fit.dictionary.hook_name, fit.dictionary.d_sae
-    ('blocks.0.hook_attn_out', 128)
+    >>> D, training, tokens = lab_dictionary(m, "induction-2l", 0)
+    >>> D.hook_name, D.d_sae, training["report"]["l0"]
+    ('blocks.0.hook_attn_out', 128, 4.0)
 """
 
 from __future__ import annotations
@@ -36,14 +36,22 @@ import torch
 
 from interp.analysis.heads.qk.attribution import qk_attribution
 from interp.analysis.heads.qk.interventions import qk_interventions
+from interp.core.paths import INDUCTION_CHECKPOINT, data_dir
 from interp.core.protocol import HookedModel
 from interp.datasets import TRAIN_LENGTHS, RepeatedTokens, repeated_tokens
-from interp.dictionaries import Dictionary, TrainedDictionary, train_dictionary
+from interp.dictionaries import Dictionary, load_dictionary, train_dictionary
 from interp.dictionaries.activations import hook_activations
 from interp.dictionaries.logit_effects import token_strings
+from interp.dictionaries.splice import check_dictionary
 from interp.experiments.induction.why_attend import induction_targets
 
 FEATURES, K, SEQUENCES, EPOCHS = 128, 4, 1024, 8  # the dictionary of the lab
+SHIPPED = "induction-2l-attn0"  # the shipped model's, in data/ (the sae-lens layout)
+#: the command that wrote it (``interp train dictionary``; its metadata records it too)
+RECIPE = (
+    f"interp train dictionary --model induction-2l --hook blocks.0.hook_attn_out --features "
+    f"{FEATURES} --k {K} --corpus repeated --sequences {SEQUENCES} --epochs {EPOCHS} --seed 0"
+)
 CHECKS = 32  # prompts whose top key feature is removed, one intervention each
 TENTH = 0.1  # a removal agrees when it moves the score within this share of the attribution
 
@@ -69,14 +77,52 @@ class WhyInFeatures:
         return float(self.removals["within_a_tenth"].mean())
 
 
+def lab_dictionary(
+    model: HookedModel, name: str, layer: int, *, seed: int = 0
+) -> tuple[Dictionary, dict, torch.Tensor]:
+    """The lab's dictionary on ``layer``'s attention output, its figures and its training
+    tokens: the shipped one (:data:`SHIPPED`) for the shipped model's layer 0, else one
+    trained now by the same recipe (:func:`layer_dictionary`).
+
+    Args:
+        model: The hooked model.
+        name: Its name (``induction-2l``: the shipped model).
+        layer: The previous-token head's layer.
+        seed: The recipe's seed (a dictionary trained now).
+
+    Returns:
+        ``(dictionary, training, tokens)``: ``training`` holds the training record and its
+        ``report`` (variance explained, L0, dead share, losses on held-out tokens).
+
+    Raises:
+        InterpError: for a shipped dictionary that does not fit the model.
+    """
+    if name == INDUCTION_CHECKPOINT and layer == 0:
+        D = load_dictionary(data_dir() / SHIPPED)
+        check_dictionary(model, D)
+        corpus = D.metadata["corpus"]
+        n_ctx = int(model.cfg.n_ctx)
+        tokens = _draw(model, int(corpus["n_tokens"]) // n_ctx, int(corpus["seeds"][0]))
+        training = {**D.metadata["training"], "report": D.metadata["report"]}
+        return D, training, tokens
+    return layer_dictionary(model, layer, seed=seed)
+
+
+def _draw(model: HookedModel, n: int, seed: int) -> torch.Tensor:
+    """``interp train dictionary --corpus repeated``'s sequences: the training distribution."""
+    return repeated_tokens(
+        n, d_vocab=int(model.cfg.d_vocab), seq_len=int(model.cfg.n_ctx),
+        segment_lengths=TRAIN_LENGTHS, repeats=None, seed=seed,
+    ).tokens  # fmt: skip
+
+
 def layer_dictionary(
     model: HookedModel, layer: int, *, seed: int = 0, sequences: int = SEQUENCES,
     epochs: int = EPOCHS,
-) -> tuple[TrainedDictionary, torch.Tensor]:  # fmt: skip
+) -> tuple[Dictionary, dict, torch.Tensor]:  # fmt: skip
     """A TopK dictionary (:data:`FEATURES` features, ``k`` :data:`K`) on ``layer``'s
-    attention output, trained on the model's training distribution (repeated random
-    segments of :data:`interp.datasets.TRAIN_LENGTHS`, as ``interp train dictionary
-    --corpus repeated``); also its training tokens.
+    attention output, trained as :data:`RECIPE` trains the shipped one (training tokens from
+    ``seed + 1``, held-out tokens for its report from ``seed + 2``).
 
     Args:
         model: The hooked model (a fixed context: ``cfg.n_ctx``).
@@ -86,18 +132,14 @@ def layer_dictionary(
         epochs: Passes over them.
 
     Returns:
-        ``(fit, tokens)``: the :class:`~interp.dictionaries.TrainedDictionary` and its
-        training tokens.
+        ``(dictionary, training, tokens)`` as :func:`lab_dictionary`.
     """
-    tokens = repeated_tokens(
-        sequences, d_vocab=int(model.cfg.d_vocab), seq_len=int(model.cfg.n_ctx),
-        segment_lengths=TRAIN_LENGTHS, repeats=None, seed=seed,
-    ).tokens  # fmt: skip
+    tokens, held_out = _draw(model, sequences, seed + 1), _draw(model, 128, seed + 2)
     fit = train_dictionary(
         model, tokens, hook=f"blocks.{layer}.hook_attn_out", n_features=FEATURES, k=K,
-        epochs=epochs, seed=seed,
+        epochs=epochs, seed=seed, eval_tokens=held_out,
     )  # fmt: skip
-    return fit, tokens
+    return fit.dictionary, {**fit.training, "report": dataclasses.asdict(fit.report)}, tokens
 
 
 def feature_meanings(model: HookedModel, D: Dictionary, tokens: torch.Tensor) -> pd.DataFrame:
@@ -129,26 +171,24 @@ def feature_meanings(model: HookedModel, D: Dictionary, tokens: torch.Tensor) ->
 
 
 def why_in_features(
-    model: HookedModel, data: RepeatedTokens, head: tuple[int, int], layer: int, *,
-    seed: int = 0, checks: int = CHECKS,
+    model: HookedModel, data: RepeatedTokens, head: tuple[int, int],
+    dictionary: tuple[Dictionary, dict, torch.Tensor], *, checks: int = CHECKS,
 ) -> WhyInFeatures:  # fmt: skip
-    """Train the dictionary on ``layer``'s attention output, read its features' meanings,
-    split ``head``'s score on each prompt's induction target over them and remove the top
-    key feature of ``checks`` prompts (module docstring).
+    """Read the dictionary's features' meanings, split ``head``'s score on each prompt's
+    induction target over them and remove the top key feature of ``checks`` prompts
+    (module docstring).
 
     Args:
         model: The hooked model.
         data: The held-out repeated sequences.
         head: ``(layer, head)`` of the induction head.
-        layer: The previous-token head's layer (the dictionary's).
-        seed: The dictionary's seed.
+        dictionary: ``(dictionary, training, tokens)`` from :func:`lab_dictionary`.
         checks: Prompts whose top key feature is removed (the first ``checks``).
 
     Returns:
         A :class:`WhyInFeatures`.
     """
-    fit, train_tokens = layer_dictionary(model, layer, seed=seed)
-    D = fit.dictionary
+    D, training, train_tokens = dictionary
     meanings = feature_meanings(model, D, train_tokens)
     q, k = induction_targets(data)
     L, h = head
@@ -172,7 +212,6 @@ def why_in_features(
     ]
     per.attrs.update(df.attrs)
     removals = _removals(model, data, head, D, per, q, k, checks)
-    training = {**fit.training, "report": dataclasses.asdict(fit.report)}
     return WhyInFeatures(D, training, meanings, per, removals)
 
 
