@@ -274,6 +274,47 @@ def test_cli_writes_the_page_and_table(tmp_path, D, capsys):
     assert "must end in .html" in err and "--features 99 is not a feature" in err
 
 
+def test_a_heads_top_feature_pairs_are_its_score_where_it_attends(model, tokens, D):
+    """head_feature_pairs: each sequence's query at the last position, its key where the
+    head attends most (past BOS); the mean score is the model's own hook_attn_scores there
+    (to 1e-4 of their scale: float32 sums of pieces), and the feature pairs plus the rest
+    make all of it."""
+    from interp.analysis.heads.qk.pairs import head_feature_pairs
+
+    t = tokens[:6]
+    pairs = head_feature_pairs(model, t, layer=1, head=1, dictionary=D, top=5)
+    _, c = model.run_with_cache(t, names_filter=["blocks.1.attn.hook_attn_scores",
+                                                 "blocks.1.attn.hook_pattern"])  # fmt: skip
+    keys = c["blocks.1.attn.hook_pattern"][:, 1, -1, 1:-1].argmax(-1) + 1
+    s = c["blocks.1.attn.hook_attn_scores"][torch.arange(6), 1, -1, keys]
+    assert abs(pairs.attrs["score"] - float(s.mean())) <= 1e-4 * float(s.abs().max())
+    a = pairs.attrs
+    assert a["feature_share"] + a["other_share"] == pytest.approx(1.0)
+    assert len(pairs) == 5 and pairs["value"].is_monotonic_decreasing
+    assert (pairs["share"] * a["score"] - pairs["value"]).abs().max() < 1e-9
+
+
+def test_cli_puts_a_heads_top_pairs_above_the_cards(tmp_path, D, capsys):
+    from interp.cli import main
+
+    folder = D.save(tmp_path / "sae")
+    page = tmp_path / "f.html"
+    args = ["features", "--dictionary", str(folder), "--out", str(page), "--sequences", "6",
+            "--seq-len", "40", "--top", "3", "--show", "2", "--head", "L1H1"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    html = page.read_text()
+    assert "L1H1: its top (query feature, key feature) pairs where it attends most" in html
+    assert "L1H1: its top" in out
+    n = html.count('<tr class="pair"')
+    assert 1 <= n <= 20
+    assert html.count('class="feature-card"') >= 2  # the pairs' features have their cards
+    for bad, said in (("L7H0", "is not in induction-2l"), ("L0H1", "after --head L0H1"),
+                      ("head1", "must name a head")):  # fmt: skip
+        assert main([*args[:-1], bad]) == 2
+        assert said in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_smollm2_tokens_read_as_text_and_logits_through_its_rmsnorm(smollm):
     """On the real model: contexts in the tokenizer's text, logit effects through its

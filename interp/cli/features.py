@@ -5,8 +5,9 @@ folder or a Gemma Scope npz; ``--hook`` names the hook of an npz), the model it 
 trained on (its ``cfg.json`` metadata, or ``--model``), reads every feature over held-out
 text of the offline corpus (:func:`interp.dictionaries.read_features`: top contexts,
 densities, logit effects) and writes the page (:mod:`interp.outputs.pages.features`), and
-with ``--table`` the features' table. The page has a slot above the cards for a head's top
-(query feature, key feature) pairs.
+with ``--table`` the features' table. With ``--head L1H1``, the head's top (query feature,
+key feature) pairs where it attends most, over the same text, go above the cards, with
+their features' cards (:func:`interp.analysis.heads.qk.pairs.head_feature_pairs`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--show", type=count_arg(1), default=50,
                    help="features on the page: the densest (default 50)")  # fmt: skip
     p.add_argument("--features", help="the features on the page instead, e.g. 3,17,40")
+    p.add_argument("--head", help="a head, e.g. L18H6: its top (query feature, key feature) "
+                   "pairs where it attends most, above the cards")  # fmt: skip
     add_cost(p)
     p.set_defaults(func=run_features)
 
@@ -51,6 +54,35 @@ def _feature_ids(text: str | None) -> list[int] | None:
     return ids
 
 
+def _head(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    import re
+
+    m = re.fullmatch(r"L(\d+)H(\d+)", text.strip())
+    if m is None:
+        raise InterpError(f"--head {text!r} must name a head as L<layer>H<head>, e.g. L18H6")
+    return int(m[1]), int(m[2])
+
+
+def _check_head(head: tuple[int, int], spec: Any, hook: str) -> None:
+    """``--head`` within the model and after the dictionary's hook, from its config alone."""
+    import re
+
+    layer, h = head
+    if not (0 <= layer < spec.n_layers and 0 <= h < spec.n_heads):
+        raise InterpError(
+            f"--head L{layer}H{h} is not in {spec.name}: it has layers 0..{spec.n_layers - 1} "
+            f"and heads 0..{spec.n_heads - 1}"
+        )
+    m = re.match(r"blocks\.(\d+)\.", hook)
+    if m is not None and int(m[1]) > layer:
+        raise InterpError(
+            f"the dictionary reads {hook}, after --head L{layer}H{h}'s input: its features "
+            f"cannot say why that head attends; pick a head in layer {m[1]} or later"
+        )
+
+
 def run_features(args: argparse.Namespace) -> int:
     """Check the options, read the features, write the page (and table)."""
     from interp.cli.outputs import check_distinct, check_out
@@ -63,6 +95,7 @@ def run_features(args: argparse.Namespace) -> int:
     table = check_out(args.table) if args.table is not None else None
     check_distinct({"--out": out, "--table": table})
     shown = _feature_ids(args.features)
+    head = _head(args.head)
     from interp.dictionaries import load_dictionary
 
     D = load_dictionary(args.dictionary, hook_name=args.hook)
@@ -77,6 +110,8 @@ def run_features(args: argparse.Namespace) -> int:
 
     spec = model_spec_of(args.model)
     check_dictionary_fits(spec, D.hook_name, D.d_in)
+    if head is not None and spec is not None:
+        _check_head(head, spec, D.hook_name)
     if spec is not None and spec.n_ctx and args.seq_len is not None and args.seq_len > spec.n_ctx:
         raise InterpError(  # before: clamped silently
             f"--seq-len {args.seq_len} is past {spec.name}'s context of {spec.n_ctx} tokens; "
@@ -108,8 +143,21 @@ def run_features(args: argparse.Namespace) -> int:
     if shown is None:
         order = f.sort_values(["density", "feature"], ascending=[False, True])["feature"]
         shown = [int(x) for x in order.head(args.show)]
+    sections = []
+    if head is not None:
+        from interp.analysis.heads.qk.pairs import head_feature_pairs, pair_title
+        from interp.outputs.pages.features import pair_section
+
+        pairs = head_feature_pairs(model, corpus.tokens, layer=head[0], head=head[1],
+                                   dictionary=D, memory_budget=args.memory)  # fmt: skip
+        sections.append(pair_section(pairs, query=reading, key=reading, title=pair_title(pairs)))
+        paired = list(
+            dict.fromkeys(int(x) for x in pairs[["query_feature", "key_feature"]].values.ravel())
+        )
+        shown = paired + [x for x in shown if x not in paired]
+        print(pair_title(pairs))
     title = f"Features of the dictionary at {D.hook_name} ({model_name(model)})"
-    feature_page(reading, features=shown, title=title).write(out)
+    feature_page(reading, features=shown, title=title, sections=sections).write(out)
     if table is not None:
         from interp.outputs.tables import export
 
