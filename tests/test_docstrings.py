@@ -105,6 +105,7 @@ OTHER_MEANING = {
     ("interp.models.OneHeadSense.encode", "tokens"),  # words, not ids
     ("interp.training.induction.InductionTrainConfig", "batch_size"),  # sequences per training step
     ("interp.dictionaries.train_dictionary", "batch_size"),  # positions per optimiser step
+    ("interp.dictionaries.train_transcoder", "batch_size"),  # positions per optimiser step
     ("interp.outputs.figures.dla_heatmap", "heads"),  # a [layer, head] grid of values
     ("interp.outputs.render.Report.attention", "tokens"),  # token strings, one per position
 }

@@ -9,7 +9,8 @@ trains a TopK dictionary on a hook's activations and :func:`dictionary_report` s
 :func:`read_features` reads what each feature does (top contexts, density, logit effects).
 :class:`Transcoder` reads one hook (an MLP's input) and writes another (its output);
 :func:`load_transcoder` / :func:`load_circuit_tracer_transcoder` read sae-lens folders and
-circuit-tracer's per-layer files.
+circuit-tracer's per-layer files; :func:`train_transcoder` (or ``train_dictionary(...,
+target_hook=...)``) trains a TopK one and :func:`transcoder_report` scores it.
 """
 
 from interp.dictionaries.dictionary import ARCHITECTURES, Dictionary, architecture_name
@@ -24,6 +25,7 @@ from interp.dictionaries.report import DictionaryReport, dictionary_report
 from interp.dictionaries.sae_lens import dictionary_config, save_dictionary
 from interp.dictionaries.splice import Splice, check_dictionary, check_hook, hook_width, spliced
 from interp.dictionaries.train import TrainedDictionary, default_lr, train_dictionary
+from interp.dictionaries.train_transcoder import train_transcoder
 from interp.dictionaries.transcoder import Transcoder
 from interp.dictionaries.transcoder_files import (
     load_circuit_tracer_transcoder,
@@ -31,6 +33,7 @@ from interp.dictionaries.transcoder_files import (
     save_transcoder,
     transcoder_config,
 )
+from interp.dictionaries.transcoder_report import check_transcoder, transcoder_report
 
 __all__ = [
     "ARCHITECTURES",
@@ -43,6 +46,7 @@ __all__ = [
     "architecture_name",
     "check_dictionary",
     "check_hook",
+    "check_transcoder",
     "default_lr",
     "dictionary_config",
     "dictionary_report",
@@ -57,5 +61,7 @@ __all__ = [
     "spliced",
     "token_strings",
     "train_dictionary",
+    "train_transcoder",
     "transcoder_config",
+    "transcoder_report",
 ]

@@ -150,8 +150,13 @@ def train_dictionary(
     eval_tokens: torch.Tensor | None = None,
     memory_budget: int | None = None,
     progress: bool = False,
+    target_hook: str | None = None,
 ) -> TrainedDictionary:
     """Train a TopK dictionary at ``hook`` on the activations of ``tokens``.
+
+    With ``target_hook`` it trains a TopK transcoder instead: reading ``hook`` (an MLP's
+    input), predicting ``target_hook`` (its output), in one process
+    (:func:`interp.dictionaries.train_transcoder.train_transcoder`).
 
     Args:
         model: a hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights.
@@ -175,9 +180,12 @@ def train_dictionary(
             run in chunks to stay under it; ``None`` is a quarter of the memory free on the
             model's device.
         progress: show a progress bar over the steps.
+        target_hook: the hook a transcoder predicts (``'blocks.L.hook_mlp_out'``), or
+            ``None`` for an ordinary dictionary.
 
     Returns:
-        A :class:`TrainedDictionary`.
+        A :class:`TrainedDictionary` (its ``dictionary`` a
+        :class:`~interp.dictionaries.transcoder.Transcoder` with ``target_hook``).
 
     Raises:
         InterpError: bad tokens or eval tokens, a hook the model lacks, ``k`` or ``aux_k``
@@ -185,8 +193,18 @@ def train_dictionary(
             string included; ``aux_coefficient`` negative or not finite), a budget one
             prompt does not fit (all before any pass); activations at ``hook`` holding NaN
             or infinity; or a loss or weight that stops being finite (training diverged:
-            the message names the step, and no dictionary is returned).
+            the message names the step, and no dictionary is returned); with
+            ``target_hook``, also a process group (transcoders train in one process).
     """
+    if target_hook is not None:
+        from interp.dictionaries.train_transcoder import train_transcoder
+
+        return train_transcoder(
+            model, tokens, hook=hook, target_hook=target_hook, n_features=n_features, k=k,
+            seed=seed, epochs=epochs, batch_size=batch_size, lr=lr, aux_k=aux_k,
+            aux_coefficient=aux_coefficient, dead_after=dead_after, skip_columns=skip_columns,
+            eval_tokens=eval_tokens, memory_budget=memory_budget, progress=progress,
+        )  # fmt: skip
     tokens = _check(model, tokens, hook, n_features, k)
     if eval_tokens is not None:
         eval_tokens = check_tokens(model, eval_tokens, chunked=True)
