@@ -54,7 +54,7 @@ from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
 from interp.core.precision import tolerance, within
 from interp.core.protocol import HookedModel
-from interp.dictionaries import Dictionary, check_dictionary
+from interp.dictionaries import Dictionary, Transcoder, check_dictionary
 from interp.runtime.attention import QKGeometry
 
 
@@ -193,8 +193,10 @@ class Dictionaries:
 
     @property
     def hooks(self) -> tuple[str, ...]:
-        """The hooks the dictionaries read."""
-        return tuple(dict.fromkeys(D.hook_name for D in self.all))
+        """The hooks the dictionaries read (a transcoder's input and output hooks)."""
+        names = [D.hook_name for D in self.all]
+        names += [D.hook_name_out for D in self.all if isinstance(D, Transcoder)]
+        return tuple(dict.fromkeys(names))
 
 
 def qk_dictionaries(
@@ -353,4 +355,4 @@ def describe(D: Any) -> Any:
         "d_sae": D.d_sae,
         "k": D.k,
         "model_name": D.metadata.get("model_name"),
-    }
+    } | ({"hook_name_out": D.hook_name_out} if isinstance(D, Transcoder) else {})

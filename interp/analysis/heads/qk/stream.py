@@ -39,7 +39,7 @@ from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
 from interp.core.precision import tolerance, within
 from interp.core.protocol import HookedModel
-from interp.dictionaries import Dictionary
+from interp.dictionaries import Dictionary, Transcoder
 from interp.dictionaries.logit_effects import token_strings
 from interp.runtime import runtime_of
 from interp.runtime.attention import QKGeometry
@@ -119,6 +119,25 @@ def _features(
     return group, [f"{prefix}error", f"{prefix}b_dec"], [error, b_dec.expand_as(x)]
 
 
+def _transcoder_pieces(
+    T: Transcoder, x: torch.Tensor, acts: Any, prefix: str
+) -> tuple[Group, list[str], list[torch.Tensor]]:
+    """A transcoder reading ``x [batch, pos, d_in]``: its active features, then its
+    ``error`` (the real output at ``hook_name_out`` minus its own), ``b_dec`` and, with a
+    skip connection, ``skip``."""
+    y = acts[T.hook_name_out].to(x.device).float()
+    with torch.no_grad():
+        ids, values = active_features(T.encode(x).float())
+        W_dec, b_dec = T.W_dec.detach().float(), T.b_dec.detach().float()
+        writes = values[..., None] * W_dec[ids.clamp(min=0)]  # [batch, pos, slot, d_out]
+        names, fixed = [f"{prefix}b_dec"], [b_dec.expand_as(y)]
+        if T.W_skip is not None:
+            names, fixed = [*names, f"{prefix}skip"], [*fixed, T.skip(x).float()]
+        error = y - (writes.sum(-2) + sum(fixed))
+    group = Group(name=lambda c: f"{prefix}F{c}", size=T.d_sae, ids=ids, writes=writes)
+    return group, [f"{prefix}error", *names], [error, *fixed]
+
+
 def _writer_pieces(
     model: HookedModel, acts: Any, w: Writer, prefix: str, wrote: torch.Tensor
 ) -> tuple[Group, list[str], list[torch.Tensor]]:
@@ -133,9 +152,11 @@ def _writer_pieces(
     rt = runtime_of(model)
     dev = wrote.device
     x = acts[D.hook_name].to(dev).float()
-    if w.kind == "z":
-        x = x.flatten(2)  # [batch, pos, head * d_head]
-    group, names, fixed = _features(D, x, prefix)
+    if w.kind == "transcoder":  # reads the MLP's input, writes its output
+        group, names, fixed = _transcoder_pieces(D, x.flatten(2), acts, prefix)
+    else:
+        x = x.flatten(2) if w.kind == "z" else x  # hook_z: [batch, pos, head * d_head]
+        group, names, fixed = _features(D, x, prefix)
     writes = group.writes
     if w.kind == "z":  # decode through W_O, add the output bias, freeze any sandwich norm
         W_O = rt.layer_weight("W_O", m).to(dev).float().flatten(0, 1)
@@ -243,7 +264,8 @@ def split_stream(
             wrote = next(
                 t[3] for t in comp if t[2] == m and t[1] == ("mlp" if c == "mlp" else "attn")
             )
-            pre = f"{w.dictionary.hook_name}:" if prefix else ""
+            out = w.dictionary.hook_name_out if w.kind == "transcoder" else w.dictionary.hook_name
+            pre = f"{out}:" if prefix else ""  # a transcoder by the hook it writes
             g, n, f = _writer_pieces(model, acts, w, pre, wrote)
             groups.append(g)
             names += n

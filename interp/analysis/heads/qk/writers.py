@@ -27,7 +27,11 @@ components. Each writer's pieces are checked against what the writer put into th
 (:mod:`~interp.analysis.heads.qk.stream` builds the pieces; this module checks the
 dictionaries before any work). A writer is
 one entry of :data:`WRITER_HOOKS`; a transcoder (reading an MLP's input, writing its
-output) would be one more, with its own input hook.
+output) is one more: ``blocks.m.hook_mlp_out`` written by a
+:class:`~interp.dictionaries.Transcoder` reading the MLP's input (its ``hook_name``, e.g.
+``blocks.m.ln2.hook_normalized``) splits into its active features (activation x decoder
+row), its ``error`` (the MLP's real output minus the transcoder's), its ``b_dec`` and, for a
+skip transcoder, its ``skip`` (``x @ W_skip.T``).
 
 Example:
     >>> from interp.models import load_model
@@ -48,7 +52,7 @@ import torch
 
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
-from interp.dictionaries import Dictionary, check_dictionary
+from interp.dictionaries import Dictionary, Transcoder, check_dictionary, check_transcoder
 from interp.runtime import runtime_of
 
 PAD = -1  # a slot no piece fills at that position
@@ -63,12 +67,12 @@ WRITER_HOOKS = {
 
 @dataclasses.dataclass(frozen=True)
 class Writer:
-    """A dictionary of one side of a QK split: ``kind`` (``resid`` or a
-    :data:`WRITER_HOOKS` kind), ``layer`` (a writer's own layer; for ``resid``, the first
-    layer whose writes come after its hook) and ``component`` (``attn`` / ``mlp``: what it
+    """A dictionary of one side of a QK split: ``kind`` (``resid``, a :data:`WRITER_HOOKS`
+    kind or ``transcoder``), ``layer`` (a writer's own layer; for ``resid``, the first layer
+    whose writes come after its hook) and ``component`` (``attn`` / ``mlp``: what it
     replaces; ``None`` for ``resid``)."""
 
-    dictionary: Dictionary
+    dictionary: Dictionary | Transcoder
     kind: str
     layer: int
     component: str | None
@@ -87,13 +91,17 @@ def writer_of(model: HookedModel, D: Any, *, layer: int, side: str) -> Writer:
         The :class:`Writer`.
 
     Raises:
-        InterpError: not a :class:`~interp.dictionaries.Dictionary`, a hook the model lacks or
-            another width, a hook that is neither the residual stream nor a writer's output,
-            or one that is not upstream of layer ``layer``'s input.
+        InterpError: not a :class:`~interp.dictionaries.Dictionary` or
+            :class:`~interp.dictionaries.Transcoder`, a hook the model lacks or another
+            width, a hook that is neither the residual stream nor a writer's output, or one
+            that is not upstream of layer ``layer``'s input (a transcoder: as
+            :func:`_transcoder_writer`).
     """
+    if isinstance(D, Transcoder):
+        return _transcoder_writer(model, D, layer=layer, side=side)
     if not isinstance(D, Dictionary):
         raise InterpError(
-            f"{side}_dictionary must be a Dictionary (or a list of them), got "
+            f"{side}_dictionary must be a Dictionary or a Transcoder (or a list of them), got "
             f"{type(D).__name__}: load one with interp.dictionaries.load_dictionary(path)"
         )
     check_dictionary(model, D)
@@ -132,6 +140,32 @@ def writer_of(model: HookedModel, D: Any, *, layer: int, side: str) -> Writer:
     return Writer(D, found[0], m, found[1])
 
 
+def _transcoder_writer(model: HookedModel, T: Transcoder, *, layer: int, side: str) -> Writer:
+    """A transcoder as the writer of ``blocks.m.hook_mlp_out``, ``m`` below ``layer``.
+
+    Raises:
+        InterpError: hooks the model lacks or other widths (:func:`check_transcoder`), an
+            output hook that is not an MLP's ``hook_mlp_out``, or one not upstream.
+    """
+    check_transcoder(model, T)
+    parts = T.hook_name_out.split(".")
+    if not (len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit()) or (
+        parts[2] != "hook_mlp_out"
+    ):
+        raise InterpError(
+            f"the {side} transcoder writes {T.hook_name_out!r}; in QK attribution a transcoder "
+            "stands in for an MLP: its hook_name_out must be blocks.m.hook_mlp_out"
+        )
+    m = int(parts[1])
+    if m >= layer:
+        raise InterpError(
+            f"the {side} transcoder writes {T.hook_name_out!r}, layer {m}'s output, which is not "
+            f"upstream of layer {layer}'s input: pick a transcoder of a layer below {layer}, or "
+            "a head of a later layer"
+        )
+    return Writer(T, "transcoder", m, "mlp")
+
+
 def check_writers(model: HookedModel, Ds: Any, *, layer: int, side: str) -> tuple[Writer, ...]:
     """A side's list of dictionaries, checked together before any work.
 
@@ -156,7 +190,7 @@ def check_writers(model: HookedModel, Ds: Any, *, layer: int, side: str) -> tupl
     out = [writer_of(model, D, layer=layer, side=side) for D in items]
     seen: dict[Any, str] = {}
     for w in out:
-        hook = w.dictionary.hook_name
+        hook = w.dictionary.hook_name if w.kind != "transcoder" else w.dictionary.hook_name_out
         if hook in seen:
             raise InterpError(f"the {side} dictionaries hold {hook!r} twice: give each hook once")
         seen[hook] = hook
