@@ -119,3 +119,25 @@ def test_bad_transcoders_are_refused_before_the_forward():
     finally:
         handle.remove()
     assert not runs
+
+
+def test_feature_head_attribution_over_an_upstream_transcoder():
+    """The same list on feature_head_attribution's upstream side: a residual dictionary's
+    pre-activation over a transcoder's features, error and b_dec sums to its own."""
+    model = kind_model("gpt2")
+    tokens = _tokens(model)
+    layer = model.cfg.n_layers - 1
+    D = _dictionary(model, f"blocks.{layer}.hook_resid_pre", seed=9)
+    T = _transcoder(model, 0, seed=4)
+    df = A.feature_head_attribution(model, tokens, dictionary=D, upstream=[T],
+                                    query_positions=[-1, 4])  # fmt: skip
+    # float32 sums of a few dozen products, as the QK rows: 1e-4 of the largest pre-activation
+    assert df.attrs["pre_gap"] < RTOL
+    _, c = model.run_with_cache(tokens)
+    pre = D.pre_activations(c[f"blocks.{layer}.hook_resid_pre"]).detach()
+    sums = df.groupby(["sequence", "query_position", "feature"])["value"].sum()
+    for (b, p, f), v in sums.items():
+        assert abs(v - float(pre[b, p, f])) < RTOL * float(pre.abs().max()), (b, p, f)
+    labels = set(df["label"])
+    assert {"error", "b_dec"} <= labels and "L0.mlp" not in labels
+    assert any(re.fullmatch(r"F\d+", x) for x in labels)
