@@ -30,7 +30,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -43,39 +42,12 @@ from interp.core.protocol import HookedModel, model_device, model_name
 from interp.dictionaries.activations import hook_activations
 from interp.dictionaries.dictionary import Dictionary
 from interp.dictionaries.ranks import fired, mean_rows, my_rows, one_process_plan, sum_grads, total
-from interp.dictionaries.report import DictionaryReport, dictionary_report
+from interp.dictionaries.report import dictionary_report
 from interp.dictionaries.splice import check_hook, hook_width
+from interp.dictionaries.trained import TrainedDictionary, default_lr
 from interp.engine import ranks
 from interp.engine.chunks import Footprint
 from interp.engine.runner import Task
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainedDictionary:
-    """A trained dictionary and its figures.
-
-    Attributes:
-        dictionary: the :class:`Dictionary` (its ``metadata['training']`` holds ``training``).
-        report: its :class:`DictionaryReport` on the evaluation tokens.
-        training: how it was trained: options, steps, positions seen, the final losses and
-            the dead share at the end of training.
-    """
-
-    dictionary: Dictionary
-    report: DictionaryReport
-    training: dict[str, Any]
-
-
-def default_lr(n_features: int) -> float:
-    """Gao et al.'s learning rate for ``n_features`` features: ``2e-4 / sqrt(n / 2**14)``.
-
-    Args:
-        n_features: the dictionary's width.
-
-    Returns:
-        The Adam learning rate.
-    """
-    return 2e-4 / math.sqrt(n_features / 2**14)
 
 
 def _check(model: HookedModel, tokens: Any, hook: Any, n_features: Any, k: Any) -> torch.Tensor:

@@ -43,7 +43,7 @@ from interp.core.protocol import HookedModel, model_device
 from interp.core.protocol import model_name as name_of
 from interp.dictionaries.ranks import one_process_plan
 from interp.dictionaries.splice import check_hook, hook_width
-from interp.dictionaries.train import TrainedDictionary, default_lr
+from interp.dictionaries.trained import TrainedDictionary, default_lr
 from interp.dictionaries.transcoder import Transcoder
 from interp.dictionaries.transcoder_report import pair_activations, transcoder_report
 from interp.engine import ranks

@@ -353,7 +353,7 @@ class Transcoder(nn.Module):
             InterpError: a tensor changed to NaN / infinity since it was made; a destination
                 that cannot be written.
         """
-        from interp.dictionaries.transcoder_files import save_transcoder
+        from interp.dictionaries.transcoder_save import save_transcoder
 
         return save_transcoder(self, path)
 
