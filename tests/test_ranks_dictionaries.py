@@ -36,6 +36,14 @@ SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[2])
     from dictionary_cases import cases
     out = {name: fn() for name, fn in cases().items()}
+    from interp.core.errors import InterpError
+    from interp.dictionaries import train_dictionary
+    try:  # a transcoder trains in one process: refused in the group, on every rank
+        train_dictionary(cases.model, cases.tokens, hook="blocks.0.hook_resid_pre",
+                         target_hook="blocks.0.hook_attn_out", n_features=8, k=2)
+        out["transcoder"] = None
+    except InterpError as exc:
+        out["transcoder"] = str(exc)
     if dist.get_rank() == 0:
         with open(sys.argv[1], "wb") as f:
             pickle.dump(out, f)
@@ -52,9 +60,11 @@ CASES = textwrap.dedent(
 
     def cases():
         m = load_model("induction-2l")
+        cases.model = m
         # 10 sequences of 32 positions, 2 epochs of 32-position batches: 20 steps
         t = repeated_tokens(10, d_vocab=64, seq_len=32, seed=0,
                             segment_lengths=(5, 7, 9, 11)).tokens
+        cases.tokens = t
         e = repeated_tokens(4, d_vocab=64, seq_len=32, seed=1,
                             segment_lengths=(5, 7, 9, 11)).tokens
         D = Dictionary.random(d_in=128, d_sae=16, architecture="topk", k=4,
@@ -189,6 +199,13 @@ def test_workers_train_the_one_process_dictionary(tmp_path):
     ra, rb = ca["metadata"]["report"], cb["metadata"]["report"]
     _report_agrees(ra, rb)
     assert ca["metadata"]["training"]["steps"] == cb["metadata"]["training"]["steps"]
+
+
+def test_a_transcoder_is_refused_inside_the_group(two_ranks):
+    """Transcoders train in one process: inside a process group the call is refused in one
+    line that says so, before any pass."""
+    said = two_ranks[0]["transcoder"]
+    assert said is not None and "training a transcoder runs in one process" in said
 
 
 def test_ties_go_to_the_earlier_position_whatever_the_chunks():
