@@ -24,15 +24,10 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from interp.core.protocol import HookedModel
 from interp.engine import ranks
-from interp.engine.agreement import check_alike
-from interp.engine.chunks import Plan, near_equal, plan
-from interp.engine.runner import Task
+from interp.engine.chunks import near_equal
 
 
 def my_rows(rows: slice) -> slice:
@@ -116,42 +111,3 @@ def mean_rows(x: torch.Tensor) -> torch.Tensor:
     count = torch.tensor([float(x.shape[0])], dtype=x.dtype, device=x.device)
     s = total(torch.cat([x.sum(0).reshape(-1), count]))
     return (s[:-1] / s[-1].clamp(min=1)).reshape(x.shape[1:])
-
-
-def one_process_plan(
-    model: HookedModel,
-    shape: tuple[int, int],
-    task: Task,
-    *,
-    memory_budget: Any,
-    progress: Any,
-) -> Plan:
-    """The chunks one process would run ``task`` in (rank 0's, the same on every rank), not
-    spread over the ranks as the runner's are: a chunk's positions are shuffled together,
-    so the chunks must be one process's for the mini-batches to be.
-
-    Args:
-        model: the hooked model (its device sets the default budget).
-        shape: ``(prompts, tokens per prompt)``.
-        task: the activation stream's task (its footprint and work).
-        memory_budget: bytes, or None (a quarter of the device's free memory).
-        progress: the analysis's own option, checked.
-
-    Returns:
-        The :class:`~interp.engine.chunks.Plan`.
-
-    Raises:
-        InterpError: as :func:`interp.engine.chunks.plan`.
-    """
-    # every rank was given the same work (hashes compared, a no-op in one process)
-    check_alike(
-        task.analysis, {"model": model, "prompts": tuple(shape), "tokens and options": task.inputs}
-    )
-    pl = plan(
-        model, int(shape[0]), int(shape[1]), task.footprint, memory_budget=memory_budget,
-        analysis=task.analysis, forward_equivalents=0.0, what=task.what, fix=task.fix,
-        progress=progress,
-    )  # fmt: skip
-    if ranks.active():
-        pl = ranks.agreed(pl)
-    return pl.costing(task.work(pl.chunks) if callable(task.work) else task.work)

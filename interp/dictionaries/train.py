@@ -41,13 +41,13 @@ from interp.core.memory import forward_bytes
 from interp.core.protocol import HookedModel, model_device, model_name
 from interp.dictionaries.activations import hook_activations
 from interp.dictionaries.dictionary import Dictionary
-from interp.dictionaries.ranks import fired, mean_rows, my_rows, one_process_plan, sum_grads, total
+from interp.dictionaries.ranks import fired, mean_rows, my_rows, sum_grads, total
 from interp.dictionaries.report import dictionary_report
 from interp.dictionaries.splice import check_hook, hook_width
 from interp.dictionaries.trained import TrainedDictionary, default_lr
 from interp.engine import ranks
 from interp.engine.chunks import Footprint
-from interp.engine.runner import Task
+from interp.engine.runner import Task, plan_task
 
 
 def _check(model: HookedModel, tokens: Any, hook: Any, n_features: Any, k: Any) -> torch.Tensor:
@@ -227,8 +227,10 @@ def train_dictionary(
         inputs=(tokens, eval_tokens, hook, n_features, k, aux_k, seed, epochs, batch_size, lr,
                 aux_coefficient, skip, dead_after),
     )  # fmt: skip
-    run = one_process_plan(model, (batch, pos), stream, memory_budget=memory_budget,
-                           progress=progress)  # fmt: skip
+    # one process's chunks on every rank, each rank holding its part of each: a
+    # chunk's positions are shuffled together, so the mini-batches are one process's
+    run = plan_task(model, (batch, pos), stream, memory_budget=memory_budget,
+                    progress=progress, spread=False)  # fmt: skip
     first = chunk(run.chunks[0])
     scale = math.sqrt(d_in) / float(mean_rows(first.norm(dim=-1)).clamp(min=1e-12))
     W_dec = torch.randn(n_features, d_in, generator=g).to(device)

@@ -41,14 +41,13 @@ from interp.core.errors import InterpError
 from interp.core.memory import forward_bytes
 from interp.core.protocol import HookedModel, model_device
 from interp.core.protocol import model_name as name_of
-from interp.dictionaries.ranks import one_process_plan
 from interp.dictionaries.splice import check_hook, hook_width
 from interp.dictionaries.trained import TrainedDictionary, default_lr
 from interp.dictionaries.transcoder import Transcoder
 from interp.dictionaries.transcoder_report import pair_activations, transcoder_report
 from interp.engine import ranks
 from interp.engine.chunks import Footprint
-from interp.engine.runner import Task
+from interp.engine.runner import Task, plan_task
 
 
 def _number(value: Any, name: str, *, positive: bool = False) -> float:
@@ -173,8 +172,10 @@ def train_transcoder(
         inputs=(tokens, eval_tokens, hook, target_hook, n_features, k, aux_k, seed, epochs,
                 batch_size, lr, aux_coefficient, skip, dead_after),
     )  # fmt: skip
-    plan = one_process_plan(model, (batch, pos), stream, memory_budget=memory_budget,
-                            progress=progress)  # fmt: skip
+    # one process's chunks on every rank, each rank holding its part of each: a
+    # chunk's positions are shuffled together, so the mini-batches are one process's
+    plan = plan_task(model, (batch, pos), stream, memory_budget=memory_budget,
+                     progress=progress, spread=False)  # fmt: skip
     x0, y0 = chunk(plan.chunks[0])
     s_in = math.sqrt(d_in) / float(x0.norm(dim=-1).mean().clamp(min=1e-12))
     s_out = math.sqrt(d_out) / float(y0.norm(dim=-1).mean().clamp(min=1e-12))

@@ -164,8 +164,13 @@ def plan_task(
     memory_budget: Any,
     estimate: Any = False,
     progress: Any = False,
+    spread: bool = True,
 ) -> Plan:
     """The chunks of ``task`` over ``shape = (prompts, pos)`` and its estimate.
+
+    Inside a process group every rank takes rank 0's chunks, split again so that each rank
+    has one (``spread``), or as they are (``spread=False``: a task whose ranks share each
+    chunk, as dictionary training's mini-batches are one process's).
 
     Raises:
         InterpError: as :func:`interp.engine.chunks.plan` (a bad budget, a prompt that
@@ -181,7 +186,9 @@ def plan_task(
         forward_equivalents=0.0, what=task.what, fix=task.fix, estimate=estimate,
         progress=progress,
     )  # fmt: skip
-    if ranks.active():  # every rank splits alike (rank 0's plan), at least a chunk each
+    if ranks.active() and not spread:  # rank 0's chunks, each shared by every rank
+        pl = dataclasses.replace(pl, chunks=ranks.agreed(pl.chunks, at=f"{task.analysis}'s plan"))
+    elif ranks.active():  # every rank splits alike (rank 0's plan), at least a chunk each
         chunks = ranks.agreed(ranks.spread(pl.chunks), at=f"{task.analysis}'s plan")
         mine = [[c for i, c in enumerate(chunks) if i % ranks.world() == r]
                 for r in range(ranks.world())]  # fmt: skip
