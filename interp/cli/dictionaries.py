@@ -64,19 +64,12 @@ def corpus_tokens(
         info = train.attrs()
         info["eval"] = {k: v for k, v in test.attrs().items() if k != "files"}
         return train.tokens, test.tokens, info
-    from interp.datasets import TRAIN_LENGTHS, repeated_tokens
+    from interp.datasets import TRAIN_LENGTHS, training_sequences
 
     _check_repeated_seq_len(model, args, seq_len)
 
     def draw(n: int, seed: int) -> Any:
-        return repeated_tokens(
-            n,
-            d_vocab=int(model.cfg.d_vocab),
-            seq_len=seq_len,
-            segment_lengths=TRAIN_LENGTHS,
-            repeats=None,
-            seed=seed,
-        ).tokens
+        return training_sequences(n, d_vocab=int(model.cfg.d_vocab), seq_len=seq_len, seed=seed)
 
     train, test = draw(args.sequences, args.seed + 1), draw(args.eval_sequences, args.seed + 2)
     info = dict(name="repeated-random-tokens", segment_lengths=list(TRAIN_LENGTHS),

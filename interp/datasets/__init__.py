@@ -34,6 +34,7 @@ from interp.datasets.repeated import (
     repeated_random_tokens,
     repeated_seq_lens,
     repeated_tokens,
+    training_sequences,
 )
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "python_text",
     "repeated_random_tokens",
     "repeated_seq_lens",
+    "training_sequences",
     "repeated_tokens",
     "stdlib_files",
 ]

@@ -228,6 +228,34 @@ def repeated_tokens(
     )
 
 
+def training_sequences(n: int, *, d_vocab: int, seq_len: int, seed: int = 0) -> torch.Tensor:
+    """``n`` sequences of the induction model's training distribution.
+
+    BOS, then random segments of :data:`TRAIN_LENGTHS`, each shown twice, until ``seq_len``
+    is full: what ``interp train dictionary --corpus repeated`` trains on.
+
+    Example:
+        >>> training_sequences(2, d_vocab=64, seq_len=48, seed=0).shape
+        torch.Size([2, 48])
+
+    Args:
+        n: Sequences.
+        d_vocab: The vocabulary size.
+        seq_len: Tokens per sequence.
+        seed: Every random draw; the same seed gives the same numbers.
+
+    Returns:
+        ``[n, seq_len]`` token ids.
+
+    Raises:
+        InterpError: as :func:`repeated_tokens`.
+    """
+    return repeated_tokens(
+        n, d_vocab=d_vocab, seq_len=seq_len, segment_lengths=TRAIN_LENGTHS, repeats=None,
+        seed=seed,
+    ).tokens  # fmt: skip
+
+
 def repeated_random_tokens(
     n: int,
     half_len: int,

@@ -36,9 +36,10 @@ import torch
 
 from interp.analysis.heads.qk.attribution import qk_attribution
 from interp.analysis.heads.qk.interventions import qk_interventions
+from interp.analysis.heads.qk.pairs import feature_of
 from interp.core.paths import INDUCTION_CHECKPOINT, data_dir
 from interp.core.protocol import HookedModel
-from interp.datasets import TRAIN_LENGTHS, RepeatedTokens, repeated_tokens
+from interp.datasets import RepeatedTokens, training_sequences
 from interp.dictionaries import Dictionary, load_dictionary, train_dictionary
 from interp.dictionaries.activations import hook_activations
 from interp.dictionaries.logit_effects import token_strings
@@ -110,10 +111,8 @@ def lab_dictionary(
 
 def _draw(model: HookedModel, n: int, seed: int) -> torch.Tensor:
     """``interp train dictionary --corpus repeated``'s sequences: the training distribution."""
-    return repeated_tokens(
-        n, d_vocab=int(model.cfg.d_vocab), seq_len=int(model.cfg.n_ctx),
-        segment_lengths=TRAIN_LENGTHS, repeats=None, seed=seed,
-    ).tokens  # fmt: skip
+    return training_sequences(n, d_vocab=int(model.cfg.d_vocab), seq_len=int(model.cfg.n_ctx),
+                              seed=seed)  # fmt: skip
 
 
 def layer_dictionary(
@@ -203,7 +202,7 @@ def why_in_features(
     a = [int(data.tokens[s, p]) for s, p in zip(per["sequence"], per["query_position"])]
     per.insert(1, "token", a)
     meaning = dict(zip(meanings["feature"], meanings["previous_token"]))
-    read = [meaning.get(_feature(p)) for p in per["top_key_piece"]]
+    read = [meaning.get(feature_of(p)) for p in per["top_key_piece"]]
     per["key_feature_reads"] = [float("nan") if r is None else r for r in read]
     embed = [f"embed:{s}" for s in token_strings(model, a)]
     per["hit"] = [
@@ -215,12 +214,6 @@ def why_in_features(
     return WhyInFeatures(D, training, meanings, per, removals)
 
 
-def _feature(piece: str) -> int | None:
-    """The feature index of a piece named ``F123`` (or ``<hook>:F123``); None otherwise."""
-    name = piece.rsplit(":", 1)[-1]
-    return int(name[1:]) if name.startswith("F") and name[1:].isdigit() else None
-
-
 def _removals(
     model: HookedModel, data: RepeatedTokens, head: tuple[int, int], D: Dictionary,
     per: pd.DataFrame, q: list, k: list, checks: int,
@@ -230,7 +223,7 @@ def _removals(
     the attribution (minus the feature's key-side share), and whether they agree within a
     tenth. A feature outside the key side's three largest pieces is not removed."""
     rows = []
-    for i in per.index[per["top_key_piece"].map(_feature).notna()][:checks]:
+    for i in per.index[per["top_key_piece"].map(feature_of).notna()][:checks]:
         s = int(per.at[i, "sequence"])
         feature = per.at[i, "top_key_piece"]
         out = qk_interventions(

@@ -106,10 +106,27 @@ def head_feature_pairs(
     return out
 
 
+def feature_of(piece: str) -> int | None:
+    """The feature index of a QK attribution piece named ``F123`` (or ``<hook>:F123``, one
+    of several dictionaries'); ``None`` for any other piece (``error``, ``embed:37``, ...).
+
+    Example:
+        >>> feature_of("blocks.0.hook_attn_out:F12"), feature_of("error")
+        (12, None)
+
+    Args:
+        piece: A piece's name.
+
+    Returns:
+        The index, or ``None``.
+    """
+    name = str(piece).rsplit(":", 1)[-1]
+    return int(name[1:]) if name[:1] == "F" and name[1:].isdigit() else None
+
+
 def _feature(pieces: pd.Series) -> pd.Series:
-    """Each piece's feature index (``F123`` or ``<hook>:F123``), else NaN."""
-    name = pieces.astype(str).str.rsplit(":", n=1).str[-1]
-    return pd.to_numeric(name.str.extract(r"^F(\d+)$")[0], errors="coerce")
+    """Each piece's feature index (:func:`feature_of`), NaN where it is none."""
+    return pd.to_numeric(pieces.map(feature_of), errors="coerce")
 
 
 def pair_title(pairs: pd.DataFrame) -> str:
