@@ -11,7 +11,6 @@ variance, the gradients, the features that fired, the loss) is summed over the r
 
 import json
 import os
-import pickle
 import subprocess
 import sys
 import textwrap
@@ -19,10 +18,8 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from ranks_launch import LOOPBACK, launch
 
-# gloo on the loopback interface: the ranks meet on this machine whatever its host name
-# resolves to (a container's may not resolve at all)
-LOOPBACK = {"GLOO_SOCKET_IFNAME": "lo"}
 TENSORS = ("W_enc", "b_enc", "W_dec", "b_dec")
 
 SCRIPT = textwrap.dedent(
@@ -96,25 +93,7 @@ CASES = textwrap.dedent(
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """What rank 0 of a 2-process ``torchrun`` gloo group returned, and one process's."""
-    d = tmp_path_factory.mktemp("ranks_dictionaries")
-    (d / "run.py").write_text(SCRIPT)
-    (d / "dictionary_cases.py").write_text(CASES)
-    out = d / "out.pkl"
-    env = {**os.environ, **LOOPBACK, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-           "2", str(d / "run.py"), str(out), str(d)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=d)
-    assert done.returncode == 0, done.stderr[-3000:]
-    with open(out, "rb") as f:
-        ranked = pickle.load(f)
-    sys.path.insert(0, str(d))
-    try:
-        import dictionary_cases
-
-        one = {name: fn() for name, fn in dictionary_cases.cases().items()}
-    finally:
-        sys.path.remove(str(d))
-    return ranked, one
+    return launch(tmp_path_factory.mktemp("ranks_dictionaries"), SCRIPT, "dictionary_cases", CASES)
 
 
 def _off(a: torch.Tensor, b: torch.Tensor) -> float:

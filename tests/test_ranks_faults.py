@@ -20,8 +20,9 @@ import time
 import uuid
 
 import pytest
+from ranks_launch import LOOPBACK as GLOO_LOOPBACK
 
-LOOPBACK = {"GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"}
+LOOPBACK = {**GLOO_LOOPBACK, "PYTHONWARNINGS": "ignore"}
 
 
 def _ranks(mark: str) -> dict[int, int]:
