@@ -120,7 +120,7 @@ def test_a_mistyped_option_is_refused_before_any_process_starts():
 
 SCRIPT = textwrap.dedent(
     """
-    import pickle, sys, time, warnings
+    import os, pickle, sys, time, warnings
     warnings.simplefilter("ignore")
     from datetime import timedelta
     import torch, torch.distributed as dist
@@ -162,6 +162,10 @@ SCRIPT = textwrap.dedent(
         out["timeout"] = said(lambda: A.logit_lens(m, tokens))
         with open(sys.argv[1], "wb") as f:
             pickle.dump(out, f)
+        # A gloo group whose collective timed out can abort in its C++ teardown at exit
+        # (std::terminate, SIGABRT) while the peer's connection is still open: seen under
+        # load. The message above is what this test reads; leave without that teardown.
+        os._exit(0)
     """
 )
 
