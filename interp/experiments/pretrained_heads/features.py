@@ -70,7 +70,8 @@ class HeadInFeatures:
         label: the head (``L18H6``).
         score: the mean score over prompts (the model's own, pre-softmax).
         per_prompt: one row per prompt: its cell, ``score``, the top (query piece, key piece)
-            row and the top (query feature, key feature) row.
+            row and the top (query feature, key feature) row; ``attrs``: the attribution's
+            (``score_gap``, ``forward_equivalents``, ...).
         pairs: the top (query feature, key feature) pairs by mean value over prompts (a pair
             absent from a prompt counts 0): ``query_piece, key_piece, value, share, active``.
         shares: parts of the summed score: ``top_pairs``, ``other_feature_pairs``,
@@ -216,11 +217,12 @@ def feature_meanings(
     for j, (piece, f) in enumerate(zip(pieces, ids, strict=True)):
         a, total = acts[:, j], float(acts[:, j].sum())
         read = {}
-        for name, t in (("token", cur), ("previous_token", prev)):
+        for name, share, t in (("token", "token_share", cur),
+                               ("previous_token", "previous_share", prev)):  # fmt: skip
             mass = torch.zeros(int(model.cfg.d_vocab)).index_add_(0, t, a)
             best = int(mass.argmax())
             read[name] = token_strings(model, [best])[0]
-            read[name.replace("token", "share")] = float(mass[best]) / total if total else 0.0
+            read[share] = float(mass[best]) / total if total else 0.0
         ctx = r.contexts[r.contexts["feature"] == f]["context"].tolist()
         rows.append({"side": side, "piece": piece, "hook": D.hook_name, "feature": f,
                      "active": int((a > 0).sum()), **read,
@@ -276,6 +278,7 @@ def head_in_features(
     per = pd.concat([score, best[["query_piece", "key_piece", "value"]].add_prefix("top_"),
                      fbest[["query_piece", "key_piece", "value"]].add_prefix("feature_")],
                     axis=1).reset_index()  # fmt: skip
+    per.attrs.update(df.attrs)  # the check against the model's scores, the pass's cost
     pairs, shares = score_shares(df, top)
     meanings = pd.concat([
         feature_meanings(model, query_dictionary, reading_tokens,
