@@ -80,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="held-out sequences the features' meanings are read on")  # fmt: skip
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--top", type=int, default=10)
-    p.add_argument("--checks", type=int, default=8)
+    p.add_argument("--checks", type=int, default=8, help="prompts whose top pair is removed")
+    p.add_argument("--reach", type=int, default=24,
+                   help="most pieces per side removed to reach the pair's features")  # fmt: skip
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     w = head_in_features(model, data, layer=args.layer, head=args.head, query_dictionary=R,
                          key_dictionaries=Ws, reading_tokens=reading, top=args.top,
-                         checks=args.checks)  # fmt: skip
+                         checks=args.checks, reach=args.reach)  # fmt: skip
     analysis_s = time.perf_counter() - t
     per, a = w.per_prompt, w.per_prompt.attrs
     kinds = per["top_query_piece"].astype(str) + " x " + per["top_key_piece"].astype(str)

@@ -72,12 +72,14 @@ def test_each_top_feature_is_read_from_its_activations(found):
 
 def test_the_interventions_put_measured_beside_attribution(found):
     t = found.interventions
-    assert {"side", "piece", "attribution", "measured", "within_a_tenth"} <= set(t.columns)
+    assert {"side", "piece", "rank", "attribution", "measured", "within_a_tenth"} <= set(t.columns)
     assert len(t) == 6 and t["side"].tolist() == ["query", "key"] * 3
-    done = t.dropna(subset=["measured"])
-    assert len(done) and done["attribution"].notna().all()
-    assert ((done["measured"] - done["attribution"]).abs() <= 0.1 * done["attribution"].abs()
-            ).tolist() == done["within_a_tenth"].tolist()  # fmt: skip
+    assert t[["attribution", "measured"]].notna().all().all()  # each pair's features reached
+    per = found.per_prompt.set_index("sequence")
+    for r in t.itertuples():  # the removed features are each prompt's top feature pair's
+        assert r.piece == per.at[r.sequence, f"feature_{r.side}_piece"]
+    assert ((t["measured"] - t["attribution"]).abs() <= 0.1 * t["attribution"].abs()).tolist() \
+        == t["within_a_tenth"].tolist()  # fmt: skip
 
 
 def test_bad_input_is_refused_in_one_clear_line(parts):

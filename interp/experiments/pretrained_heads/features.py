@@ -47,7 +47,7 @@ import pandas as pd
 import torch
 
 from interp.analysis.heads.qk.attribution import qk_attribution
-from interp.analysis.heads.qk.interventions import qk_interventions
+from interp.analysis.heads.qk.interventions import UNREMOVABLE, qk_interventions
 from interp.analysis.heads.qk.pairs import feature_of
 from interp.core.checks import check_int
 from interp.core.errors import InterpError
@@ -81,8 +81,8 @@ class HeadInFeatures:
         meanings: one row per top feature: side, piece, hook, its top current and previous
             tokens with their shares of its activation, and its top contexts.
         interventions: per checked prompt and side, the top feature pair's feature removed
-            from that side's input: ``attribution``, ``measured``, ``within_a_tenth``
-            (``measured`` is NaN where it is not among the side's ``top`` pieces).
+            from that side's input: ``rank`` (its place among the side's pieces by size),
+            ``attribution``, ``measured`` (NaN past ``reach``), ``within_a_tenth``.
     """
 
     label: str
@@ -223,18 +223,26 @@ def feature_meanings(
             best = int(mass.argmax())
             read[name] = token_strings(model, [best])[0]
             read[share] = float(mass[best]) / total if total else 0.0
-        ctx = r.contexts[r.contexts["feature"] == f]["context"].tolist()
+        ctx = [c.replace("\n", "\\n") for c in r.contexts[r.contexts["feature"] == f]["context"]]
         rows.append({"side": side, "piece": piece, "hook": D.hook_name, "feature": f,
                      "active": int((a > 0).sum()), **read,
                      "contexts": " | ".join(ctx)})  # fmt: skip
     return pd.DataFrame(rows)
 
 
+def _rank(cell: pd.DataFrame, side: str, piece: str) -> int:
+    """``piece``'s rank (0: first) among one prompt's removable ``side`` pieces by the size of
+    their share, the order :func:`qk_interventions` removes them in."""
+    shares = cell.groupby(f"{side}_piece")["value"].sum()
+    shares = shares.drop([x for x in UNREMOVABLE if x in shares.index])
+    return int(shares.abs().sort_values(ascending=False).index.get_loc(piece))
+
+
 def head_in_features(
     model: HookedModel, data: RepeatedTokens, *, layer: int, head: int,
     query_dictionary: Dictionary, key_dictionaries: Sequence[Dictionary],
     reading_tokens: torch.Tensor, top: int = 10, checks: int = 8, removed: int = 3,
-    contexts: int = 5,
+    reach: int = 24, contexts: int = 5,
 ) -> HeadInFeatures:  # fmt: skip
     """Split ``head``'s score on each prompt's induction target over its inputs' features,
     read the top features' meanings and remove the top pair's features (module docstring).
@@ -249,7 +257,9 @@ def head_in_features(
         reading_tokens: ``[batch, pos]`` held-out text the features' meanings are read on.
         top: Feature pairs kept.
         checks: Prompts whose top feature pair is removed, the first ones.
-        removed: ``qk_interventions``' ``top``: pieces per side it removes.
+        removed: ``qk_interventions``' ``top``, pieces per side it removes (one pass each):
+            at least this many, and as many as reach the pair's features (their ``rank`` on
+            their side), up to ``reach``; a feature ranked past it is not measured (NaN).
         contexts: Top contexts per feature.
 
     Returns:
@@ -290,17 +300,19 @@ def head_in_features(
     rows = []
     for i in per.index[per["feature_query_piece"].notna()][:checks]:
         s = int(per.at[i, "sequence"])
+        pieces = {side: per.at[i, f"feature_{side}_piece"] for side in ("query", "key")}
+        rank = {side: _rank(df[df["sequence"] == s], side, p) for side, p in pieces.items()}
+        n = min(reach, max(removed, *(r + 1 for r in rank.values())))
         out = qk_interventions(model, data.tokens[s : s + 1], layer=layer, head=head,
-                               query_positions=[q[s]], key_positions=[k[s]],
+                               query_positions=[q[s]], key_positions=[k[s]], by="component",
                                query_dictionary=query_dictionary, key_dictionary=keys,
-                               top=removed)  # fmt: skip
-        for side in ("query", "key"):
-            piece = per.at[i, f"feature_{side}_piece"]
+                               top=n)  # fmt: skip
+        for side, piece in pieces.items():
             hit = out[(out["side"] == side) & (out["component"] == piece)]
             a = float(hit["attribution"].iloc[0]) if len(hit) else float("nan")
             m = float(hit["measured"].iloc[0]) if len(hit) else float("nan")
-            rows.append({"sequence": s, "side": side, "piece": piece, "attribution": a,
-                         "measured": m,
+            rows.append({"sequence": s, "side": side, "piece": piece, "rank": rank[side],
+                         "attribution": a, "measured": m,
                          "within_a_tenth": abs(m - a) <= TENTH * abs(a)})  # fmt: skip
     label = f"L{layer}H{head}"
     return HeadInFeatures(label, float(score.mean()), per, pairs, shares, meanings,
