@@ -163,7 +163,7 @@ def gaps(model, vocab: int) -> dict[str, float]:
     from interp.engine.edges import passes as edges
     from interp.engine.edges.graph import build_graph
     from interp.engine.edges.run import EdgeRun
-    from interp.engine.sweeps import sweep
+    from interp.engine.sweeps import paths
     from interp.engine.sweeps.sites import site
     from interp.runtime import runtime_of
 
@@ -189,8 +189,8 @@ def gaps(model, vocab: int) -> dict[str, float]:
         out["edges: recomputed"] = rel(zero, c_logits)
         out["edges: every edge"] = rel(every, k_logits)
         last, probe = [site("z", rt.n_layers - 1, head=0)], clean[:1, :8]
-        resumed = sweep._ResumeBlocks(rt, probe, {rt.n_layers - 1}).run([last], None, None)
-        out["sweep: resumed"] = rel(resumed[0], sweep._loop_pass(rt, probe, [last], None)[0])
+        resumed = paths.ResumeBlocks(rt, probe, {rt.n_layers - 1}).run([last], None, None)
+        out["sweep: resumed"] = rel(resumed[0], paths.loop_pass(rt, probe, [last], None)[0])
     dla = direct_logit_attribution(model, clean, answer=5, wrong=9)
     size = dla.attrs["remainder_tol"] / (ULPS * eps)  # the magnitude the claim names
     out["dla: rows vs logit diff"] = abs(dla["value"].sum() - dla.attrs["total"]) / (eps * size)

@@ -43,13 +43,51 @@ def test_equals_transformer_lens(setup):
         "effect",
         "normalized",
     ]
-    assert df.attrs["engine"] == "resume-blocks"
+    assert df.attrs["engine"] == "resume-suffix"  # the two runs share their BOS column
     again = patch_heads(
         model, clean, corrupted_tokens=corrupted, metric=metric, cache=cache, direction="denoising"
     )
     # a cache of the clean run against the engine's own pass: rtol 1e-6 of each value, and
     # 1e-6 of the logits' size for values near 0 (a difference of logits, as above)
     np.testing.assert_allclose(again["patched"], df["patched"], rtol=1e-6, atol=1e-6 * size)
+
+
+@pytest.mark.parametrize(("shared", "engine"), [(0, "resume-blocks"), (9, "resume-suffix")])
+def test_a_shared_prefix_runs_only_the_later_positions(setup, shared, engine):
+    """Clean and corrupted prompts that agree on their first ``shared`` tokens: each patched
+    pass computes only the later positions against the kept keys and values of the first
+    ones (fewer forward-equivalents), and equals TransformerLens's loop of whole passes."""
+    from transformer_lens.patching import get_act_patch_attn_head_out_all_pos
+
+    model, clean, corrupted, metric = setup
+    corrupted = corrupted.clone()
+    if shared:
+        corrupted[:, :shared] = clean[:, :shared]
+    else:
+        corrupted[:, 0] = (clean[:, 0] + 1) % 40
+    df = patch_heads(model, clean, corrupted_tokens=corrupted, metric=metric, direction="denoising")
+    _, cache = model.run_with_cache(clean)
+    tl = get_act_patch_attn_head_out_all_pos(
+        model, corrupted, cache, lambda lg: metric(lg, corrupted)
+    )
+    with torch.no_grad():
+        size = max(1.0, *(float(model(t).abs().max()) for t in (clean, corrupted)))
+    # the later positions meet the kept keys through other matrix shapes: equal to rounding,
+    # 1e-6 of the logits' size (as above), not bit for bit
+    np.testing.assert_allclose(df["patched"], tl.flatten().numpy(), rtol=1e-5, atol=1e-6 * size)
+    assert df.attrs["engine"] == engine
+    est = patch_heads(model, clean, corrupted_tokens=corrupted, metric=metric,
+                      direction="denoising", estimate=True)  # fmt: skip
+    assert est.forward_equivalents == pytest.approx(df.attrs["forward_equivalents"], rel=1e-6)
+    if shared:  # the same sweep counted over whole passes costs more
+        from interp.engine.sweeps.sites import head_edits
+        from interp.engine.sweeps.sweep import sweep_work
+
+        edits = head_edits([(l, h) for l in range(2) for h in range(model.cfg.n_heads)])
+        n = clean.shape[1]
+        whole = sweep_work(model, edits, "resume-blocks", pos=n, rows=[n - 1])
+        later = sweep_work(model, edits, pos=n, rows=[n - 1], shared=shared)
+        assert later < whole * (n - shared / 2) / n
 
 
 def test_positions_restrict_the_patch(setup):

@@ -11,8 +11,9 @@ looked up where it lives now. A module that was withdrawn raises an ``ImportErro
 saying so.
 
 Example:
-    >>> import warnings
+    >>> import sys, warnings
     >>> import interp
+    >>> _ = sys.modules.pop("interp.errors", None)  # its first import in this process warns
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
     ...     from interp.errors import InterpError

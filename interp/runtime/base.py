@@ -99,6 +99,7 @@ class Runtime:
 
     kind = "plain"
     can_resume = False
+    shares_prefix = False  # passes sharing their first positions compute only the rest
 
     def __init__(self, model: HookedModel):
         self.model = model

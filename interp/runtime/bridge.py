@@ -283,6 +283,57 @@ class BridgeRuntime(Runtime):
             )
         return self._extend(tokens, attention_mask, past, hooks, keep, last, mode == "unbridged")
 
+    # ------------------------------------------------------------ a shared prefix
+    @property
+    def shares_prefix(self) -> bool:
+        """Whether passes that share their first positions can compute only the rest
+        (:meth:`run_shared`): the model's key/value cache passed its check."""
+        return self.decoding() != "none" and self._rows
+
+    def prefix(self, tokens: torch.Tensor) -> Any:
+        """Every layer's keys and values of ``tokens`` ``[batch, shared]`` (Hugging Face's
+        ``DynamicCache``), computed once for :meth:`run_shared`."""
+        mask = torch.ones_like(tokens)
+        return self._extend(tokens, mask, None, (), True, True, self.decoding() == "unbridged")[1]
+
+    def run_shared(
+        self,
+        tokens: torch.Tensor,
+        past: Any,
+        *,
+        hooks: Hooks = (),
+        rows: Sequence[int],
+        start: int = 0,
+        state: Any = None,
+        copies: int = 1,
+    ) -> torch.Tensor:
+        """Logits as :meth:`run` gives them, of a pass whose first positions are those ``past``
+        holds (:meth:`prefix`; the pass must not change them): only the later positions of
+        ``tokens`` run, each layer attending to the kept keys and values. ``rows`` (the
+        positions read) must be later ones; ``state`` is what enters block ``start`` at the
+        later positions only; hooks see the later positions only.
+
+        Raises:
+            InterpError: for a read row among the kept positions.
+        """
+        from transformers import DynamicCache
+
+        n, shared = tokens.shape[1], past.get_seq_length()
+        keep = kept_rows(rows, n)
+        if keep is None or keep[0] < shared:
+            raise InterpError(f"a pass after a kept prefix of {shared} positions reads row "
+                              f"{keep[0] if keep else None}: read later rows")  # fmt: skip
+        tiled = DynamicCache(config=self.model.interp_hf_model.config)
+        for i, layer in enumerate(past.layers):
+            tiled.update(repeat_copies(layer.keys, copies), repeat_copies(layer.values, copies), i)
+        new = repeat_copies(tokens[:, shared:], copies)
+        mask = torch.ones(new.shape[0], n, dtype=torch.long, device=new.device)
+        logits, _ = self._extend(
+            new, mask, tiled, hooks, True, False, self.decoding() == "unbridged",
+            start=start, state=repeat_copies(state, copies), rows=[r - shared for r in keep],
+        )  # fmt: skip
+        return _place(logits, keep, shared, n)
+
     def _extend(
         self,
         tokens: torch.Tensor,
@@ -292,6 +343,10 @@ class BridgeRuntime(Runtime):
         keep: bool,
         last: bool,
         swap: bool,
+        *,
+        start: int = 0,
+        state: Any = None,
+        rows: list[int] | None = None,
     ) -> tuple[torch.Tensor, Any]:
 
         mask = mask.to(tokens.device).long()
@@ -301,6 +356,8 @@ class BridgeRuntime(Runtime):
             kwargs["position_ids"] = positions_of(mask, held)
         if last and self._rows:
             kwargs["logits_to_keep"] = 1
+        elif rows is not None and self._rows:
+            kwargs["logits_to_keep"] = torch.tensor(rows, dtype=torch.long, device=tokens.device)
         hf = self.model.interp_hf_model
         hooked = self.model.hooks(fwd_hooks=list(hooks)) if hooks else contextlib.nullcontext()
         if not keep:
@@ -318,8 +375,9 @@ class BridgeRuntime(Runtime):
             self._slots, self._attentions = component_slots(hf), attentions(self.model)
         points = self.model.hook_dict
         live = {id(points[name]) for name, _ in hooks if name in points}
+        skip = skipping_blocks(self.model.blocks, start, state)
         with cache_alias(self._attentions), unbridged(self._slots if swap else (), live):
-            with hooked:
+            with hooked, skip:
                 logits = self.model(tokens, **kwargs)
         return (logits[:, -1:] if last else logits), past
 
@@ -354,3 +412,13 @@ class BridgeRuntime(Runtime):
 
 def _same(x: torch.Tensor, hook: Any) -> torch.Tensor:
     return x
+
+
+def _place(logits: torch.Tensor, rows: list[int], shared: int, n: int) -> torch.Tensor:
+    """Logits of ``rows`` (positions of the whole sequence, all at or after ``shared``) back at
+    those rows of ``[batch, n, d_vocab]``, as :func:`interp.runtime.base.scatter_rows` does."""
+    if len(rows) == 1:
+        return logits.expand(logits.shape[0], n, logits.shape[-1])
+    full = logits.new_zeros(logits.shape[0], n, logits.shape[-1])
+    full[:, torch.tensor(rows, device=logits.device)] = logits
+    return full

@@ -46,6 +46,7 @@ from interp.engine.direction import (
 )
 from interp.engine.runner import Chunk, Task, run
 from interp.engine.sweeps.sites import Site, mask_positions
+from interp.engine.sweeps.suffix import shared_prefix
 from interp.engine.sweeps.sweep import check_sweep_work, footprint, sweep
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
@@ -269,6 +270,7 @@ def patch(
     # the sweep, the source run (a pass for its metric) and the cache's (denoising reads it)
     reads = names if p.direction == "denoising" else ()
     unit = Cost.of(model, pos, p.metric.rows)
+    shared = shared_prefix(p.base, p.source)  # every chunk's passes share these positions
 
     def source_pass(metric: Metric) -> float:  # the source run: a pass to the metric's rows
         return pass_equivalents(model, pos, rows=runtime_of(model).unembedded(metric.rows))
@@ -278,7 +280,7 @@ def patch(
         source = sum(share * pass_equivalents(model, pos, rows=rt.unembedded(r))
                      for share, r in parts)  # fmt: skip
         also = source + cache_work(p.cache, reads) * unit.block_share
-        return check_sweep_work(model, edits, also=also, pos=pos, parts=parts)
+        return check_sweep_work(model, edits, also=also, pos=pos, parts=parts, shared=shared)
 
     def chunk(c: Chunk) -> dict[str, Any]:
         # the clean run's cache serves as the source only when denoising
@@ -288,7 +290,7 @@ def patch(
         result = sweep(
             model, p.base[sl], edits, c.metric, values=values, batch_size=batch_size,
             memory_budget=c.budget, progress=c.progress, desc=f"patching ({p.direction})",
-            score_tokens=p.tokens[sl],
+            score_tokens=p.tokens[sl], shared=shared,
         )  # fmt: skip
         del values
         return {

@@ -48,7 +48,7 @@ class Site:
         if self.head is not None:
             sel[self.head_dim] = self.head
         if self.positions is not None:
-            sel[self.pos_dim] = torch.tensor(self.positions, device=device)
+            sel[self.pos_dim] = torch.tensor(self.positions, dtype=torch.long, device=device)
         if self.channels is not None:
             sel[-1] = slice(*self.channels)
         return tuple(sel)

@@ -17,6 +17,10 @@ layer; each edit then runs only the blocks after ``l``.
 enters each block; an edit starting in layer ``l`` then runs only blocks
 ``l ..`` (:meth:`interp.runtime.base.Runtime.run`).
 
+``resume-suffix`` (:mod:`interp.engine.sweeps.suffix`): a patch whose source run shares
+the base run's first tokens; each pass resumes at its first edited block and computes only
+the later positions, against the base run's keys and values of the shared ones.
+
 ``loop``: one ``run_with_hooks`` per edit, for models neither path fits, or
 when a path's exactness check fails (the result's ``note`` says so).
 
@@ -45,16 +49,27 @@ from typing import Any
 import torch
 
 from interp.core.errors import InterpError
-from interp.core.hooks import hook_name
 from interp.core.metrics import Metric, scalar
 from interp.core.protocol import HookedModel
 from interp.engine.batching import check_work, copies_per_pass, pack
 from interp.engine.chunks import Footprint
 from interp.engine.cost import ALL_ROWS, Cost
-from interp.engine.sweeps.sites import Edit, edit_hooks, edit_start, site
-from interp.runtime import Runtime, runtime_of
+from interp.engine.sweeps import suffix
+from interp.engine.sweeps.paths import (
+    ATOL,
+    RTOL,
+    AfterBlock,
+    ResumeBlocks,
+    choose_path,
+    likely_path,
+    loop_pass,
+    projection_flops,
+)
+from interp.engine.sweeps.sites import Edit, edit_start
+from interp.runtime import runtime_of
 
-ATOL, RTOL = 1e-5, 1e-5  # a path must match the plain loop this closely to be used
+__all__ = ["ATOL", "RTOL", "SweepResult", "choose_path", "footprint", "likely_path", "sweep",
+           "sweep_copies", "sweep_copy_bytes", "sweep_outline", "sweep_work"]  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,155 +165,6 @@ def sweep_copies(
     )
 
 
-# ------------------------------------------------------------------------------ the loop
-def _loop_pass(rt: Runtime, tokens, chunk, values, cost: Cost | None = None) -> list:
-    """One full forward pass per edit: the reference every faster path is checked against."""
-    out = []
-    for edit in chunk:
-        out.append(rt.run(tokens, hooks=edit_hooks([edit], values, tokens.shape[0])))
-        if cost is not None:
-            cost.forward(rows=ALL_ROWS)  # a loop pass unembeds every row
-    return out
-
-
-# ------------------------------------------------------- resume after the edited block
-class _AfterBlock:
-    """``resume-after-block``: attention-only models, ``hook_z`` edits of one layer."""
-
-    name = "resume-after-block"
-
-    def __init__(self, rt: Runtime, tokens: torch.Tensor, layers: set[int], rows: Any = None):
-        self.rt = rt
-        self.tokens = tokens
-        kept: dict[str, torch.Tensor] = {}
-
-        def keep(x: torch.Tensor, hook: Any) -> None:
-            kept[hook.name] = x
-
-        names = [n for l in sorted(layers) for n in (hook_name("z", l), hook_name("resid_post", l))]
-        self.base_logits = rt.run(tokens, hooks=[(n, keep) for n in names], rows=rows)
-        self.kept = kept
-        self.w_o = {l: rt.model.W_O[l].detach() for l in layers}
-
-    @staticmethod
-    def fits(edits: Sequence[Edit]) -> bool:
-        """Only edits of whole heads' ``hook_z`` in a single layer."""
-        return all(
-            len({st.layer for st in e}) == 1
-            and all(st.hook.endswith("attn.hook_z") and st.channels is None for st in e)
-            for e in edits
-        )
-
-    def run(self, chunk, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
-        k = len(chunk)
-        layer = chunk[0][0].layer
-        z = self.kept[hook_name("z", layer)]
-        resid = self.kept[hook_name("resid_post", layer)]
-        W = self.w_o[layer]  # [head, d_head, d_model]
-        deltas = []
-        for edit in chunk:
-            new = z.clone()
-            target = None if values is None else values[hook_name("z", layer)].to(z.dtype)
-            for st in edit:
-                sel = st.index(z.ndim, z.device)
-                new[sel] = 0.0 if target is None else target[sel]
-            diff = new - z  # [batch, pos, head, d_head]
-            out = torch.einsum("bphe,hed->bpd", diff.float(), W.to(diff.device).float())
-            deltas.append(resid + out.to(resid.dtype))  # accumulated in float32, rounded once
-        state = torch.cat(deltas) if k > 1 else deltas[0]
-        logits = self.rt.run(self.tokens, start=layer + 1, state=state, rows=rows)
-        if cost is not None:
-            cost.per_token(_projection(W), k)  # each edit's heads through W_O
-            cost.forward(k, start=layer + 1)
-        return list(logits.split(resid.shape[0])) if k > 1 else [logits]
-
-
-# ----------------------------------------------------- resume at the first edited block
-class _ResumeBlocks:
-    """``resume-blocks``: skip the blocks before each edit's first layer (module docstring)."""
-
-    name = "resume-blocks"
-
-    def __init__(self, rt: Runtime, tokens: torch.Tensor, starts: set[int], rows: Any = None):
-        self.rt = rt
-        self.tokens = tokens
-        self.base_logits, self.kept = rt.block_inputs(tokens, starts - {0}, rows=rows)
-
-    def run(self, chunk, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
-        k = len(chunk)
-        b = self.tokens.shape[0]
-        start = min(edit_start(edit) for edit in chunk)
-        logits = self.rt.run(
-            self.tokens,
-            hooks=edit_hooks(chunk, values, b),
-            rows=rows,
-            start=start,
-            state=self.kept.get(start),
-            copies=k,
-        )
-        if cost is not None:
-            cost.forward(k, start=start)
-        return list(logits.split(b)) if k > 1 else [logits]
-
-
-# ----------------------------------------------------------------------- choosing a path
-def _probe(rt: Runtime, tokens: torch.Tensor, path_cls: Any, edit: Edit) -> tuple[bool, str]:
-    """Does ``path_cls`` give the plain loop's logits for ``edit`` on a slice of ``tokens``?"""
-    probe = tokens[:1, : min(tokens.shape[1], 8)]
-    try:
-        with torch.no_grad():
-            layers = {st.layer for st in edit}
-            engine = path_cls(rt, probe, layers if path_cls is _AfterBlock else {min(layers)})
-            got = engine.run([edit], None, None)[0]
-            ref = _loop_pass(rt, probe, [edit], None)[0]
-        if got.shape != ref.shape:
-            return False, f"{path_cls.name} gave logits of shape {tuple(got.shape)}"
-        if not _agree(got, ref):
-            diff = float((got.float() - ref.float()).abs().max())
-            return False, f"{path_cls.name} differed from the plain loop by {diff:.2e}"
-        return True, ""
-    except Exception as exc:  # noqa: BLE001 - any failure means "this path does not apply"
-        return False, f"{path_cls.name} failed its check ({type(exc).__name__}: {exc})"
-
-
-def _agree(got: torch.Tensor, ref: torch.Tensor) -> bool:
-    """A path's logits against the plain loop's: to :data:`ATOL` / :data:`RTOL` in float32, to
-    the precision's rule (:mod:`interp.core.precision`, of the largest logit) in float16 /
-    bfloat16."""
-    from interp.core.precision import is_reduced, tolerance
-
-    if not is_reduced(ref.dtype):
-        return bool(torch.allclose(got.float(), ref.float(), atol=ATOL, rtol=RTOL))
-    size = float(ref.float().abs().max())
-    return float((got.float() - ref.float()).abs().max()) <= tolerance(
-        ref.dtype, size, float32=RTOL
-    )
-
-
-def _faster_paths(rt: Runtime, edits: Sequence[Edit]) -> list[tuple[Any, str, Edit]]:
-    """The faster paths that apply to ``edits``, fastest first: each with the name its
-    exactness check is remembered under and the edit that check probes."""
-    out: list[tuple[Any, str, Edit]] = []
-    if rt.can_resume and rt.attention_only and _AfterBlock.fits(edits):
-        out.append((_AfterBlock, "sweep: after-block", [site("z", 0, head=0)]))
-    if rt.n_layers > 1 and rt.can_resume:
-        last = rt.n_layers - 1
-        out.append((_ResumeBlocks, "sweep: resume-blocks", [site("z", last, head=0)]))
-    return out
-
-
-def choose_path(model: HookedModel, tokens: torch.Tensor, edits: Sequence[Edit]) -> tuple[str, str]:
-    """Which path :func:`sweep` will take for these edits, and why (if not the fastest)."""
-    rt = runtime_of(model)
-    why = ""
-    for cls, check, probe_edit in _faster_paths(rt, edits):
-        ok, note = rt.verdict(check, lambda c=cls, e=probe_edit: _probe(rt, tokens, c, e))
-        if ok:
-            return cls.name, why
-        why = note
-    return "loop", why or "no faster exact path for this model"
-
-
 def sweep_outline(
     model: HookedModel, tokens: torch.Tensor, edits: Sequence[Edit], batch_size: Any = None
 ) -> dict:
@@ -315,14 +181,6 @@ def sweep_outline(
     }
 
 
-def likely_path(model: HookedModel, edits: Sequence[Edit]) -> str:
-    """The path :func:`choose_path` takes for ``edits`` when its exactness check passes (as
-    it does on every model kind the runtime reads), known without running the check: the
-    path an estimate counts."""
-    paths = _faster_paths(runtime_of(model), edits)
-    return paths[0][0].name if paths else "loop"
-
-
 def sweep_work(
     model: HookedModel,
     edits: Sequence[Edit],
@@ -330,11 +188,13 @@ def sweep_work(
     *,
     pos: int | None = None,
     rows: Sequence[int] | None = None,
+    shared: int = 0,
 ) -> float:
     """The forward-equivalents a sweep of ``edits`` on ``path`` (default :func:`likely_path`)
     runs, as its :class:`~interp.engine.cost.Cost` counts them: the base pass, then per
     edit the blocks it reruns: those after its layer (``resume-after-block``), from its first
-    layer on (``resume-blocks``), or every block (``loop``); each pass then unembeds the
+    layer on (``resume-blocks``; ``resume-suffix``: at the positions after the ``shared``
+    ones, after one pass of those), or every block (``loop``); each pass then unembeds the
     metric's ``rows`` (a loop pass every row). Without ``pos``, blocks only (a pass of every
     block is 1).
 
@@ -346,24 +206,23 @@ def sweep_work(
     """
     rt = runtime_of(model)
     L = rt.n_layers
-    path = likely_path(model, edits) if path is None else path
+    path = likely_path(model, edits, rows=rows, shared=shared, pos=pos) if path is None else path
     cost = Cost(L) if pos is None else Cost.of(model, pos, rows)
     cost.forward()
     if path == "loop":
         cost.forward(len(edits), rows=ALL_ROWS)
         return cost.total
-    after = 1 if path == _AfterBlock.name else 0
+    if path == suffix.ResumeSuffix.name and pos is not None:
+        cost.forward(shared / pos, stop=L)  # the kept prefix's pass
+        for e in edits:
+            cost.forward((pos - shared) / pos, start=edit_start(e))
+        return cost.total
+    after = 1 if path == AfterBlock.name else 0
     for e in edits:
         if after:
-            cost.per_token(_projection(rt.model.W_O[edit_start(e)]))
+            cost.per_token(projection_flops(rt.model.W_O[edit_start(e)]))
         cost.forward(start=min(L, edit_start(e) + after))
     return cost.total
-
-
-def _projection(W_O: torch.Tensor) -> float:
-    """FLOPs per token of projecting every head's ``z`` through ``W_O [head, d_head,
-    d_model]`` (``resume-after-block``'s edit of one layer)."""
-    return 2.0 * W_O.numel()
 
 
 def check_sweep_work(
@@ -374,17 +233,20 @@ def check_sweep_work(
     pos: int | None = None,
     rows: Sequence[int] | None = None,
     parts: Sequence[tuple[float, Sequence[int] | None]] | None = None,
+    shared: int = 0,
 ) -> float:
     """The forward-equivalents of a sweep of ``edits`` (:func:`sweep_work`) and ``also`` (the
     caller's other passes: a source run, the values an ablation splices in), refused past the
     work limit before any pass; returns them. ``parts`` (a run in chunks): ``(share of the
-    prompts, rows its metric reads)`` per chunk, each chunk's sweep unembedding its own rows.
+    prompts, rows its metric reads)`` per chunk, each chunk's sweep unembedding its own rows;
+    ``shared``: as :func:`sweep` takes it.
 
     Raises:
         InterpError: past :func:`interp.engine.batching.work_limit`, with the estimate.
     """
     parts = [(1.0, rows)] if parts is None else parts
-    sweeps = sum(share * sweep_work(model, edits, pos=pos, rows=r) for share, r in parts)
+    sweeps = sum(share * sweep_work(model, edits, pos=pos, rows=r, shared=shared)
+                 for share, r in parts)  # fmt: skip
     return check_work(
         sweeps + also,
         what=f"an exact sweep of {len(edits):,} edits",
@@ -404,12 +266,16 @@ def sweep(
     progress: bool = False,
     desc: str = "sweep",
     score_tokens: torch.Tensor | None = None,
+    shared: int = 0,
 ) -> SweepResult:
     """Metric values, one per edit in the order given, and the unedited value.
 
     ``values[hook]`` (the full activation of that hook, batch first) supplies
     each edited slice; without ``values`` the slices are zeroed. The metric is
-    scored against ``score_tokens`` (default ``tokens``). The caller runs this in
+    scored against ``score_tokens`` (default ``tokens``). ``shared``: the first positions
+    where ``values`` are the base run's own (a patch from a run whose tokens agree there,
+    :func:`interp.engine.sweeps.suffix.shared_prefix`); passes then compute only the later
+    positions where the runtime can (``resume-suffix``). The caller runs this in
     eval mode under no_grad and has validated its inputs.
 
     Raises:
@@ -426,23 +292,27 @@ def sweep(
     check_sweep_work(model, edits)
     rows = metric.rows
     k = sweep_copies(model, tokens, edits, batch_size, memory_budget, rows)
-    path, note = choose_path(model, tokens, edits)
+    path, note = choose_path(model, tokens, edits, rows=rows, shared=shared)
     chunks = pack(starts, k, mixed=path == "loop")
     cost = Cost.of(model, tokens.shape[1], rows)
     bar = tqdm(total=len(chunks) + 1, disable=not progress, desc=desc, unit="pass")
     results: dict[int, float] = {}
     try:
-        if path == _AfterBlock.name:
-            engine: Any = _AfterBlock(rt, tokens, set(starts), rows)
+        if path == suffix.ResumeSuffix.name:
+            engine = suffix.ResumeSuffix(rt, tokens, set(starts), rows, shared)
             base_logits, run = engine.base_logits, engine.run
-        elif path == _ResumeBlocks.name:
-            engine = _ResumeBlocks(rt, tokens, set(starts), rows)
+            cost.forward(shared / tokens.shape[1], stop=rt.n_layers)  # the kept prefix's pass
+        elif path == AfterBlock.name:
+            engine: Any = AfterBlock(rt, tokens, set(starts), rows)
+            base_logits, run = engine.base_logits, engine.run
+        elif path == ResumeBlocks.name:
+            engine = ResumeBlocks(rt, tokens, set(starts), rows)
             base_logits, run = engine.base_logits, engine.run
         else:
             base_logits = rt.run(tokens, rows=rows)
 
             def run(chunk, values, rows, cost):
-                return _loop_pass(rt, tokens, chunk, values, cost)  # rows: every row
+                return loop_pass(rt, tokens, chunk, values, cost)  # rows: every row
 
         cost.forward()
         scored = tokens if score_tokens is None else score_tokens
