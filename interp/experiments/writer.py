@@ -15,6 +15,7 @@ identical bytes.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,9 @@ def write_lab(
     out = Path(out_dir)
     tables = lab.tables(findings)
     plots = lab.figures(findings)
-    report = lab.report(findings)
+    # the figures drawn once, for the report and the files, where the report takes them
+    takes = "plots" in inspect.signature(lab.report).parameters
+    report = lab.report(findings, plots=plots) if takes else lab.report(findings)
     marker = {"lab": lab.NAME, **(meta or {}), "tables": sorted(tables), "figures": sorted(plots)}
     with atomic_dir(out, marker=marker) as tmp:
         for name, df in tables.items():

@@ -58,9 +58,9 @@ def figures(f: BankSenseFindings) -> dict[str, Any]:
     }
 
 
-def report(f: BankSenseFindings) -> Report:
+def report(f: BankSenseFindings, plots: dict[str, Any] | None = None) -> Report:
     """The lab's HTML report (:class:`interp.outputs.render.Report`)."""
-    plots = figures(f)
+    plots = figures(f) if plots is None else plots  # the writer passes the ones it saves
     t = f.tables
     report = Report(TITLE)
     report.text(

@@ -97,9 +97,9 @@ CAUTIONS = [
 ]
 
 
-def report(f: CircuitFindings) -> Report:
+def report(f: CircuitFindings, plots: dict[str, Any] | None = None) -> Report:
     """The lab's HTML report (:class:`interp.outputs.render.Report`)."""
-    plots = figures(f)
+    plots = figures(f) if plots is None else plots  # the writer passes the ones it saves
     t = tables(f)
     info = f.circuit_info
     held = f.held_out.iloc[0]

@@ -68,9 +68,9 @@ def figures(f: FeatureFindings) -> dict[str, Any]:
     }
 
 
-def report(f: FeatureFindings) -> Report:
+def report(f: FeatureFindings, plots: dict[str, Any] | None = None) -> Report:
     """The lab's HTML report (:class:`interp.outputs.render.Report`)."""
-    plots = figures(f)
+    plots = figures(f) if plots is None else plots  # the writer passes the ones it saves
     t = tables(f)
     report = Report(TITLE)
     report.text(fr.__doc__.split("\n\n", 1)[1].replace("``", "").replace("*", ""))

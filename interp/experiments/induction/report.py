@@ -114,9 +114,9 @@ def lens_lines(f: InductionFindings) -> Any:
     )
 
 
-def report(f: InductionFindings) -> Report:
+def report(f: InductionFindings, plots: dict[str, Any] | None = None) -> Report:
     """The lab's HTML report (:class:`interp.outputs.render.Report`)."""
-    plots = figures(f)
+    plots = figures(f) if plots is None else plots  # the writer passes the ones it saves
     report = Report(TITLE)
     report.text(f"Model {f.model_name}: {f.n_layers} layers x {f.n_heads} heads. Seed {f.seed}.")
     report.cautions(CAUTIONS)

@@ -221,9 +221,9 @@ def why_lines(f: NameMoverFindings) -> list[str]:
     return lines
 
 
-def report(f: NameMoverFindings) -> Report:
+def report(f: NameMoverFindings, plots: dict[str, Any] | None = None) -> Report:
     """The lab's HTML report (:class:`interp.outputs.render.Report`)."""
-    plots = figures(f)
+    plots = figures(f) if plots is None else plots  # the writer passes the ones it saves
     t = tables(f)
     r = Report(TITLE)
     r.text(

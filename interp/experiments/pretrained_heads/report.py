@@ -187,9 +187,9 @@ def _sense_section(report: Report, mf: Any) -> None:
     report.raw(styled_html(s.clue_ablation, colour="delta_gap_centred"))
 
 
-def report(f: PretrainedFindings) -> Report:
+def report(f: PretrainedFindings, plots: dict[str, Any] | None = None) -> Report:
     """The lab's HTML report (:class:`interp.outputs.render.Report`)."""
-    plots = figures(f)
+    plots = figures(f) if plots is None else plots  # the writer passes the ones it saves
     report = Report(TITLE)
     report.text(
         "The article's last step: watch real heads. Every number below is computed from the "
