@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         "mean_score": w.score, "score_gap": a.get("score_gap"),
         "forward_equivalents": a.get("forward_equivalents"),
         "dictionaries": [_figures(D) for D in (R, *Ws)],
-        "shares": w.shares,
+        "shares": w.shares, "sides": w.sides.to_dict("records"),
         "top_row_has_error": float(err.mean()),
         "top_rows": kinds.value_counts().head(5).to_dict(),
         "pairs": w.pairs.to_dict("records"), "meanings": w.meanings.to_dict("records"),
@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     print("shares of the summed score:", {k: round(v, 4) for k, v in w.shares.items()})
     print(f"prompts whose top row has an error piece: {err.mean():.1%}; top rows:",
           figures["top_rows"])  # fmt: skip
+    for side, part in w.sides.groupby("side", sort=False):
+        print(f"{side} side:", ", ".join(f"{r.part} {r.share:.3f}" for r in part.itertuples()))
     print("top (query feature, key feature) pairs:")
     for r in w.pairs.itertuples():
         print(

@@ -59,6 +59,11 @@ def test_the_shares_add_up_and_the_top_pairs_are_feature_pairs(found):
     pairs = found.pairs
     assert 0 < len(pairs) <= 5 and pairs["value"].is_monotonic_decreasing
     assert s["top_pairs"] == pytest.approx(float(pairs["share"].sum()), abs=1e-6)
+    sides = found.sides.groupby("side")["share"].sum()  # each side's parts: the whole score
+    assert sides.to_dict() == pytest.approx({"query": 1.0, "key": 1.0}, abs=1e-6)
+    parts = set(found.sides["part"])
+    assert {"blocks.0.hook_attn_out features", "blocks.0.hook_attn_out error"} <= parts
+    assert {"blocks.1.hook_resid_pre features", "blocks.1.hook_resid_pre error"} <= parts
     assert all(p.startswith("F") for p in [*pairs["query_piece"], *pairs["key_piece"]])
 
 

@@ -78,6 +78,9 @@ class HeadInFeatures:
             ``error`` (a row with a dictionary's error on either side), ``b_dec`` (a decoder
             bias on either side, no error), ``rest`` (embeddings, components, biases, a
             feature beside them); they add up to 1.
+        sides: each side's parts (summed over the other side) as shares of the summed
+            score: ``<hook> features``, ``<hook> error``, ``<hook> b_dec``, ``embed`` (the
+            token embeddings), each component without a dictionary (``L17.attn``).
         meanings: one row per top feature: side, piece, hook, its top current and previous
             tokens with their shares of its activation, and its top contexts.
         interventions: per checked prompt and side, the top feature pair's feature removed
@@ -90,6 +93,7 @@ class HeadInFeatures:
     per_prompt: pd.DataFrame
     pairs: pd.DataFrame
     shares: dict[str, float]
+    sides: pd.DataFrame
     meanings: pd.DataFrame
     interventions: pd.DataFrame
 
@@ -144,20 +148,9 @@ def _hook(piece: str, dictionaries: Sequence[Dictionary]) -> str:
     return str(piece).rsplit(":", 1)[0] if ":" in str(piece) else dictionaries[0].hook_name
 
 
-def score_shares(df: pd.DataFrame, top: int = 10) -> tuple[pd.DataFrame, dict[str, float]]:
-    """The top ``top`` feature pairs of a per-prompt :func:`qk_attribution` table and the
-    parts of the summed score (:attr:`HeadInFeatures.shares`).
-
-    Args:
-        df: ``qk_attribution`` rows with ``query_piece, key_piece`` and a ``sequence`` column.
-        top: Pairs kept.
-
-    Returns:
-        ``(pairs, shares)``.
-
-    Raises:
-        InterpError: for an empty table or a summed score of zero.
-    """
+def _score_shares(df: pd.DataFrame, top: int) -> tuple[pd.DataFrame, dict[str, float]]:
+    """The top ``top`` feature pairs of a per-prompt ``qk_attribution`` table and the parts
+    of the summed score (:attr:`HeadInFeatures.shares`); refuses a score summing to 0."""
     total, n = float(df["value"].sum()), int(df["sequence"].nunique())
     if not n or total == 0.0:
         raise InterpError("no score to split: the table is empty or its scores sum to 0")
@@ -230,6 +223,21 @@ def feature_meanings(
     return pd.DataFrame(rows)
 
 
+def _sides(df: pd.DataFrame, dictionaries: dict[str, Sequence[Dictionary]]) -> pd.DataFrame:
+    """Each side's parts as shares of the summed score (:attr:`HeadInFeatures.shares`)."""
+    out = []
+    for side, ds in dictionaries.items():
+        pieces = df[f"{side}_piece"].astype(str)
+        kind = pieces.map(_kind)
+        hooks = pd.Series([_hook(p, ds) for p in pieces], index=pieces.index)
+        part = (hooks + " " + kind.str.replace("feature", "features")).where(kind != "other",
+                pieces.str.replace(r"^embed:.*", "embed", regex=True))  # fmt: skip
+        shares = df.groupby(part)["value"].sum() / float(df["value"].sum())
+        out.append(pd.DataFrame({"side": side, "part": shares.index, "share": shares.values}))
+    return pd.concat(out).sort_values(["side", "share"], ascending=[False, False],
+                                      ignore_index=True)  # fmt: skip
+
+
 def _rank(cell: pd.DataFrame, side: str, piece: str) -> int:
     """``piece``'s rank (0: first) among one prompt's removable ``side`` pieces by the size of
     their share, the order :func:`qk_interventions` removes them in."""
@@ -289,7 +297,7 @@ def head_in_features(
                      fbest[["query_piece", "key_piece", "value"]].add_prefix("feature_")],
                     axis=1).reset_index()  # fmt: skip
     per.attrs.update(df.attrs)  # the check against the model's scores, the pass's cost
-    pairs, shares = score_shares(df, top)
+    pairs, shares = _score_shares(df, top)
     meanings = pd.concat([
         feature_meanings(model, query_dictionary, reading_tokens,
                          list(dict.fromkeys(pairs["query_piece"])), "query", contexts=contexts),
@@ -315,5 +323,6 @@ def head_in_features(
                          "attribution": a, "measured": m,
                          "within_a_tenth": abs(m - a) <= TENTH * abs(a)})  # fmt: skip
     label = f"L{layer}H{head}"
-    return HeadInFeatures(label, float(score.mean()), per, pairs, shares, meanings,
+    sides = _sides(df, {"query": [query_dictionary], "key": keys})
+    return HeadInFeatures(label, float(score.mean()), per, pairs, shares, sides, meanings,
                           pd.DataFrame(rows))  # fmt: skip
