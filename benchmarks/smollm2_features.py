@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reading-sequences", type=int, default=64,
                    help="held-out sequences the features' meanings are read on")  # fmt: skip
     p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--stride", type=int, default=32,
+                   help="every stride-th held-out sequence (more of its files)")  # fmt: skip
     p.add_argument("--top", type=int, default=10)
     p.add_argument("--checks", type=int, default=8, help="prompts whose top pair is removed")
     p.add_argument("--reach", type=int, default=24,
@@ -110,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model(args.model)
     R, Ws = load_dictionary(qd), [load_dictionary(f) for f in kds]
     load_s = time.perf_counter() - t
-    data = repeated_text(model, prompts=args.prompts, half=args.half)
-    reading = python_text(model, n_sequences=args.reading_sequences, seq_len=args.seq_len,
-                          split="test").tokens  # fmt: skip
+    data = repeated_text(model, prompts=args.prompts, half=args.half, stride=args.stride)
+    reading = python_text(model, n_sequences=args.reading_sequences * args.stride,
+                          seq_len=args.seq_len, split="test").tokens[:: args.stride]  # fmt: skip
     t = time.perf_counter()
     w = head_in_features(model, data, layer=args.layer, head=args.head, query_dictionary=R,
                          key_dictionaries=Ws, reading_tokens=reading, top=args.top,
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
     figures = {
         "model": args.model, "head": w.label, "prompts": len(per), "half": args.half,
+        "stride": args.stride, "reading_sequences": len(reading),
         "mean_score": w.score, "score_gap": a.get("score_gap"),
         "forward_equivalents": a.get("forward_equivalents"),
         "dictionaries": [_figures(D) for D in (R, *Ws)],

@@ -104,13 +104,17 @@ class HeadInFeatures:
         return float(done["within_a_tenth"].mean()) if len(done) else float("nan")
 
 
-def repeated_text(model: HookedModel, *, prompts: int, half: int) -> RepeatedTokens:
+def repeated_text(
+    model: HookedModel, *, prompts: int, half: int, stride: int = 1
+) -> RepeatedTokens:
     """Held-out text of the offline corpus repeated: BOS, ``half`` tokens, the same again.
 
     Args:
         model: The hooked model (its tokenizer, or characters without one).
         prompts: How many prompts.
         half: Tokens that repeat (at least 2).
+        stride: Every ``stride``-th of the corpus's consecutive sequences, so the prompts
+            spread over more of its files.
 
     Returns:
         A :class:`~interp.datasets.RepeatedTokens` of ``[prompts, 1 + 2 * half]`` tokens.
@@ -122,7 +126,8 @@ def repeated_text(model: HookedModel, *, prompts: int, half: int) -> RepeatedTok
     n_ctx = getattr(model.cfg, "n_ctx", None)
     if n_ctx is not None and 1 + 2 * L > n_ctx:
         raise InterpError(f"1 + 2 x {L} tokens are past the model's context of {n_ctx}")
-    body = python_text(model, n_sequences=n, seq_len=L + 1, split="test").tokens
+    step = check_int(stride, "stride", minimum=1)
+    body = python_text(model, n_sequences=n * step, seq_len=L + 1, split="test").tokens[::step]
     tokens = torch.cat([body, body[:, 1:]], dim=1)
     predictable = torch.zeros_like(tokens, dtype=torch.bool)
     predictable[:, L + 2 :] = True
@@ -231,7 +236,7 @@ def _sides(df: pd.DataFrame, dictionaries: dict[str, Sequence[Dictionary]]) -> p
         kind = pieces.map(_kind)
         hooks = pd.Series([_hook(p, ds) for p in pieces], index=pieces.index)
         part = (hooks + " " + kind.str.replace("feature", "features")).where(kind != "other",
-                pieces.str.replace(r"^embed:.*", "embed", regex=True))  # fmt: skip
+                pieces.str.replace(r"(?s)^embed:.*", "embed", regex=True))  # fmt: skip
         shares = df.groupby(part)["value"].sum() / float(df["value"].sum())
         out.append(pd.DataFrame({"side": side, "part": shares.index, "share": shares.values}))
     return pd.concat(out).sort_values(["side", "share"], ascending=[False, False],
