@@ -120,10 +120,20 @@ SLOW_FIRST = (
     "test_training",
     "test_name_movers",
     "test_cache",
+    # then the longest first, so the last module either worker takes is a short one
+    "test_induction_lab",
+    "test_pretrained",
+    "test_atlas_roles",
+    "test_ranks",
+    "test_ranks_faults",
+    "test_ranks_dictionaries",
     "test_bank_sense",
     "test_feature_recovery",
-    "test_induction_lab",
     "test_circuits_lab",
+    "test_docs_site",
+    "test_dictionary_corpus",
+    "test_old_import_paths",
+    "test_cli",
     "test_edge_circuits",
 )
 
