@@ -335,3 +335,37 @@ def test_smollm2_tokens_read_as_text_and_logits_through_its_rmsnorm(smollm):
     lg = r.logits
     assert lg[(lg["feature"] == 5) & (lg["side"] == "top")]["token_id"].tolist() == want
     assert r.logits.attrs["final_norm"].startswith("RMS")
+
+
+@pytest.mark.browser
+def test_the_cli_head_page_renders_offline_in_chromium(tmp_path, D, capsys, chromium_paths):
+    """``interp features --head L1H1``'s own page, in headless Chromium with the network cut:
+    the pairs' table above the cards, every pair's feature links to its card, nothing is
+    fetched and nothing logs an error."""
+    from browser import browser, requested_urls
+
+    from interp.cli import main
+
+    folder = D.save(tmp_path / "sae")
+    page = tmp_path / "head.html"
+    args = ["features", "--dictionary", str(folder), "--out", str(page), "--sequences", "6",
+            "--seq-len", "40", "--top", "3", "--show", "2", "--head", "L1H1"]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    script = """
+    const links = Array.from(document.querySelectorAll('tr.pair a'));
+    const broken = links.filter(a => !document.getElementById(a.hash.slice(1))).length;
+    const table = document.querySelector('tr.pair');
+    const card = document.querySelector('section.feature-card');
+    return [links.length, broken, document.querySelectorAll('tr.pair').length,
+            table && card ? table.getBoundingClientRect().top < card.getBoundingClientRect().top
+                          : null];
+    """
+    with browser(page, chromium_paths) as driver:
+        n_links, broken, n_pairs, above = driver.execute_script(script)
+        logs = driver.get_log("browser")
+        urls = requested_urls(driver)
+    assert n_pairs >= 1 and n_links == 2 * n_pairs and broken == 0
+    assert above is True  # the head's pairs come before the cards
+    assert [u for u in urls if u.startswith(("http:", "https:", "ws:", "wss:", "ftp:"))] == []
+    assert [e for e in logs if e["level"] == "SEVERE"] == []
