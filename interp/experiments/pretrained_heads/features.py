@@ -273,6 +273,7 @@ def head_in_features(
         removed: ``qk_interventions``' ``top``, pieces per side it removes (one pass each):
             at least this many, and as many as reach the pair's features (their ``rank`` on
             their side), up to ``reach``; a feature ranked past it is not measured (NaN).
+        reach: The most pieces per side removed on one prompt.
         contexts: Top contexts per feature.
 
     Returns:
