@@ -79,8 +79,6 @@ def classify(name: Any) -> str:
             folder that is no model, or an unknown alias; CheckpointError for a
             folder that is a damaged checkpoint of ours.
     """
-    from interp.models.checkpoints import is_checkpoint_dir
-
     if name is None or not isinstance(name, (str, os.PathLike)):
         raise InterpError(
             f"load_model needs a model name or path, got {name!r}; aliases: {', '.join(ALIASES)}"
@@ -94,6 +92,8 @@ def classify(name: Any) -> str:
     if path.exists():
         if not path.is_dir():
             raise InterpError(f"{text!r} is a file; pass a model folder or an alias")
+        from interp.models.checkpoints import is_checkpoint_dir  # imports TransformerLens
+
         if is_checkpoint_dir(path):
             return "checkpoint"
         if (path / "config.json").is_file():
