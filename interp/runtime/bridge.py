@@ -288,7 +288,7 @@ class BridgeRuntime(Runtime):
     def shares_prefix(self) -> bool:
         """Whether passes that share their first positions can compute only the rest
         (:meth:`run_shared`): the model's key/value cache passed its check."""
-        return self.decoding() != "none" and self._rows
+        return self._rows and self.decoding() != "none"  # _rows: a wrapped Hugging Face model
 
     def prefix(self, tokens: torch.Tensor) -> Any:
         """Every layer's keys and values of ``tokens`` ``[batch, shared]`` (Hugging Face's
@@ -332,7 +332,7 @@ class BridgeRuntime(Runtime):
             new, mask, tiled, hooks, True, False, self.decoding() == "unbridged",
             start=start, state=repeat_copies(state, copies), rows=[r - shared for r in keep],
         )  # fmt: skip
-        return _place(logits, keep, shared, n)
+        return scatter_rows(logits, keep, n)
 
     def _extend(
         self,
@@ -412,13 +412,3 @@ class BridgeRuntime(Runtime):
 
 def _same(x: torch.Tensor, hook: Any) -> torch.Tensor:
     return x
-
-
-def _place(logits: torch.Tensor, rows: list[int], shared: int, n: int) -> torch.Tensor:
-    """Logits of ``rows`` (positions of the whole sequence, all at or after ``shared``) back at
-    those rows of ``[batch, n, d_vocab]``, as :func:`interp.runtime.base.scatter_rows` does."""
-    if len(rows) == 1:
-        return logits.expand(logits.shape[0], n, logits.shape[-1])
-    full = logits.new_zeros(logits.shape[0], n, logits.shape[-1])
-    full[:, torch.tensor(rows, device=logits.device)] = logits
-    return full

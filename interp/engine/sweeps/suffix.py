@@ -52,7 +52,7 @@ def fits(rt: Runtime, edits: Sequence[Edit], rows: Any, shared: int, n: int) -> 
         return False
     from interp.core.protocol import is_causal
 
-    return is_causal(rt.model) and bool(getattr(rt, "shares_prefix", False))
+    return is_causal(rt.model) and rt.shares_prefix
 
 
 def _later(site: Site, shared: int) -> Site:
