@@ -292,7 +292,14 @@ class BridgeRuntime(Runtime):
 
     def prefix(self, tokens: torch.Tensor) -> Any:
         """Every layer's keys and values of ``tokens`` ``[batch, shared]`` (Hugging Face's
-        ``DynamicCache``), computed once for :meth:`run_shared`."""
+        ``DynamicCache``), computed once for :meth:`run_shared`.
+
+        Args:
+            tokens: The shared first positions' ids.
+
+        Returns:
+            The cache of one pass over them.
+        """
         mask = torch.ones_like(tokens)
         return self._extend(tokens, mask, None, (), True, True, self.decoding() == "unbridged")[1]
 
@@ -312,6 +319,19 @@ class BridgeRuntime(Runtime):
         ``tokens`` run, each layer attending to the kept keys and values. ``rows`` (the
         positions read) must be later ones; ``state`` is what enters block ``start`` at the
         later positions only; hooks see the later positions only.
+
+        Args:
+            tokens: ``[batch, pos]`` ids, the kept positions included.
+            past: :meth:`prefix` of ``tokens``' first positions.
+            hooks: Hooks of the pass (activations of the later positions).
+            rows: The positions read, all at or after the kept ones.
+            start: The first block that runs.
+            state: What enters block ``start`` at the later positions.
+            copies: Copies of the batch in the pass.
+
+        Returns:
+            Logits ``[copies * batch, pos, d_vocab]`` at ``rows`` (others as
+            :func:`interp.runtime.base.scatter_rows` leaves them).
 
         Raises:
             InterpError: for a read row among the kept positions.

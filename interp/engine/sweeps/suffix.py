@@ -34,7 +34,15 @@ from interp.runtime.base import kept_rows
 
 def shared_prefix(tokens: torch.Tensor, source: torch.Tensor | None) -> int:
     """How many leading positions ``tokens`` and ``source`` (``[batch, pos]``) hold alike in
-    every prompt (0 without a source or for other shapes)."""
+    every prompt (0 without a source or for other shapes).
+
+    Args:
+        tokens: The base run's ids, ``[batch, pos]``.
+        source: The source run's ids, or None.
+
+    Returns:
+        The length of the prefix every prompt shares with its source.
+    """
     if source is None or source.shape != tokens.shape:
         return 0
     differ = (tokens != source.to(tokens.device)).any(0).nonzero()
@@ -44,7 +52,18 @@ def shared_prefix(tokens: torch.Tensor, source: torch.Tensor | None) -> int:
 def fits(rt: Runtime, edits: Sequence[Edit], rows: Any, shared: int, n: int) -> bool:
     """Whether ``resume-suffix`` applies: a runtime that shares a prefix, a prefix of at least
     one position short of the whole prompt, a metric that reads only later rows, and edits
-    whose positions (if any) are counted from the start."""
+    whose positions (if any) are counted from the start.
+
+    Args:
+        rt: The model's runtime.
+        edits: The sweep's edits.
+        rows: The positions the metric reads (None: every one).
+        shared: The shared prefix (:func:`shared_prefix`).
+        n: Positions per prompt.
+
+    Returns:
+        Whether the path applies (its exactness check still runs before it is used).
+    """
     keep = kept_rows(rows, n)
     if not (0 < shared < n) or keep is None or keep[0] < shared:
         return False
@@ -111,7 +130,15 @@ def check(rt: Runtime, tokens: torch.Tensor) -> tuple[bool, str]:
     tokens): a patch of one head in the middle layer whose values are the base run's on the
     first half and zero after, one pass each way, to 1e-5 of the logits' scale (the kept
     keys and values enter later positions through other matrix shapes, so the two agree to
-    rounding, not bit for bit)."""
+    rounding, not bit for bit).
+
+    Args:
+        rt: The model's runtime.
+        tokens: The sweep's base tokens (the probe is cut from the first prompt).
+
+    Returns:
+        ``(agrees, why not)``: a failure or a gap past the tolerance is ``(False, reason)``.
+    """
     probe = tokens[:1, : min(tokens.shape[1], 8)]
     n = probe.shape[1]
     shared, layer = max(1, n // 2), rt.n_layers // 2
