@@ -50,6 +50,8 @@ LAYERS = [
         "interp.engine.ranks",
         "interp.engine.agreement",
         "interp.engine.chunks",
+        "interp.engine.footprints",  # the runner's memory model (issue 44)
+        "interp.engine.sweeps.cost",  # the sweep engine's
     ),
     ("interp.analysis", "interp.analysis.generation", "interp.datasets", "interp.dictionaries"),
     (

@@ -25,8 +25,8 @@ from interp.core.memory import (
 )
 from interp.core.metrics import logit_diff_metric
 from interp.engine.edges.task import check_edge_task, edge_footprint
+from interp.engine.sweeps.cost import sweep_footprint as footprint
 from interp.engine.sweeps.sites import head_edits
-from interp.engine.sweeps.sweep import footprint
 from interp.models import load_model
 from interp.models.hf import random_llama
 from interp.runtime import runtime_of
@@ -131,3 +131,25 @@ def test_path_patching_to_the_logits_runs_no_block(llama):
     # a copy that edits only the logits' input: its edit, the edited stream, the read rows
     assert to_logits.footprint.per_copy < forward_bytes(llama, 1, 8, rows=metric.rows)
     assert to_heads.footprint.per_copy > forward_bytes(llama, 1, 8, rows=metric.rows)
+
+
+# the engines' cost modules: the only places a Footprint is built (issue 44)
+COST_MODULES = {"engine/footprints.py", "engine/sweeps/cost.py", "engine/edges/cost.py"}
+MOVING = {"engine/edges/task.py"}  # the edge engine's, on its way to engine/edges/cost.py
+
+
+def test_footprints_are_built_only_in_the_engines_cost_modules():
+    import ast
+    from pathlib import Path
+
+    pkg = Path(A.__file__).resolve().parents[1]
+    builders = set()
+    for path in pkg.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+                if name == "Footprint":
+                    builders.add(path.relative_to(pkg).as_posix())
+    assert builders - MOVING <= COST_MODULES, sorted(builders - COST_MODULES - MOVING)
+    assert "engine/footprints.py" in builders and "engine/sweeps/cost.py" in builders

@@ -50,7 +50,14 @@ RENAMED: dict[tuple[str, str], str] = {
         "interp.analysis.components.ablation:head_sweep_outline"
     ),
     ("interp.engine.sweeps.sweep", "plan"): "interp.engine.sweeps.sweep:sweep_outline",
-    ("interp.engine.sweeps.sweep", "copy_bytes"): "interp.engine.sweeps.sweep:sweep_copy_bytes",
+    ("interp.engine.sweeps.sweep", "copy_bytes"): "interp.engine.sweeps.cost:sweep_copy_bytes",
+    # issue 44: Footprint is built only in the engines' cost modules
+    ("interp.engine.sweeps.sweep", "footprint"): "interp.engine.sweeps.cost:sweep_footprint",
+    ("interp.analysis.heads.atlas.probe", "footprint"): "interp.engine.footprints:atlas_footprint",
+    ("interp.analysis.heads.qk.attribution", "footprint"): "interp.engine.footprints:qk_footprint",
+    ("interp.analysis.generation.generating", "footprint"): (
+        "interp.engine.footprints:generation_footprint"
+    ),
     ("interp.engine.sweeps.sweep", "edits_per_pass"): "interp.engine.sweeps.sweep:sweep_copies",
     ("interp.engine.edges.task", "check"): "interp.engine.edges.task:check_edge_task",
     ("interp.engine.edges.task", "begin"): "interp.engine.edges.task:begin_edge_task",

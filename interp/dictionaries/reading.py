@@ -44,7 +44,6 @@ import torch
 
 from interp.core.checks import check_int, check_tokens
 from interp.core.errors import InterpError
-from interp.core.memory import forward_bytes
 from interp.core.protocol import HookedModel, check_model
 from interp.dictionaries.activations import hook_activations
 from interp.dictionaries.dictionary import Dictionary
@@ -57,8 +56,9 @@ from interp.dictionaries.logit_effects import (  # noqa: F401 (importable from h
 from interp.dictionaries.splice import check_dictionary
 from interp.dictionaries.top import Best, chunk_top, copies, merged_best
 from interp.engine.cache import cache_rows, check_cache
-from interp.engine.chunks import Estimate, Footprint
+from interp.engine.chunks import Estimate
 from interp.engine.cost import Flops, cache_pass_work
+from interp.engine.footprints import feature_reading_footprint
 from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import table_attrs
 
@@ -165,12 +165,12 @@ def read_features(
     if skip >= pos:
         raise InterpError(f"skip_columns={skip} leaves none of the {pos} columns to read")
     n_f, W = len(feats), before + after + 1
-    # held: the running top contexts (values, places, windows) twice while merging (in a
-    # process group also every rank's, gathered: interp.dictionaries.top.copies)
-    fixed = copies() * n_f * top * (4 + 8 + W * 12)
-    per = pos * (4 * D.d_in + 3 * 4 * D.d_sae)
-    if cache is None:
-        per += forward_bytes(model, 1, pos, rows=())
+    # held: the running top contexts twice while merging (in a process group also every
+    # rank's, gathered: interp.dictionaries.top.copies)
+    foot = feature_reading_footprint(
+        model, pos, d_in=D.d_in, d_sae=D.d_sae, features=n_f, top=top, window=W,
+        copies=copies(), cached=cache is not None,
+    )  # fmt: skip
     # FLOPs (interp.engine.cost): the pass up to the hook, the encoder on every position,
     # and once, each feature's decoder row through the unembedding (its logit effects)
     fl = Flops.of(model)
@@ -216,7 +216,7 @@ def read_features(
         }  # fmt: skip
 
     task = Task(
-        "read_features", Footprint(fixed=fixed, per_prompt=per), work=work, chunk=chunk,
+        "read_features", foot, work=work, chunk=chunk,
         combine={"n_active": "sum", "total": "sum", "peak": "rows"}, prepare=prepare,
         desc="read features", inputs=(tokens, D, feats, top, n_logits, before, after, skip),
     )  # fmt: skip

@@ -32,13 +32,12 @@ import torch
 
 from interp.core.checks import check_int, check_tokens
 from interp.core.errors import InterpError
-from interp.core.memory import forward_bytes, stream_bytes
 from interp.core.metrics import next_token_nll
 from interp.core.protocol import HookedModel, is_causal, logits_meaningful
 from interp.dictionaries.dictionary import Dictionary
 from interp.dictionaries.splice import Splice, check_dictionary
-from interp.engine.chunks import Footprint
 from interp.engine.cost import Flops
+from interp.engine.footprints import dictionary_pass_footprint
 from interp.engine.runner import Chunk, Task, run
 from interp.runtime import runtime_of
 
@@ -115,8 +114,7 @@ def dictionary_report(
         raise InterpError(f"skip_columns={skip} leaves none of the {tokens.shape[1]} columns")
     losses = is_causal(model) and logits_meaningful(model) and tokens.shape[1] > 1
     pos = tokens.shape[1]
-    per = forward_bytes(model, 1, pos) + 3 * stream_bytes(model, pos, element=4)
-    foot = Footprint(fixed=4 * D.d_sae * pos, per_prompt=per + 4 * D.d_sae * pos)
+    foot = dictionary_pass_footprint(model, pos, D.d_sae)
 
     rt = runtime_of(model)  # every pass through the runtime
 

@@ -37,7 +37,6 @@ import torch
 
 from interp.core.checks import check_bool, check_finite, check_int, check_seed, check_tokens
 from interp.core.errors import InterpError
-from interp.core.memory import forward_bytes
 from interp.core.protocol import HookedModel, model_device, model_name
 from interp.dictionaries.activations import hook_activations
 from interp.dictionaries.dictionary import Dictionary
@@ -46,7 +45,7 @@ from interp.dictionaries.report import dictionary_report
 from interp.dictionaries.splice import check_hook, hook_width
 from interp.dictionaries.trained import TrainedDictionary, default_lr
 from interp.engine import ranks
-from interp.engine.chunks import Footprint
+from interp.engine.footprints import dictionary_training_footprint
 from interp.engine.runner import Task, plan_task
 
 
@@ -204,8 +203,9 @@ def train_dictionary(
         else check_int(dead_after, "dead_after", minimum=1)
     )
     # held: the dictionary, its gradient and Adam's two moments, and one batch's tensors
-    fixed = 4 * (4 * (2 * d_in * n_features) + 6 * batch_size * n_features)
-    foot = Footprint(fixed=fixed, per_prompt=forward_bytes(model, 1, pos, rows=()) + 8 * pos * d_in)
+    foot = dictionary_training_footprint(
+        model, pos, d_in=d_in, d_out=d_in, n_features=n_features, batch_size=batch_size
+    )
     device = model_device(model)
     g = torch.Generator().manual_seed(seed)
 

@@ -38,7 +38,6 @@ import torch
 
 from interp.core.checks import check_bool, check_finite, check_int, check_seed, check_tokens
 from interp.core.errors import InterpError
-from interp.core.memory import forward_bytes
 from interp.core.protocol import HookedModel, model_device
 from interp.core.protocol import model_name as name_of
 from interp.dictionaries.splice import check_hook, hook_width
@@ -46,7 +45,7 @@ from interp.dictionaries.trained import TrainedDictionary, default_lr
 from interp.dictionaries.transcoder import Transcoder
 from interp.dictionaries.transcoder_report import pair_activations, transcoder_report
 from interp.engine import ranks
-from interp.engine.chunks import Footprint
+from interp.engine.footprints import dictionary_training_footprint
 from interp.engine.runner import Task, plan_task
 
 
@@ -151,8 +150,9 @@ def train_transcoder(
         if dead_after is None
         else check_int(dead_after, "dead_after", minimum=1)
     )
-    fixed = 4 * (4 * ((d_in + d_out) * n_features) + 6 * batch_size * n_features)
-    per = forward_bytes(model, 1, pos, rows=()) + 4 * pos * (d_in + d_out)
+    foot = dictionary_training_footprint(
+        model, pos, d_in=d_in, d_out=d_out, n_features=n_features, batch_size=batch_size
+    )
     device, g = model_device(model), torch.Generator().manual_seed(seed)
 
     def chunk(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,7 +167,7 @@ def train_transcoder(
         return out
 
     stream = Task(
-        "train_transcoder", Footprint(fixed=fixed, per_prompt=per), work=float(epochs),
+        "train_transcoder", foot, work=float(epochs),
         chunk=lambda c: {"x": chunk(c.rows)}, combine={"x": "rows"}, desc="train transcoder",
         inputs=(tokens, eval_tokens, hook, target_hook, n_features, k, aux_k, seed, epochs,
                 batch_size, lr, aux_coefficient, skip, dead_after),

@@ -28,14 +28,13 @@ import torch
 
 from interp.core.checks import check_int, check_tokens
 from interp.core.errors import InterpError
-from interp.core.memory import forward_bytes, stream_bytes
 from interp.core.metrics import next_token_nll
 from interp.core.protocol import HookedModel, is_causal, logits_meaningful
 from interp.dictionaries.inputs import check_finite_weight
 from interp.dictionaries.report import DictionaryReport
 from interp.dictionaries.splice import check_hook, hook_width
 from interp.dictionaries.transcoder import Transcoder
-from interp.engine.chunks import Footprint
+from interp.engine.footprints import dictionary_pass_footprint
 from interp.engine.runner import Chunk, Task, run
 from interp.runtime import runtime_of
 
@@ -185,8 +184,7 @@ def transcoder_report(
                 part["without"] = float(next_token_nll(spliced, t).double().sum())
         return part
 
-    per = forward_bytes(model, 1, pos) + 3 * stream_bytes(model, pos, element=4)
-    foot = Footprint(fixed=4 * T.d_sae * pos, per_prompt=per + 4 * T.d_sae * pos)
+    foot = dictionary_pass_footprint(model, pos, T.d_sae)
     keys = ("sse", "sx", "sxx", "n", "active", "ever", "clean", "without")
     task = Task(
         "transcoder_report", foot, work=2.0 if losses else 1.0, chunk=chunk,

@@ -45,9 +45,10 @@ from interp.engine.direction import (
     runs,
 )
 from interp.engine.runner import Chunk, Task, run
+from interp.engine.sweeps.cost import sweep_footprint
 from interp.engine.sweeps.sites import Site, mask_positions
 from interp.engine.sweeps.suffix import shared_prefix
-from interp.engine.sweeps.sweep import check_sweep_work, footprint, sweep
+from interp.engine.sweeps.sweep import check_sweep_work, sweep
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
 
@@ -154,7 +155,7 @@ def ablate(
         }  # fmt: skip
 
     task = Task(
-        analysis, footprint(model, pos, edits, held, rows=a.metric.rows), work=work,
+        analysis, sweep_footprint(model, pos, edits, held, rows=a.metric.rows), work=work,
         chunk=chunk, combine={"base": "mean", "ablated": "mean", "engine": "same"},
         metric=a.metric, prepare=prepare, what=f"{analysis} ({a.ablation})",
         fix="ablate at fewer positions or use shorter prompts",
@@ -300,7 +301,7 @@ def patch(
         }  # fmt: skip
 
     task = Task(
-        analysis, footprint(model, pos, edits, names, rows=p.metric.rows), work=work,
+        analysis, sweep_footprint(model, pos, edits, names, rows=p.metric.rows), work=work,
         chunk=chunk, metric=p.metric, what=analysis,
         combine={"base": "mean", "source": "mean", "patched": "mean", "engine": "same"},
         fix="patch fewer cells (fewer positions or a coarser by=) or use shorter prompts",

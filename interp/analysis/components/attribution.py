@@ -72,7 +72,6 @@ from interp.core.checks import check_int, check_seed, check_token_pair, check_to
 from interp.core.errors import InterpError
 from interp.core.head_checks import parse_heads
 from interp.core.hooks import hook_name
-from interp.core.memory import backward_bytes
 from interp.core.metrics import prepare_metric
 from interp.core.precision import model_dtype
 from interp.core.protocol import HookedModel, check_model, eval_no_grad, positions_label
@@ -86,9 +85,10 @@ from interp.engine.ablations import (
 )
 from interp.engine.batching import CPU_TOKENS_PER_PASS, Cost
 from interp.engine.cache import cache_rows, cache_work, check_cache
-from interp.engine.chunks import Estimate, Footprint
+from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction, check_direction, check_span, clean_first, runs
 from interp.engine.edges.gradients import head_gradients
+from interp.engine.footprints import attribution_footprint
 from interp.engine.runner import Chunk, Task, run
 from interp.engine.sweeps.sites import head_edits
 from interp.engine.sweeps.sweep import sweep_work
@@ -236,9 +236,10 @@ def attribute_heads(
     n, P = tokens.shape
     # a forward and backward pass (logits at the metric's rows), the heads' outputs,
     # replacement values and gradients at hook_z, patterns where corrected
-    per = backward_bytes(model, 1, P, rows=rt.unembedded(m.rows))
-    per += 3 * sum(rt.activation_bytes(x, P) for x in names)
-    per += len(pattern_layers) * rt.activation_bytes(hook_name("pattern", 0), P)
+    foot = attribution_footprint(
+        model, P, rows=rt.unembedded(m.rows), edited=names,
+        patterns=[hook_name("pattern", l) for l in pattern_layers],
+    )  # fmt: skip
     shared: dict[str, Any] = {}
 
     def work(chunks: list[slice]) -> float:
@@ -312,7 +313,7 @@ def attribute_heads(
 
     means = ("value", "first", "source") if patching else ("value", "first")
     task = Task(
-        "attribute_heads", Footprint(0, per), work=work, chunk=chunk, prepare=prepare,
+        "attribute_heads", foot, work=work, chunk=chunk, prepare=prepare,
         combine=dict.fromkeys(means, "mean"), metric=m, fix="use shorter prompts",
         inputs=(tokens, corrupted_tokens, reference_tokens, ablation, direction, heads,
                 positions, correction, verify, seed),

@@ -55,7 +55,6 @@ from interp.core.checks import check_not_padding, check_tokens
 from interp.core.errors import InterpError
 from interp.core.glossary import retired_words
 from interp.core.hooks import head_label, hook_name
-from interp.core.memory import forward_bytes
 from interp.core.precision import (
     FROM_MODEL,
     check_finite_values,
@@ -67,8 +66,9 @@ from interp.core.precision import (
 from interp.core.protocol import HookedModel, check_model, eval_no_grad, hook_names
 from interp.core.shapes import Tokens
 from interp.engine.cache import cache_work, check_cache
-from interp.engine.chunks import Estimate, Footprint
+from interp.engine.chunks import Estimate
 from interp.engine.cost import work_of
+from interp.engine.footprints import dla_footprint
 from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
@@ -202,7 +202,8 @@ def direct_logit_attribution(
     rows = runtime_of(model).unembedded(_ONE_ROW)
     # one pass, unembedding one row where the runtime can (every row where it cannot)
     work = round(work_of(model, n, blocks=1.0, rows=n if rows is None else len(rows)), 3)
-    per = forward_bytes(model, 1, n, rows=rows) + len(wanted) * len(pos) * cfg.d_model * 4
+    reads = len(wanted) * len(pos)
+    foot = dla_footprint(model, n, reads=reads, rows=rows, cached=cache is not None)
     checked: dict[str, Any] = {}
 
     def prepare(chunks: list[slice]) -> float:
@@ -222,7 +223,7 @@ def direct_logit_attribution(
         return {"parts": [part]}  # rows: the chunks' in order
 
     task = Task(
-        "direct_logit_attribution", Footprint(0, 0 if cache is not None else per), work=work,
+        "direct_logit_attribution", foot, work=work,
         chunk=chunk, combine={"parts": "rows"}, prepare=prepare, fix="use shorter prompts",
         desc="direct logit attribution", inputs=(tokens, answer, wrong, pos, by),
     )  # fmt: skip

@@ -43,12 +43,12 @@ from interp.core.checks import check_int, check_not_padding, check_tokens
 from interp.core.errors import InterpError
 from interp.core.glossary import retired_words
 from interp.core.hooks import hook_name, stage_names
-from interp.core.memory import element_bytes, forward_bytes
 from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.engine.cache import StopForward, cache_work, check_cache, pass_share
-from interp.engine.chunks import Estimate, Footprint
+from interp.engine.chunks import Estimate
 from interp.engine.cost import work_of
+from interp.engine.footprints import lens_footprint
 from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
@@ -147,11 +147,10 @@ def logit_lens(
     # stopped before the unembedding: a block's transients); fixed: a chunk of readout rows,
     # its logits and log-probabilities at once, then the log-probabilities beside the
     # comparison with the target's (bool) and its int32 count: 2.25 chunks
-    stack = len(names) * len(pos) * cfg.d_model * element_bytes(model)
-    per = stack + (0 if cache is not None else forward_bytes(model, 1, n, rows=()))
     chunk = min(CHUNK_BYTES, b * len(names) * len(pos) * d_vocab * 4)
     checked: dict[str, Any] = {}
     reads = len(names) * len(pos)  # rows unembedded per prompt: each stage at each position
+    foot = lens_footprint(model, n, reads=reads, readout=chunk, cached=cache is not None)
 
     def prepare(chunks: list[slice]) -> float:
         rt.check_readout("the logit lens")
@@ -175,7 +174,7 @@ def logit_lens(
 
     planned = work_of(model, n, blocks=pass_share(L, names), rows=reads)
     task = Task(
-        "logit_lens", Footprint(chunk * 9 // 4, per), work=planned, chunk=read,
+        "logit_lens", foot, work=planned, chunk=read,
         combine=dict.fromkeys(_READ, "rows"), prepare=prepare,
         fix="read fewer positions (at=) or use shorter prompts", desc="logit lens",
         inputs=(tokens, pos, k, tgt),

@@ -46,7 +46,6 @@ from interp.analysis.generation.result import Generation, token_pieces
 from interp.analysis.generation.sampling import Sampling, check_sampling, uniforms
 from interp.core.checks import check_bool, check_int, check_seed, token_id
 from interp.core.errors import InterpError
-from interp.core.memory import Dims, forward_bytes
 from interp.core.protocol import (
     HookedModel,
     check_model,
@@ -55,7 +54,8 @@ from interp.core.protocol import (
     logits_meaningful,
 )
 from interp.engine.cache import check_cache
-from interp.engine.chunks import Estimate, Footprint, Plan
+from interp.engine.chunks import Estimate, Plan
+from interp.engine.footprints import generation_footprint
 from interp.engine.runner import Chunk, Partials, Task, chunks_of, gathered, plan_task
 from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
@@ -140,7 +140,7 @@ def plan_generation(
     passes += sum(e.passes(prompts, cache=checked) for e in edits) + extra_passes
     passes += 0.0 if checked is None else checked.work  # the cache's check
     task = Task(
-        analysis, footprint(model, L, n_new, cached=cached, keep_logits=keep_logits),
+        analysis, generation_footprint(model, L, n_new, cached=cached, keep_logits=keep_logits),
         work=passes, chunk=_unbound, combine={"parts": "rows"},
         fix="generate fewer or shorter continuations", desc="generating",
         inputs=(prompts, n_new, rule, seed, stops, edits, keep_logits),
@@ -152,21 +152,6 @@ def plan_generation(
     return GenerationPlan(
         prompts, n_new, rule, seed, stops, edits, cached, keep_logits, checked, pl, task
     )
-
-
-def footprint(
-    model: HookedModel, prompt: int, n_new: int, *, cached: bool, keep_logits: bool
-) -> Footprint:
-    """Bytes a generation holds per prompt: the keys and values of every column (with a
-    cache), the largest pass (the prompt's with a cache, else the whole sequence's), the
-    logits of a step in float32 and, when kept, every step's."""
-    dims = Dims.of(model)
-    total = prompt + n_new
-    kv = 2 * dims.n_layers * dims.n_kv_heads * dims.d_head * total * dims.element if cached else 0
-    rows = runtime_of(model).unembedded([-1])
-    one_pass = forward_bytes(model, 1, prompt if cached else total, rows=rows)
-    logits = 4 * dims.d_vocab * (3 + (n_new if keep_logits else 0))
-    return Footprint(fixed=0, per_prompt=int(kv + one_pass + logits + 24 * total))
 
 
 def stop_ids(model: HookedModel, stop: Any) -> list[int]:
@@ -397,3 +382,9 @@ def _bar(progress: bool, total: int) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc="generating", unit="token")
+
+
+def __getattr__(name: str) -> Any:
+    from interp.core.moved import renamed
+
+    return renamed(__name__, name)  # an old name warns and names the new one

@@ -72,7 +72,7 @@ from interp.analysis.heads.stripes import (
 from interp.core.checks import check_int, check_seed, check_tokens
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
-from interp.core.memory import check_ids, forward_bytes
+from interp.core.memory import check_ids
 from interp.core.protocol import (
     HookedModel,
     bos_token_id,
@@ -84,8 +84,9 @@ from interp.core.protocol import (
 from interp.core.shapes import Mask, Tokens
 from interp.datasets import repeated_random_tokens
 from interp.engine.cache import run_until
-from interp.engine.chunks import Estimate, Footprint
+from interp.engine.chunks import Estimate
 from interp.engine.cost import cache_pass_work
+from interp.engine.footprints import scores_footprint
 from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import head_frame, table_attrs
 
@@ -285,7 +286,6 @@ def head_scores(
     reducers = reducers_for(tokens, stripes, convention, exclude_bos, exclude_current_token,
                             error_measure, loss_mask, causal)  # fmt: skip
     b, n = tokens.shape
-    per = 0 if cache is not None else forward_bytes(model, 1, n)
     options = (stripes, convention, exclude_bos, exclude_current_token, error_measure)
 
     def chunk(c: Chunk) -> dict[str, Any]:
@@ -309,7 +309,7 @@ def head_scores(
     last = hook_name("pattern", cfg.n_layers - 1)
     work = 0.0 if cache is not None else round(cache_pass_work(model, n, [last]), 3)
     task = Task(
-        "head_scores", Footprint(0, per), work=work, chunk=chunk,
+        "head_scores", scores_footprint(model, n, cached=cache is not None), work=work, chunk=chunk,
         combine={k: "sum" for s in reducers for k in (f"total:{s}", f"weight:{s}")},
         fix="use shorter prompts", desc="head scores", inputs=(tokens, options, loss_mask, causal),
     )  # fmt: skip

@@ -52,9 +52,9 @@ from interp.core.errors import InterpError
 from interp.core.metrics import Metric, scalar
 from interp.core.protocol import HookedModel
 from interp.engine.batching import check_work, copies_per_pass, pack
-from interp.engine.chunks import Footprint
 from interp.engine.cost import ALL_ROWS, Cost
 from interp.engine.sweeps import suffix
+from interp.engine.sweeps.cost import sweep_copy_bytes
 from interp.engine.sweeps.paths import (
     ATOL,
     RTOL,
@@ -68,8 +68,8 @@ from interp.engine.sweeps.paths import (
 from interp.engine.sweeps.sites import Edit, edit_start
 from interp.runtime import runtime_of
 
-__all__ = ["ATOL", "RTOL", "SweepResult", "choose_path", "footprint", "likely_path", "sweep",
-           "sweep_copies", "sweep_copy_bytes", "sweep_outline", "sweep_work"]  # fmt: skip
+__all__ = ["ATOL", "RTOL", "SweepResult", "choose_path", "likely_path", "sweep", "sweep_copies",
+           "sweep_outline", "sweep_work"]  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,58 +84,6 @@ class SweepResult:
     note: str = ""
     passes: int = 0
     cost: float = 0.0  # forward-equivalents (interp.engine.batching.Cost)
-
-
-def sweep_copy_bytes(
-    model: HookedModel, pos: int, edits: Sequence[Edit], rows: Sequence[int] | None = None
-) -> int:
-    """What one copy of one prompt adds to a pass (:mod:`interp.engine.batching`): a forward
-    pass's transients, with the logits only at the metric's ``rows`` where the runtime
-    unembeds only those (:func:`interp.core.memory.forward_bytes`), the state the pass resumes
-    from, repeated per copy, and each edited activation's copy (the edit hooks clone it)."""
-    from interp.core.memory import forward_bytes, stream_bytes
-
-    rt = runtime_of(model)
-    edited = max(  # the hooks of one edit clone their activations
-        (
-            sum(rt.activation_bytes(n, pos) for n in dict.fromkeys(st.hook for st in e))
-            for e in edits
-        ),
-        default=0,
-    )
-    return (
-        forward_bytes(model, 1, pos, rows=rt.unembedded(rows)) + stream_bytes(model, pos) + edited
-    )
-
-
-def footprint(
-    model: HookedModel,
-    pos: int,
-    edits: Sequence[Edit],
-    names: Sequence[str] = (),
-    *,
-    rows: Sequence[int] | None = None,
-) -> Footprint:
-    """The memory a sweep holds (:mod:`interp.engine.chunks`): per prompt, the residual
-    stream entering each block an edit resumes at (the base pass keeps them) and the values
-    spliced in at ``names`` (the source run's, a mean or a resample: none for zero
-    ablation); per prompt of each copy of a pass, :func:`sweep_copy_bytes` (edits that resume at
-    one block share passes as copies of the batch, as many as the rest of the budget holds:
-    at most the most edits of one block)."""
-    from collections import Counter
-
-    from interp.core.memory import stream_bytes
-
-    rt = runtime_of(model)
-    starts = Counter(edit_start(e) for e in edits)
-    kept = len(set(starts) - {0}) * stream_bytes(model, pos)
-    values = sum(rt.activation_bytes(n, pos) for n in dict.fromkeys(names))
-    return Footprint(
-        fixed=0,
-        per_prompt=kept + values,
-        per_copy=sweep_copy_bytes(model, pos, edits, rows),
-        most_copies=max(starts.values(), default=1),
-    )
 
 
 def sweep_copies(

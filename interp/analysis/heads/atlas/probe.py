@@ -32,12 +32,10 @@ import torch
 from interp.analysis.heads.stripes import STRIPES, stripe_mask
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
-from interp.core.memory import forward_bytes
 from interp.core.precision import worst
 from interp.core.protocol import HookedModel
 from interp.engine.batching import Cost
 from interp.engine.cache import check_cache, run_until, with_batch
-from interp.engine.chunks import Footprint
 from interp.runtime import runtime_of
 from interp.runtime.attention import QKGeometry
 
@@ -87,17 +85,6 @@ def probe_pass(
     cost.forward(1)
     if held:
         raise InterpError(f"the model never gave layer {min(held)}'s {per_layer[min(held)]}")
-
-
-def footprint(model: HookedModel, pos: int, draws: int) -> Footprint:
-    """The atlas's memory per prompt (:mod:`interp.engine.chunks`): a forward pass stopped
-    after the last pattern (no logits), and a layer's patterns as the readers hold them: the
-    model's, the recomputed one and each control draw's, with the scores they come from."""
-    cfg = model.cfg
-    d_vocab = int(getattr(cfg, "d_vocab_out", 0) or cfg.d_vocab)
-    patterns = (draws + 2) * 2 * int(cfg.n_heads) * pos * pos * 4
-    forward = forward_bytes(model, 1, pos) - 4 * pos * d_vocab
-    return Footprint(fixed=0, per_prompt=int(forward + patterns))
 
 
 class Sums:
@@ -322,3 +309,9 @@ def swap_first(tokens: torch.Tensor, seed: int) -> torch.Tensor:
 def stack_means(sums: Sums, keys: Sequence[str]) -> torch.Tensor:
     """``[len(keys), ...]``: the means of ``keys``."""
     return torch.stack([sums.mean(k) for k in keys])
+
+
+def __getattr__(name: str) -> Any:
+    from interp.core.moved import renamed
+
+    return renamed(__name__, name)  # an old name warns and names the new one

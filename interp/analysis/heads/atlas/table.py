@@ -108,6 +108,7 @@ from interp.core.shapes import Tokens
 from interp.engine.batching import Cost
 from interp.engine.cache import cache_rows, check_cache
 from interp.engine.chunks import Estimate
+from interp.engine.footprints import atlas_footprint
 from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import head_frame, table_attrs
 from interp.runtime.attention import QKGeometry
@@ -250,7 +251,7 @@ def measure_atlas(
         return {"cost": part.total, "sums": sums, "sinks": sinks, "gap": [gap], "first": [first]}
 
     task = Task(
-        "head_atlas", P.footprint(model, pos, draws), work=2.0, chunk=chunk, prepare=prepare,
+        "head_atlas", atlas_footprint(model, pos, draws), work=2.0, chunk=chunk, prepare=prepare,
         combine={"sums": "sum", "sinks": "sum", "gap": "rows", "first": "rows"},
         fix="use a smaller or shorter probe", desc="head atlas",
         inputs=(tokens, swapped, seed, keep_patterns, causal),

@@ -52,13 +52,13 @@ from interp.analysis.heads.qk.features import Dictionaries
 from interp.analysis.heads.qk.inputs import inputs_work
 from interp.analysis.heads.qk.shares import By, attribute_scores, check_qk_options
 from interp.core.checks import check_tokens
-from interp.core.memory import forward_bytes, stream_bytes
 from interp.core.precision import worst
 from interp.core.protocol import HookedModel, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.dictionaries import Dictionary
 from interp.engine.cache import cache_rows, check_cache
-from interp.engine.chunks import Estimate, Footprint
+from interp.engine.chunks import Estimate
+from interp.engine.footprints import qk_footprint
 from interp.engine.runner import Chunk, Run, Task, run
 from interp.runtime import runtime_of
 
@@ -223,7 +223,7 @@ def qk_attribution(
         return _partials(part, mode, sl)
 
     task = Task(
-        "qk_attribution", footprint(model, n, layer, by, dicts),
+        "qk_attribution", qk_footprint(model, n, layer, by, **_sized(dicts)),
         work=inputs_work(model, n, layer), chunk=chunk, combine=COMBINE[mode],
         prepare=prepare, fix="use shorter prompts", desc="qk attribution",
         inputs=(tokens, query_positions, key_positions, contrast, options),
@@ -237,33 +237,6 @@ def qk_attribution(
         first.attrs["chunks"] = 1
         return first
     return _combined(out, mode, bsz)
-
-
-def footprint(
-    model: HookedModel, pos: int, layer: int, by: str, dicts: Dictionaries | None = None
-) -> Footprint:
-    """Per sequence: a forward pass stopped after ``layer`` (no logits), the activations it
-    keeps (each earlier layer's heads' outputs and MLP, the layer's input) and the pieces
-    built from them, twice (the pieces, then their normed copies; their projections to
-    ``d_head`` are smaller): one per earlier head and MLP (``by="head"``), per earlier
-    attention and MLP (``"component"``) or per earlier block (``"layer"``), and the
-    embeddings, bias and remainder. A dictionary adds its encode (pre-activations and
-    activations, ``2 d_sae`` a position) and its active features' writes (``k`` of them a
-    position for a TopK dictionary; at most 64 assumed for others)."""
-    cfg = model.cfg
-    stream = stream_bytes(model, pos, element=4)
-    per_layer = {"head": int(cfg.n_heads) + 2, "component": 2, "layer": 1}[by]
-    pieces = layer * per_layer + 3
-    forward = forward_bytes(model, 1, pos, rows=())
-    extra = 0
-    for D in () if dicts is None else dicts.all:
-        slots = D.k if D.k is not None else min(D.d_sae, 64)
-        extra += 4 * pos * 2 * D.d_sae + 2 * slots * stream
-    if dicts is not None and (dicts.query_writers or dicts.key_writers):
-        extra += 2 * (layer + 2) * stream  # the component split beside the writers' pieces
-    return Footprint(
-        fixed=0, per_prompt=int(forward + (2 * pieces + 2 * layer + 2) * stream + extra)
-    )
 
 
 def _rows_of(value: Any, sl: slice) -> Any:
@@ -320,3 +293,19 @@ def _combined(out: Run, mode: str, bsz: int) -> pd.DataFrame:
         chunks=out.chunks,
     )
     return df
+
+
+def _sized(dicts: Dictionaries | None) -> dict[str, Any]:
+    """The dictionaries' sizes, as :func:`interp.engine.footprints.qk_footprint` takes them."""
+    if dicts is None:
+        return {}
+    return {
+        "dictionaries": [(D.d_sae, D.k) for D in dicts.all],
+        "writers": bool(dicts.query_writers or dicts.key_writers),
+    }
+
+
+def __getattr__(name: str) -> Any:
+    from interp.core.moved import renamed
+
+    return renamed(__name__, name)  # an old name warns and names the new one
