@@ -45,7 +45,7 @@ from interp.core.glossary import retired_words
 from interp.core.hooks import hook_name, stage_names
 from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Tokens
-from interp.engine.cache import StopForward, cache_work, check_cache, pass_share
+from interp.engine.cache import cache_work, check_cache, pass_share, run_until
 from interp.engine.chunks import Estimate
 from interp.engine.cost import work_of
 from interp.engine.footprints import lens_footprint
@@ -251,15 +251,13 @@ def _streams(model: HookedModel, tokens: torch.Tensor, names: list[str], pos: li
                 kept["out"] = torch.empty(shape, dtype=x.dtype, device=x.device)
             kept["out"][slot[name]].copy_(x.detach().index_select(1, at.to(x.device)))
             seen.add(name)
-            if len(seen) == len(names):
-                raise StopForward
 
         return keep
 
-    try:
-        model.run_with_hooks(tokens, fwd_hooks=[(nm, keeper(nm)) for nm in names])
-    except StopForward:
-        pass
+    try:  # one pass through the engine, stopped right after the last stage
+        run_until(model, tokens, [(nm, keeper(nm)) for nm in names], names[-1])
+    except InterpError:
+        pass  # the first stage it never fired is named below
     missing = [nm for nm in names if nm not in seen]
     if missing:
         raise InterpError(f"the logit lens read {missing[0]}, which this model never fired")

@@ -78,7 +78,7 @@ def per_token_loss(model: HookedModel, tokens: Tokens, *, cache: Any = None) -> 
     tokens = check_tokens(model, tokens, min_len=2)
     with eval_no_grad(model):
         if cache is None:
-            logits = model(tokens)
+            logits = runtime_of(model).run(tokens)
         else:
             last = cfg.n_layers - 1
             name = hook_name("resid_post", last)
