@@ -3,7 +3,7 @@
 Each model is built from its published configuration on PyTorch's ``meta``
 device (shapes only, no memory), so its parameter count is exact. Then the
 same functions the analyses plan their chunks with (:mod:`interp.core.memory`,
-:func:`interp.engine.edges.task.eap_bytes`, :func:`interp.engine.chunks.plan_chunks`;
+:func:`interp.engine.edges.cost.eap_bytes`, :func:`interp.engine.chunks.plan_chunks`;
 ``benchmarks/memory_model.py`` checks them against measured peaks on the
 Llama-3.2-1B shape) give, in float32 and in bfloat16:
 
@@ -65,7 +65,7 @@ def config_model(shape: tuple, dtype: str) -> types.SimpleNamespace:
 def row(name: str, shape: tuple, args: argparse.Namespace, dtype: str) -> dict:
     from interp.core.memory import forward_bytes
     from interp.engine.chunks import Footprint, plan_chunks
-    from interp.engine.edges.task import eap_bytes
+    from interp.engine.edges.cost import eap_bytes
 
     h, i, L, H, kv, V, _ = shape
     model = config_model(shape, dtype)

@@ -160,7 +160,7 @@ def gaps(model, vocab: int) -> dict[str, float]:
     """Each claim's gap in units of eps(dtype) * its magnitude (module docstring)."""
     from interp.analysis import direct_logit_attribution, qk_attribution
     from interp.core.precision import ULPS
-    from interp.engine.edges import passes as edges
+    from interp.engine.edges import run as edges
     from interp.engine.edges.graph import build_graph
     from interp.engine.edges.run import EdgeRun
     from interp.engine.sweeps import paths

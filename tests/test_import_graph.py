@@ -25,9 +25,6 @@ PKG = Path(__file__).resolve().parents[1] / "interp"
 # one removes it here.
 PENDING_CYCLES: set[frozenset[str]] = set()  # none left
 PENDING_REIMPORTS = {
-    "interp/engine/edges/task.py",
-    "interp/engine/edges/passes.py",
-    "interp/engine/edges/graph.py",
     "interp/engine/edges/gradients.py",
     "interp/engine/sweeps/sweep.py",
 }

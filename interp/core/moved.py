@@ -61,6 +61,17 @@ RENAMED: dict[tuple[str, str], str] = {
     ("interp.engine.sweeps.sweep", "edits_per_pass"): "interp.engine.sweeps.sweep:sweep_copies",
     ("interp.engine.edges.task", "check"): "interp.engine.edges.task:check_edge_task",
     ("interp.engine.edges.task", "begin"): "interp.engine.edges.task:begin_edge_task",
+    # issue 44: the edge engine's cost model in one module, one pass and its check in another
+    ("interp.engine.edges.task", "edge_footprint"): "interp.engine.edges.cost:edge_footprint",
+    ("interp.engine.edges.task", "eap_bytes"): "interp.engine.edges.cost:eap_bytes",
+    ("interp.engine.edges.passes", "copy_bytes"): "interp.engine.edges.cost:copy_bytes",
+    ("interp.engine.edges.passes", "pass_shape"): "interp.engine.edges.cost:pass_shape",
+    ("interp.engine.edges.passes", "patch_cost"): "interp.engine.edges.cost:patch_cost",
+    ("interp.engine.edges.passes", "layer_parts"): "interp.engine.edges.run:layer_parts",
+    ("interp.engine.edges.passes", "sender_outputs"): "interp.engine.edges.run:sender_outputs",
+    ("interp.engine.edges.passes", "check_filled"): "interp.engine.edges.run:check_filled",
+    ("interp.engine.edges.passes", "input_hooks"): "interp.engine.edges.run:input_hooks",
+    ("interp.engine.edges.passes", "check_exact"): "interp.engine.edges.run:check_exact",
 }
 
 

@@ -223,7 +223,7 @@ MOVED: dict[str, tuple[str, dict[str, str]]] = {
             "LabOutput": "interp.experiments.writer",
             "export": "interp",
             "null_space_example": "interp.experiments.bank_sense.toy_heads",
-            "run": "interp.engine.edges.passes",
+            "run": "interp.engine.edges.run",
         },
     ),
     "interp.labs.feature_task": ("interp.experiments.feature_recovery.feature_task", {}),

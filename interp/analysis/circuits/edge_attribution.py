@@ -59,17 +59,22 @@ from interp.engine.batching import check_work
 from interp.engine.cache import activation_of
 from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction
+from interp.engine.edges.cost import (
+    edge_footprint,
+    gradient_work,
+    pass_shape,
+    pass_work,
+    patch_cost,
+)
 from interp.engine.edges.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
 from interp.engine.edges.graph import Graph
-from interp.engine.edges.passes import pass_shape, patch_cost, patch_edges
+from interp.engine.edges.passes import patch_edges
 from interp.engine.edges.task import (
     EdgeTask,
-    begin_edge_task,
+    begin_chunk,
     check_edge_task,
-    edge_footprint,
     edge_inputs,
     prepare_chunks,
-    task_rows,
 )
 from interp.outputs.frames import described, table_attrs
 
@@ -178,33 +183,13 @@ def attribute_edges(
         wanted = valid if edges is None else position_edge_mask(graph, edges, P)
     else:
         wanted = graph.valid if edges is None else edge_mask(graph, edges)
-    rows = int(wanted.sum())
-    check_table(
-        rows, task.tokens.device, what=f"a table of {rows:,} edge scores",
-        memory_budget=memory_budget,
-    )  # fmt: skip
-    replaced = int(ablation == "patch")  # the source run's pass
-    if method == "exact":
+    if method == "exact":  # one edit a pass: each edge (at each position) alone
         where = np.nonzero(wanted)
         edits = [[idx] for idx in zip(*(w.tolist() for w in where))]
-        work = check_work(
-            patch_cost(task, edits) + task.pass_work(1 + replaced),
-            what=f"exact effects of {len(edits):,} edges"
-            + (" at each position" if task.each else ""),
-            fix="pass edges= (say the top few hundred by EAP-IG), or estimate them "
-            "(method='eap' or 'eap-ig')",
-        )
-    else:  # a forward and a backward pass per step
-        work = check_work(
-            task.pass_work(replaced) + task.gradient_work(1 if method == "eap" else steps),
-            what=f"{method} with {steps} steps" if method == "eap-ig" else "eap",
-            fix="use fewer steps (5 is EAP-IG's usual number)",
-        )
 
     def chunk(c: runner.Chunk) -> dict[str, Any]:
-        sub, checked = task_rows(task, c)
         # estimates take the base outputs from their own pass
-        prep = begin_edge_task(sub, cache=checked, base_pass=method == "exact")
+        prep = begin_chunk(task, c, base_pass=method == "exact")
         if method == "exact":
             values = patch_edges(prep, edits, progress=c.progress, desc="exact edges")
             part = np.zeros(wanted.shape)
@@ -213,10 +198,32 @@ def attribute_edges(
             part = _estimate(prep, method, steps).numpy()
         return {"scores": part, "clean": prep.clean_value, "cost": prep.cost.total}
 
+    # the cost, refused before any pass (interp.engine.edges.cost): the table, what a chunk
+    # holds, the passes that run
+    rows = int(wanted.sum())
+    check_table(
+        rows, task.tokens.device, what=f"a table of {rows:,} edge scores",
+        memory_budget=memory_budget,
+    )  # fmt: skip
+    replaced = int(ablation == "patch")  # the source run's pass
+    if method == "exact":
+        footprint = edge_footprint(task, "patch", **pass_shape(task, edits))
+        work = check_work(
+            patch_cost(task, edits) + pass_work(task, 1 + replaced),
+            what=f"exact effects of {len(edits):,} edges"
+            + (" at each position" if task.each else ""),
+            fix="pass edges= (say the top few hundred by EAP-IG), or estimate them "
+            "(method='eap' or 'eap-ig')",
+        )
+    else:  # a forward and a backward pass per step
+        footprint = edge_footprint(task, method)
+        work = check_work(
+            pass_work(task, replaced) + gradient_work(task, 1 if method == "eap" else steps),
+            what=f"{method} with {steps} steps" if method == "eap-ig" else "eap",
+            fix="use fewer steps (5 is EAP-IG's usual number)",
+        )
     spec = runner.Task(
-        "attribute_edges",
-        edge_footprint(task, "patch", **pass_shape(task, edits)) if method == "exact"
-        else edge_footprint(task, method),
+        "attribute_edges", footprint,
         # a split batch's mean or resample ablation: one more pass for the replacement outputs
         work=lambda chunks: work + (len(chunks) > 1 and ablation in ("mean", "resample")),
         chunk=chunk, combine={"scores": "mean", "clean": "mean"}, metric=task.metric,
@@ -263,9 +270,10 @@ def _estimate(prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
         alphas = [1.0]
     else:
         model = prep.rt.model
+        at = hook_name("embed")  # the token embeddings of both runs
         with eval_no_grad(model):
-            base_embed = _embedding(model, prep.base)
-            source_embed = _embedding(model, _source(prep))
+            base_embed = activation_of(model, prep.base, at).float()
+            source_embed = activation_of(model, prep.source, at).float()
         alphas = [k / steps for k in range(steps, 0, -1)]  # the base point first
     G, diff = None, None
     for alpha in alphas:
@@ -292,15 +300,6 @@ def _estimate(prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
         G = receiver_gradient_matrix(prep.graph, prep.parts, grads, G, 1.0 / len(alphas))
         del grads
     return score_edges(prep.graph, G, diff, each=prep.each)
-
-
-def _source(prep: EdgeTask) -> torch.Tensor:
-    """The tokens of the run the base run is patched from."""
-    return prep.corrupted if prep.direction == "noising" else prep.tokens
-
-
-def _embedding(model: HookedModel, tokens: Tokens) -> torch.Tensor:
-    return activation_of(model, tokens, hook_name("embed")).float()
 
 
 def _table(graph: Graph, wanted: np.ndarray, scores: np.ndarray, column: str) -> pd.DataFrame:

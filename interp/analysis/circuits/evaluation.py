@@ -51,15 +51,15 @@ from interp.engine import runner
 from interp.engine.batching import check_work
 from interp.engine.chunks import Estimate
 from interp.engine.direction import check_span
+from interp.engine.edges.cost import edge_footprint, pass_work
 from interp.engine.edges.passes import evaluate_masks
 from interp.engine.edges.task import (
     EdgeTask,
+    begin_chunk,
     begin_edge_task,
     check_edge_task,
-    edge_footprint,
     edge_inputs,
     prepare_chunks,
-    task_rows,
 )
 from interp.outputs.frames import table_attrs
 
@@ -241,8 +241,7 @@ def circuit_task(
     resample ablation's replacement outputs)."""
 
     def chunk(c: runner.Chunk) -> dict[str, Any]:
-        sub, checked = task_rows(task, c)
-        prep = begin_circuit(sub, checked)
+        prep = begin_chunk(task, c, base_pass="metric")
         corrupted = corrupted_metric(prep, check=not c.split)
         values = evaluate_masks(prep, masks, progress=c.progress, desc=analysis)
         return {
@@ -253,7 +252,7 @@ def circuit_task(
     def counted(chunks: list[slice]) -> float:
         # the clean metric, the corrupted one (its pass, or a circuit of every edge), the circuits
         extra = task.ablation in ("mean", "resample") and len(chunks) > 1  # a plain pass
-        return task.pass_work(2 + len(masks)) + extra
+        return pass_work(task, 2 + len(masks)) + extra
 
     return runner.Task(
         analysis, edge_footprint(task, "circuit", copies=len(masks)),

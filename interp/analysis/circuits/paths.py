@@ -49,14 +49,13 @@ from interp.engine import runner
 from interp.engine.batching import check_work
 from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction, check_span, clean_first, effects, normalized
-from interp.engine.edges.passes import pass_shape, patch_cost, patch_edges
+from interp.engine.edges.cost import edge_footprint, pass_shape, pass_work, patch_cost
+from interp.engine.edges.passes import patch_edges
 from interp.engine.edges.task import (
-    begin_edge_task,
+    begin_chunk,
     check_edge_task,
-    edge_footprint,
     edge_inputs,
     prepare_chunks,
-    task_rows,
 )
 from interp.outputs.frames import table_attrs
 
@@ -151,15 +150,14 @@ def path_patch(
             )
         edits.append([(s, j) for j in r_idx])
     work = check_work(
-        patch_cost(task, edits) + task.pass_work(2),
+        patch_cost(task, edits) + pass_work(task, 2),
         what=f"path patching {len(edits)} senders",
         fix="pass fewer senders",
     )
     dtype = model_dtype(model)  # runs equal to its rounding are refused (interp.core.precision)
 
     def chunk(c: runner.Chunk) -> dict[str, Any]:
-        sub, checked = task_rows(task, c)
-        prep = begin_edge_task(sub, cache=checked)
+        prep = begin_chunk(task, c)
         if not c.split:  # one batch: refuse equal runs before the senders' passes
             check_span(prep.base_value, float(prep.source_value), "the normalized column", dtype)
         values = patch_edges(prep, edits, progress=c.progress, desc="path patching")

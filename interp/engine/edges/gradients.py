@@ -19,7 +19,7 @@ Example:
     >>> import torch
     >>> from interp.core.metrics import logit_diff_metric
     >>> from interp.models import load_model
-    >>> from interp.engine.edges.passes import layer_parts
+    >>> from interp.engine.edges.run import layer_parts
     >>> from interp.engine.edges.graph import build_graph
     >>> from interp.runtime import runtime_of
     >>> model = load_model("induction-2l")
@@ -43,8 +43,7 @@ from interp.core.hooks import hook_name
 from interp.core.protocol import HookedModel
 from interp.engine.cache import StopForward
 from interp.engine.edges.graph import Index
-from interp.engine.edges.passes import check_filled
-from interp.engine.edges.run import sender_hooks
+from interp.engine.edges.run import check_filled, sender_hooks
 from interp.runtime import Layer, Norm, Runtime
 
 

@@ -38,7 +38,14 @@ import numpy as np
 import pandas as pd
 
 from interp.core.errors import InterpError
-from interp.core.protocol import HookedModel
+from interp.core.protocol import (
+    HookedModel,
+    check_model,
+    hook_names,
+    logits_meaningful,
+    model_name,
+)
+from interp.runtime import Runtime, runtime_of
 
 INPUTS = ("q", "k", "v", "mlp", "logits")
 
@@ -238,22 +245,34 @@ def build_graph(model: HookedModel) -> Graph:
             (their inputs are one stream; this graph assumes sequential blocks),
             or an encoder without an LM head (no logits receiver).
     """
-    from interp.core.protocol import check_model, hook_names, logits_meaningful, model_name
-    from interp.runtime import runtime_of
+    check_model(model)
+    return graph_of(runtime_of(model))
 
-    cfg = check_model(model)
+
+def graph_of(rt: Runtime) -> Graph:
+    """:func:`build_graph` of a checked model's runtime (``rt.model``; an edge task has both).
+
+    Args:
+        rt: The runtime of a model :func:`interp.core.protocol.check_model` accepts.
+
+    Returns:
+        The :class:`Graph`.
+
+    Raises:
+        InterpError: as :func:`build_graph`.
+    """
+    model, cfg = rt.model, rt.cfg
+    names, meaningful, name = hook_names(model), logits_meaningful(model), model_name(model)
     if getattr(cfg, "parallel_attn_mlp", False):
         raise InterpError(
             "this model runs attention and MLP in parallel in each block; circuits here assume "
             "sequential blocks (attention, then MLP)"
         )
-    if not logits_meaningful(model):
+    if not meaningful:
         raise InterpError(
             "this model's logits are meaningless (no language-model head): a circuit ends at "
             "the logits"
         )
-    names = hook_names(model)
-    rt = runtime_of(model)
     has_pos = rt.has_positional
     has_mlp = "blocks.0.hook_mlp_out" in names
     L, H = int(cfg.n_layers), int(cfg.n_heads)
@@ -302,7 +321,7 @@ def build_graph(model: HookedModel) -> Graph:
     r_order.append((L, 0))
     valid = np.array([[s < r for r in r_order] for s in s_order], dtype=bool)
     return Graph(
-        model_name=model_name(model),
+        model_name=name,
         n_layers=L,
         n_heads=H,
         n_kv_heads=kv,

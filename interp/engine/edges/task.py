@@ -4,13 +4,13 @@ Path patching, edge attribution and circuit evaluation all start the same way:
 check the model, the tokens (and the corrupted tokens for ``ablation="patch"``),
 the metric and the positions before any forward pass, then the cache; verify once
 that this model's receivers can be given their own inputs exactly
-(:func:`interp.engine.edges.passes.check_exact`); then run the base run (recording
+(:func:`interp.engine.edges.run.check_exact`); then run the base run (recording
 every sender's output and every receiver layer's input) and the source run.
 :func:`check_edge_task` checks the inputs and builds the graph, so a caller can refuse
 work it cannot do before any pass; :func:`begin_edge_task` then checks the cache (its one
 stopped pass) and runs the first passes. In chunks (:mod:`interp.engine.runner`),
-:func:`prepare_chunks` is what the chunks share and :func:`task_rows` gives each chunk its
-sub-task.
+:func:`prepare_chunks` is what the chunks share and :func:`begin_chunk` begins each
+chunk's sub-task.
 
 The base run is the one whose edges are edited (:mod:`interp.engine.direction`):
 the clean run when noising (and for zero and mean ablation, and every circuit
@@ -35,13 +35,23 @@ from typing import Any, Literal
 
 import torch
 
+from interp.core.checks import check_seed, check_token_pair, check_tokens, position_mask
 from interp.core.errors import InterpError
-from interp.core.protocol import HookedModel
-from interp.engine.chunks import Footprint
+from interp.core.metrics import prepare_metric, scalar
+from interp.core.protocol import HookedModel, check_model, eval_no_grad
+from interp.engine.ablations import resample_index
+from interp.engine.cache import cache_rows, check_cache
 from interp.engine.cost import ALL_ROWS, Cost
-from interp.engine.edges.graph import Graph, build_graph
-from interp.engine.edges.passes import check_exact, input_hooks, layer_parts, sender_outputs
-from interp.engine.edges.run import EdgeRun
+from interp.engine.direction import check_direction, runs
+from interp.engine.edges import cost as edge_cost
+from interp.engine.edges.graph import Graph, graph_of
+from interp.engine.edges.run import (
+    EdgeRun,
+    check_exact,
+    input_hooks,
+    layer_parts,
+    sender_outputs,
+)
 from interp.runtime import Layer, Runtime, runtime_of
 
 EDGE_ABLATIONS = ("patch", "zero", "mean", "resample")
@@ -55,7 +65,6 @@ class EdgeTask:
     parts: list[Layer]
     tokens: torch.Tensor  # the clean tokens: the metric is scored against them
     corrupted: torch.Tensor | None
-    base: torch.Tensor  # the tokens of the run whose edges are edited
     metric: Any
     ablation: str
     direction: str
@@ -79,19 +88,23 @@ class EdgeTask:
     checked_cache: Any = None  # the cache checked against every prompt (prepare_chunks)
 
     def pass_work(self, n: float = 1.0) -> float:
-        """The forward-equivalents of ``n`` full passes unembedding the metric's rows (the
-        engine's cost model, :mod:`interp.engine.cost`)."""
-        cost = self.cost.like()
-        cost.forward(n)
-        return cost.total
+        """:func:`interp.engine.edges.cost.pass_work` of this task."""
+        return edge_cost.pass_work(self, n)
 
     def gradient_work(self, n: int = 1) -> float:
-        """The forward-equivalents of ``n`` forward and backward passes (EAP's, per step)."""
-        cost = self.cost.like()
-        for _ in range(n):
-            cost.forward()
-            cost.backward()
-        return cost.total
+        """:func:`interp.engine.edges.cost.gradient_work` of this task."""
+        return edge_cost.gradient_work(self, n)
+
+    @property
+    def base(self) -> torch.Tensor:
+        """The tokens of the run whose edges are edited (:func:`interp.engine.direction.runs`):
+        the clean tokens when noising, the corrupted ones when denoising."""
+        return runs(self.direction, self.tokens, self.corrupted)[0]
+
+    @property
+    def source(self) -> torch.Tensor | None:
+        """The tokens of the run the base run is patched from (the other run)."""
+        return runs(self.direction, self.tokens, self.corrupted)[1]
 
     @property
     def clean_value(self) -> float:
@@ -128,7 +141,7 @@ class EdgeTask:
         """This checked task on the prompts ``rows`` (a chunk of the batch, not begun),
         scored by ``metric`` (that chunk's: :meth:`interp.core.metrics.Metric.chunk`)."""
         sub = dataclasses.replace(
-            self, tokens=self.tokens[rows], base=self.base[rows], metric=metric,
+            self, tokens=self.tokens[rows], metric=metric,
             corrupted=None if self.corrupted is None else self.corrupted[rows],
             base_out=None, alt=None, base_value=float("nan"), base_inputs={}, source_value=None,
             cum={}, cost=self.cost.like(), parts=[], checked_cache=None,
@@ -142,8 +155,6 @@ def replacement(ablation: str, outputs: torch.Tensor, seed: int = 0) -> torch.Te
     """The senders' replacement outputs ``[sender, batch, pos, d_model]`` for zero, mean or
     resample ablation, made from the base run's ``outputs`` (resample: each sequence's
     outputs are another sequence's, drawn with ``seed``)."""
-    from interp.engine.ablations import resample_index
-
     if ablation == "zero":
         return torch.zeros_like(outputs)
     if ablation == "resample":
@@ -175,11 +186,6 @@ def check_edge_task(
             ``"patch"``, given otherwise or equal to the clean tokens, tokens of different
             shapes, a metric that needs an LM head the model lacks, or positions out of range.
     """
-    from interp.core.checks import check_seed, check_token_pair, check_tokens, position_mask
-    from interp.core.metrics import prepare_metric
-    from interp.core.protocol import check_model
-    from interp.engine.direction import check_direction, runs
-
     check_model(model)
     if ablation not in EDGE_ABLATIONS:
         raise InterpError(
@@ -217,15 +223,13 @@ def check_edge_task(
             "evaluate_circuit; here pass None or a list of positions"
         )
     pos = None if each else position_mask(tokens.shape[1], positions)
-    graph = build_graph(model)
     rt = runtime_of(model)
-    base, _ = runs(direction, tokens, corrupted_tokens)
+    graph = graph_of(rt)
     return EdgeTask(
         graph=graph,
         parts=[],
         tokens=tokens,
         corrupted=corrupted_tokens,
-        base=base,
         metric=m,
         ablation=ablation,
         direction=direction,
@@ -274,16 +278,34 @@ def begin_edge_task(
         InterpError: for a cache of other tokens, or a model whose receivers cannot be given
             their own inputs exactly.
     """
-    from interp.core.metrics import scalar
-    from interp.core.protocol import eval_no_grad
-    from interp.engine.cache import check_cache
-    from interp.engine.direction import runs
+    with eval_no_grad(task.rt.model):  # a cache of other tokens is refused, as everywhere
+        check_cache(task.rt.model, task.tokens, cache)
+    return _first_passes(task, base_pass)
 
+
+def begin_chunk(
+    task: EdgeTask, chunk: Any, *, base_pass: bool | Literal["metric"] = True
+) -> EdgeTask:
+    """A runner chunk's sub-task (:class:`interp.engine.runner.Chunk`: its rows, metric and
+    budget), begun: :func:`begin_edge_task`'s passes on its prompts. Its cache was checked
+    against every prompt before the first chunk (:func:`prepare_chunks`) and the engine reads
+    no activation from it, so no chunk checks it again. Its passes are counted in its own
+    ``cost``, in forward-equivalents of its own prompts.
+
+    Raises:
+        InterpError: for a model whose receivers cannot be given their own inputs exactly.
+    """
+    sub = task.rows(chunk.rows, chunk.metric)
+    sub.memory_budget = chunk.budget  # what the chunk's passes pack copies into
+    return _first_passes(sub, base_pass)
+
+
+def _first_passes(task: EdgeTask, base_pass: bool | Literal["metric"]) -> EdgeTask:
+    """:func:`begin_edge_task` after its cache check: the exactness check, the base run and
+    the source run."""
     rt, graph, m, tokens = task.rt, task.graph, task.metric, task.tokens
-    task.parts = parts = layer_parts(rt)
-    _, source = runs(task.direction, tokens, task.corrupted)
     with eval_no_grad(rt.model):
-        check_cache(rt.model, tokens, cache)  # a cache of other tokens is refused, as everywhere
+        task.parts = parts = layer_parts(rt)
         check_exact(rt, graph, parts, tokens)
         if base_pass == "metric" and task.ablation == "patch":
             task.base_value = scalar(m(rt.run(task.base, rows=m.rows), tokens), m.name)
@@ -296,7 +318,7 @@ def begin_edge_task(
             task.base_value = scalar(m(logits, tokens), m.name)
             task.cost.forward()
         if task.ablation == "patch":
-            task.alt, logits = sender_outputs(rt, graph, source, parts=parts, rows=m.rows)
+            task.alt, logits = sender_outputs(rt, graph, task.source, parts=parts, rows=m.rows)
             task.source_value = scalar(m(logits, tokens), m.name)
             task.cost.forward()
         elif task.base_out is not None:
@@ -315,10 +337,6 @@ def prepare_chunks(task: EdgeTask, chunks: list[slice], *, cache: Any = None) ->
     Raises:
         InterpError: for a cache of other tokens.
     """
-    from interp.core.protocol import eval_no_grad
-    from interp.engine.ablations import resample_index
-    from interp.engine.cache import check_cache
-
     rt, n = task.rt, task.tokens.shape[0]
     cost = task.cost.like()
     with eval_no_grad(rt.model):
@@ -341,113 +359,13 @@ def task_rows(task: EdgeTask, chunk: Any) -> tuple[EdgeTask, Any]:
     budget) and its rows of the cache :func:`prepare_chunks` checked: begin the sub-task
     (:func:`begin_edge_task`) with that cache. Its passes are counted in its own ``cost``, in
     forward-equivalents of its own prompts."""
-    from interp.engine.cache import cache_rows
-
     sub = task.rows(chunk.rows, chunk.metric)
     sub.memory_budget = chunk.budget  # what the chunk's passes pack copies into
     return sub, cache_rows(task.checked_cache, chunk.rows)
 
 
-def edge_footprint(
-    task: EdgeTask,
-    kind: str,
-    *,
-    copies: int = 1,
-    resumes: int = 0,
-    logits_only: bool = False,
-) -> Footprint:
-    """The memory an edge analysis holds (:mod:`interp.engine.chunks`), from the model's
-    config, the graph, the prompts' length and the metric's rows. Per prompt (``S`` senders,
-    ``R`` receivers, ``L`` layers, ``H`` heads a layer; the engine's residual-width tensors
-    are float32):
-
-    * ``"patch"`` (path patching, exact edges): the base and replacement outputs of every
-      sender (``2 S``), each receiver layer's base input (``2 L + 1``), the stream entering
-      each of the ``resumes`` blocks passes resume at and the senders a sum gathers
-      (:data:`interp.engine.edges.run.GATHER`, from both outputs); per copy of a pass,
-      :func:`interp.engine.edges.passes.copy_bytes` (up to ``copies``: the most edits that resume
-      at one block; ``logits_only`` when every edit reads only the logits' input). First,
-      the pass that records the replacement outputs: a layer's heads' outputs at once
-      (``H``) beside a forward pass;
-    * ``"circuit"`` (circuit evaluation): the replacement outputs and their prefix sum
-      (``2 S``, the sum made by the first pass that edits most of a layer's edges); per
-      copy, a running pass (:func:`~interp.engine.edges.passes.copy_bytes` with the store), up to
-      ``copies`` (the circuits); first, the pass that records the replacement outputs;
-    * ``"eap"`` and ``"eap-ig"`` (edge attribution): the larger of its phases. The backward
-      pass: the replacement outputs and this pass's (``2 S``), a forward and backward pass's
-      activations (:func:`interp.core.memory.backward_bytes`). The gradient matrix: the senders'
-      difference (``S``), every receiver's gradient (``R``), the gradients at each layer's
-      read points and the streams they are carried back through (``2 L + 1``). EAP-IG's
-      later steps: the difference and the matrix beside a backward pass and the embeddings
-      it interpolates between.
-
-    The fixed part is the graph's masks and scores."""
-    from interp.core.memory import (
-        forward_bytes,
-        stream_bytes,
-    )
-    from interp.engine.edges.passes import copy_bytes
-    from interp.engine.edges.run import GATHER
-
-    rt, graph = task.rt, task.graph
-    model = rt.model
-    P = int(task.tokens.shape[1])
-    metric_rows = task.metric.rows if task.metric is not None else None
-    rows = rt.unembedded(metric_rows)  # the logits' rows a pass unembeds
-    S, R, L = len(graph.senders), len(graph.receivers), graph.n_layers
-    f = stream_bytes(model, P, element=4)  # a sender's output, a receiver's gradient
-    e = stream_bytes(model, P)  # a residual stream of the model's own
-    fixed = S * R * (P if task.each else 1) * 8 * 4
-    if kind in ("eap", "eap-ig"):
-        per = eap_bytes(model, senders=S, receivers=R, pos=P, rows=rows, steps=kind == "eap-ig")
-        return Footprint(fixed=int(fixed), per_prompt=int(per))
-    running = kind == "circuit"
-    per_copy, store = copy_bytes(
-        graph, rt, P, running=running, rows=metric_rows, logits_only=logits_only and not running
-    )
-    recording = graph.n_heads * e + forward_bytes(model, 1, P, rows=rows)  # the sender pass
-    if running:
-        held = 2 * S * f
-    else:
-        held = 2 * S * f + (2 * L + 1 + int(resumes)) * e + 2 * GATHER * f
-    return Footprint(
-        fixed=int(fixed), per_prompt=int(held), per_copy=int(per_copy), reread=int(store),
-        most_copies=max(1, int(copies)), first=int(recording),
-    )  # fmt: skip
-
-
-def eap_bytes(
-    model: HookedModel,
-    *,
-    senders: int,
-    receivers: int,
-    pos: int,
-    rows: Any = None,
-    steps: bool = False,
-) -> int:
-    """Edge attribution's peak bytes per prompt of ``pos`` tokens (:func:`edge_footprint`'s
-    ``"eap"``; ``steps``: EAP-IG's later steps too), from the model's config alone (a model
-    object with only ``cfg`` will do: ``benchmarks/memory_plan.py`` plans 8B and 70B shapes
-    with it). ``rows`` are the logits' rows a pass unembeds."""
-    from interp.core.memory import HEAP_KEPT, Dims, backward_bytes, logit_bytes, stream_bytes
-
-    m = Dims.of(model)
-    S, R, L, P = int(senders), int(receivers), m.n_layers, int(pos)
-    f = stream_bytes(model, P, element=4)  # a sender's output, a receiver's gradient
-    e = stream_bytes(model, P)  # a residual stream of the model's own
-    grads = backward_bytes(model, 1, P, rows=rows)
-    backward = 2 * S * f + grads
-    read = L * (m.n_heads + 2 * m.n_kv_heads) * m.d_head * P * 4 + L * f  # q, k, v, mlp
-    # the backward's per-layer tensors stay resident beside the matrix (HEAP_KEPT)
-    kept = HEAP_KEPT * (grads - logit_bytes(model, P, rows))
-    matrix = (S + R) * f + read + (2 * L + 1) * e + kept
-    per = max(backward, matrix)
-    if steps:
-        per = max(per, (S + R) * f + grads + 3 * e)
-    return int(per)
-
-
 def __getattr__(name: str) -> Any:
     from interp.core.moved import renamed
 
-    return renamed(__name__, name)  # check and begin were renamed (issue 44: no bare names)
+    # issue 44: check and begin were renamed (no bare names); the cost model moved to .cost
+    return renamed(__name__, name)
