@@ -35,10 +35,11 @@ from typing import Any
 
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel
-from interp.runtime.base import Layer, Runtime, kept_rows, repeat_copies, scatter_rows
+from interp.runtime.base import Layer, Runtime
 from interp.runtime.bridge import BridgeRuntime
 from interp.runtime.native import NativeRuntime
 from interp.runtime.norms import Norm
+from interp.runtime.rows import kept_rows, repeat_copies, scatter_rows
 
 __all__ = [
     "BridgeRuntime",

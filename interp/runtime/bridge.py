@@ -32,7 +32,7 @@ from interp.core.errors import InterpError
 from interp.core.precision import tolerance, within, worst
 from interp.core.protocol import HookedModel, is_causal
 from interp.runtime.attention import QKGeometry, default_scale, rotary_from_hf
-from interp.runtime.base import Hooks, Runtime, kept_rows, repeat_copies, scatter_rows
+from interp.runtime.base import Hooks, Runtime
 from interp.runtime.decoding import (
     attentions,
     cache_alias,
@@ -41,6 +41,7 @@ from interp.runtime.decoding import (
     unbridged,
 )
 from interp.runtime.norms import Norm
+from interp.runtime.rows import kept_rows, repeat_copies, scatter_rows
 
 
 @contextmanager

@@ -29,7 +29,7 @@ import torch
 from interp.engine.cost import Cost
 from interp.engine.sweeps.sites import Edit, Site, edit_hooks, edit_start
 from interp.runtime import Runtime
-from interp.runtime.base import kept_rows
+from interp.runtime.rows import kept_rows
 
 
 def shared_prefix(tokens: torch.Tensor, source: torch.Tensor | None) -> int:
