@@ -6,7 +6,8 @@ the engines' one cost model (:mod:`interp.engine.cost`). Here torch's own count
 backward, measured by a dispatch mode: ``tests/flop_meter.py``) is the reference, on a random
 Llama (4 layers, d 128, grouped-query attention) at two vocabulary sizes, where the
 unembedding is a small and then the largest share of a pass. Each analysis runs once first
-(its once-per-model checks are not its work).
+(its once-per-model checks are not its work). A generation's forward-equivalents are in
+plain passes over its prompt, so its reference is a plain pass over the prompt.
 """
 
 import warnings
@@ -41,8 +42,10 @@ NAMES = [
     "logit_lens", "ablate_heads", "patch_heads", "patch_components", "attribute_heads",
     "attribute_edges eap", "attribute_edges eap-ig", "attribute_edges exact", "path_patch",
     "evaluate_circuit", "qk_attribution", "head_scores", "direct_logit_attribution",
-    "read_features",
+    "read_features", "generate", "generate without the kv cache", "generate, mean-ablated",
+    "generate, patched", "compare_generations",
 ]  # fmt: skip
+ON_THE_PROMPT = {n for n in NAMES if "generat" in n}  # reference: a plain pass of the prompt
 
 
 def _cases(m, toks):
@@ -50,6 +53,7 @@ def _cases(m, toks):
     cor = toks.flip(1)
     D = Dictionary.random(d_in=128, d_sae=64, hook_name="blocks.2.hook_resid_pre", seed=0)
     two = [("L0H0", "L2H1.q"), ("embed", "logits")]
+    p, new = toks[:, :15], dict(max_new_tokens=4)
     return {
         "logit_lens": lambda: A.logit_lens(m, toks),
         "ablate_heads": lambda: A.ablate_heads(m, toks),
@@ -73,29 +77,44 @@ def _cases(m, toks):
         "head_scores": lambda: A.head_scores(m, toks),
         "direct_logit_attribution": lambda: A.direct_logit_attribution(m, toks, answer=5),
         "read_features": lambda: read_features(m, toks, dictionary=D).features,
+        "generate": lambda: A.generate(m, p, **new),
+        "generate without the kv cache": lambda: A.generate(m, p, kv_cache=False, **new),
+        "generate, mean-ablated": lambda: A.generate(
+            m, p, interventions=[A.HeadAblation(["L1H0"], ablation="mean")], **new
+        ),
+        "generate, patched": lambda: A.generate(
+            m, p, interventions=[A.Patch(p.flip(1), heads=["L2H1"])], **new
+        ),
+        "compare_generations": lambda: A.compare_generations(
+            m, p, interventions=[A.HeadAblation(["L1H0"])], **new
+        ),
     }
 
 
 @pytest.fixture(scope="module", params=[4096, 32768], ids=["vocab 4k", "vocab 32k"])
-def measured(request):
-    """``{analysis: (counted, measured)}`` on one vocabulary size."""
+def lab(request):
+    """The model, its cases and one plain pass's measured FLOPs (of the tokens, of the
+    prompt), on one vocabulary size."""
     m = _llama(request.param)
     toks = repeated_random_tokens(4, 12, d_vocab=request.param, seed=0).tokens  # 4 x 25
-    with torch.no_grad(), FlopMeter() as plain:
-        m(toks)
-    out = {}
+    plain = {}
+    for key, t in (("tokens", toks), ("prompt", toks[:, :15])):
+        with torch.no_grad(), FlopMeter() as meter:
+            m(t)
+        plain[key] = meter.total
     cases = _cases(m, toks)
     assert sorted(cases) == sorted(NAMES)
-    for name, fn in cases.items():
-        fn()  # once-per-model checks (exactness probes) run here
-        with FlopMeter() as meter:
-            df = fn()
-        out[name] = (float(df.attrs["forward_equivalents"]), meter.total / plain.total)
-    return out
+    return cases, plain
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_counted_cost_is_the_work(measured, name):
-    counted, got = measured[name]
+def test_the_counted_cost_is_the_work(lab, name):
+    cases, plain = lab
+    fn = cases[name]
+    fn()  # once-per-model checks (exactness probes) run here
+    with FlopMeter() as meter:
+        out = fn()
+    counted = float(out.attrs["forward_equivalents"])
+    got = meter.total / plain["prompt" if name in ON_THE_PROMPT else "tokens"]
     assert got > 0
     assert abs(counted - got) <= BAR * got, (name, counted, got)

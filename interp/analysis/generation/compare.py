@@ -35,6 +35,7 @@ from interp.analysis.generation.result import Generation
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel, check_model, eval_no_grad, model_device
 from interp.engine.chunks import Estimate
+from interp.engine.cost import Flops
 from interp.runtime import runtime_of
 
 
@@ -103,7 +104,7 @@ def compare_generations(
     clean_job = plan_generation(model, prompt, **common)
     edited_job = plan_generation(
         model, prompt, interventions=interventions, cache=cache, analysis="compare_generations",
-        extra_passes=clean_job.plan.estimate.forward_equivalents + 2 * _scoring(clean_job),
+        extra_passes=clean_job.plan.estimate.forward_equivalents + 2 * _scoring(model, clean_job),
         **common,
     )  # fmt: skip
     if estimate:
@@ -131,9 +132,11 @@ def compare_generations(
     return df
 
 
-def _scoring(job: Any) -> float:
-    """Forward-equivalents of one teacher-forced pass over a whole continuation."""
-    return (job.prompts.length + job.n_new) / job.prompts.length
+def _scoring(model: HookedModel, job: Any) -> float:
+    """Forward-equivalents of one teacher-forced pass over a whole continuation (every
+    column unembedded), in plain passes over the prompts."""
+    fl = Flops.of(model)
+    return fl.plain(job.prompts.length + job.n_new) / fl.plain(job.prompts.length)
 
 
 def _score(model: HookedModel, g: Generation, edits: list[Any]) -> torch.Tensor:

@@ -55,6 +55,7 @@ from interp.core.protocol import (
 )
 from interp.engine.cache import check_cache
 from interp.engine.chunks import Estimate, Plan
+from interp.engine.cost import Flops
 from interp.engine.footprints import generation_footprint
 from interp.engine.runner import Chunk, Partials, Task, chunks_of, gathered, plan_task
 from interp.outputs.frames import table_attrs
@@ -136,8 +137,8 @@ def plan_generation(
     rt = runtime_of(model)
     cached = kv_cache and rt.kv_cache
     L, T = prompts.length, prompts.length + n_new
-    passes = (L + n_new - 1) / L if cached else n_new + n_new * (n_new - 1) / (2 * L)
-    passes += sum(e.passes(prompts, cache=checked) for e in edits) + extra_passes
+    passes = generation_work(model, L, n_new, cached=cached)
+    passes += sum(e.work(model, prompts, cache=checked) for e in edits) + extra_passes
     passes += 0.0 if checked is None else checked.work  # the cache's check
     task = Task(
         analysis, generation_footprint(model, L, n_new, cached=cached, keep_logits=keep_logits),
@@ -152,6 +153,36 @@ def plan_generation(
     return GenerationPlan(
         prompts, n_new, rule, seed, stops, edits, cached, keep_logits, checked, pl, task
     )
+
+
+def generation_work(model: HookedModel, length: int, n_new: int, *, cached: bool) -> float:
+    """The FLOPs of generating ``n_new`` tokens after prompts of ``length`` columns, over one
+    plain pass of the prompts (:mod:`interp.engine.cost`).
+
+    With the key/value cache: a pass over the prompt, then one over each new token but the
+    last, its attention over every column before it; without: a whole pass over the
+    sequence so far for each new token. A pass unembeds its last column only where the
+    runtime can (a cached pass always), else every column.
+
+    Example:
+        >>> from interp.models import load_model
+        >>> m = load_model("induction-2l")
+        >>> 1.0 < generation_work(m, 12, 4, cached=True) < generation_work(m, 12, 4, cached=False)
+        True
+    """
+    fl = Flops.of(model)
+    one = bool(runtime_of(model).rows_supported) or cached
+
+    def one_pass(new: int, keys: int) -> float:
+        return (
+            fl.n_layers * new * (fl.block + keys * fl.attention) + (1 if one else new) * fl.readout
+        )
+
+    if cached:
+        flops = one_pass(length, length) + sum(one_pass(1, length + t) for t in range(1, n_new))
+    else:
+        flops = sum(one_pass(length + t, length + t) for t in range(n_new))
+    return flops / fl.plain(length)
 
 
 def stop_ids(model: HookedModel, stop: Any) -> list[int]:

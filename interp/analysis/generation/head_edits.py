@@ -62,6 +62,7 @@ from interp.core.hooks import hook_name
 from interp.core.protocol import HookedModel
 from interp.engine.ablations import check_ablation
 from interp.engine.cache import StopForward
+from interp.engine.cost import Flops, cache_pass_work
 from interp.runtime import runtime_of
 
 
@@ -91,6 +92,16 @@ def capture(
     if missing:
         raise InterpError(f"the model's hook {missing[0]} never fired")
     return got
+
+
+def captured_work(
+    model: HookedModel, names: Sequence[str], batch: int, pos: int, prompts: Any
+) -> float:
+    """The forward-equivalents (over one plain pass of ``prompts``) of :func:`capture` on
+    ``[batch, pos]`` tokens: a pass stopped once the last of ``names`` has fired."""
+    fl = Flops.of(model)
+    mine = batch * fl.plain(pos) / (prompts.batch * fl.plain(prompts.length))
+    return cache_pass_work(model, pos, names) * mine
 
 
 def _by_layer(model: HookedModel, heads: Any) -> dict[int, list[int]]:
@@ -147,6 +158,16 @@ class HeadAblation(Intervention):
             return 0.0 if cache is not None else 1.0
         ref = torch.as_tensor(self.reference_tokens)
         return ref.numel() / max(1, int(prompts.mask.sum()))
+
+    def work(self, model: HookedModel, prompts: Any, *, cache: Any = None) -> float:
+        if self.ablation == "zero" or (self.reference_tokens is None and cache is not None):
+            return 0.0
+        names = [hook_name("z", l) for l in _by_layer(model, self.heads)]
+        if self.reference_tokens is None:  # the prompts' own pass, stopped at the last hook_z
+            return cache_pass_work(model, prompts.length, names)
+        ref = torch.as_tensor(self.reference_tokens)
+        ref = ref.reshape(1, -1) if ref.ndim == 1 else ref
+        return captured_work(model, names, ref.shape[0], ref.shape[1], prompts)
 
     def bind(self, model: HookedModel, prompts: Any, n_new: int, **context: Any) -> Any:
         by_layer = _by_layer(model, self.heads)
@@ -285,6 +306,12 @@ class Patch(Intervention):
 
     def passes(self, prompts: Any, *, cache: Any = None) -> float:
         return 1.0
+
+    def work(self, model: HookedModel, prompts: Any, *, cache: Any = None) -> float:
+        # the source run (the prompts' shape), stopped once the hooks it copies have fired
+        by_layer = _by_layer(model, self.heads) if self.hook is None else {}
+        names = [hook_name("z", l) for l in by_layer] if by_layer else [str(self.hook)]
+        return cache_pass_work(model, prompts.length, names)
 
     def bind(self, model: HookedModel, prompts: Any, n_new: int, **context: Any) -> Any:
 

@@ -152,6 +152,24 @@ class Intervention:
         """
         return 0.0
 
+    def work(self, model: HookedModel, prompts: Any, *, cache: Any = None) -> float:
+        """The FLOPs of the passes :meth:`bind` runs, over one plain pass of the prompts.
+
+        Counted by :mod:`interp.engine.cost`: :meth:`passes` whole passes unless an edit
+        counts its own (a pass stopped at the hooks it reads).
+
+        Args:
+            model: A hooked model: the one the generation runs.
+            prompts: The generation's left-padded batch.
+            cache: The prompts' cache, checked (it is read only after its earliest
+                token-dependent activation is recomputed on them and matches), which a mean
+                or resample ablation reads instead of a pass (None: none).
+
+        Returns:
+            Forward-equivalents, in plain passes over the prompts.
+        """
+        return self.passes(prompts, cache=cache)
+
     def hooks(self, window: Window) -> Hooks:
         """The ``(hook name, function)`` pairs of one pass.
 
