@@ -45,7 +45,7 @@ from interp.core.protocol import (
     logits_meaningful,
     model_name,
 )
-from interp.runtime import Runtime, runtime_of
+from interp.runtime import runtime_of
 
 INPUTS = ("q", "k", "v", "mlp", "logits")
 
@@ -245,23 +245,7 @@ def build_graph(model: HookedModel) -> Graph:
             (their inputs are one stream; this graph assumes sequential blocks),
             or an encoder without an LM head (no logits receiver).
     """
-    check_model(model)
-    return graph_of(runtime_of(model))
-
-
-def graph_of(rt: Runtime) -> Graph:
-    """:func:`build_graph` of a checked model's runtime (``rt.model``; an edge task has both).
-
-    Args:
-        rt: The runtime of a model :func:`interp.core.protocol.check_model` accepts.
-
-    Returns:
-        The :class:`Graph`.
-
-    Raises:
-        InterpError: as :func:`build_graph`.
-    """
-    model, cfg = rt.model, rt.cfg
+    cfg = check_model(model)
     names, meaningful, name = hook_names(model), logits_meaningful(model), model_name(model)
     if getattr(cfg, "parallel_attn_mlp", False):
         raise InterpError(
@@ -273,6 +257,7 @@ def graph_of(rt: Runtime) -> Graph:
             "this model's logits are meaningless (no language-model head): a circuit ends at "
             "the logits"
         )
+    rt = runtime_of(model)
     has_pos = rt.has_positional
     has_mlp = "blocks.0.hook_mlp_out" in names
     L, H = int(cfg.n_layers), int(cfg.n_heads)

@@ -38,13 +38,13 @@ import torch
 from interp.core.checks import check_seed, check_token_pair, check_tokens, position_mask
 from interp.core.errors import InterpError
 from interp.core.metrics import prepare_metric, scalar
-from interp.core.protocol import HookedModel, check_model, eval_no_grad
+from interp.core.protocol import HookedModel, eval_no_grad
 from interp.engine.ablations import resample_index
 from interp.engine.cache import cache_rows, check_cache
 from interp.engine.cost import ALL_ROWS, Cost
 from interp.engine.direction import check_direction, runs
 from interp.engine.edges import cost as edge_cost
-from interp.engine.edges.graph import Graph, graph_of
+from interp.engine.edges.graph import Graph, build_graph
 from interp.engine.edges.run import (
     EdgeRun,
     check_exact,
@@ -186,7 +186,8 @@ def check_edge_task(
             ``"patch"``, given otherwise or equal to the clean tokens, tokens of different
             shapes, a metric that needs an LM head the model lacks, or positions out of range.
     """
-    check_model(model)
+    graph = build_graph(model)  # the model checked (check_model) and its graph, then the data
+    rt = runtime_of(model)
     if ablation not in EDGE_ABLATIONS:
         raise InterpError(
             f"unknown ablation {ablation!r}; choose one of {', '.join(EDGE_ABLATIONS)}"
@@ -223,8 +224,6 @@ def check_edge_task(
             "evaluate_circuit; here pass None or a list of positions"
         )
     pos = None if each else position_mask(tokens.shape[1], positions)
-    rt = runtime_of(model)
-    graph = graph_of(rt)
     return EdgeTask(
         graph=graph,
         parts=[],
