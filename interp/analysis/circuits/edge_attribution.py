@@ -198,39 +198,37 @@ def attribute_edges(
             part = _estimate(prep, method, steps).numpy()
         return {"scores": part, "clean": prep.clean_value, "cost": prep.cost.total}
 
-    # the cost, refused before any pass (interp.engine.edges.cost): the table, what a chunk
-    # holds, the passes that run
+    # the cost, refused before any pass (interp.engine.edges.cost): the passes that run, what
+    # a chunk holds, the table
+    replaced = int(ablation == "patch")  # the source run's pass
+    if method == "exact":
+        shape = pass_shape(task, edits)  # the blocks its passes resume at, the copies a pass
+        forwards = patch_cost(task, edits) + pass_work(task, 1 + replaced)
+        what = f"exact effects of {len(edits):,} edges" + (" at each position" if task.each else "")
+        fix = "pass edges= (say the top few hundred by EAP-IG), or estimate them "
+        fix += "(method='eap' or 'eap-ig')"
+    else:  # a forward and a backward pass per step
+        shape = {}
+        forwards = pass_work(task, replaced) + gradient_work(task, 1 if method == "eap" else steps)
+        what = f"{method} with {steps} steps" if method == "eap-ig" else "eap"
+        fix = "use fewer steps (5 is EAP-IG's usual number)"
+    footprint = edge_footprint(task, "patch" if method == "exact" else method, **shape)
     rows = int(wanted.sum())
     check_table(
         rows, task.tokens.device, what=f"a table of {rows:,} edge scores",
         memory_budget=memory_budget,
     )  # fmt: skip
-    replaced = int(ablation == "patch")  # the source run's pass
-    if method == "exact":
-        footprint = edge_footprint(task, "patch", **pass_shape(task, edits))
-        work = check_work(
-            patch_cost(task, edits) + pass_work(task, 1 + replaced),
-            what=f"exact effects of {len(edits):,} edges"
-            + (" at each position" if task.each else ""),
-            fix="pass edges= (say the top few hundred by EAP-IG), or estimate them "
-            "(method='eap' or 'eap-ig')",
-        )
-    else:  # a forward and a backward pass per step
-        footprint = edge_footprint(task, method)
-        work = check_work(
-            pass_work(task, replaced) + gradient_work(task, 1 if method == "eap" else steps),
-            what=f"{method} with {steps} steps" if method == "eap-ig" else "eap",
-            fix="use fewer steps (5 is EAP-IG's usual number)",
-        )
+    work = check_work(forwards, what=what, fix=fix)
+
     spec = runner.Task(
         "attribute_edges", footprint,
         # a split batch's mean or resample ablation: one more pass for the replacement outputs
         work=lambda chunks: work + (len(chunks) > 1 and ablation in ("mean", "resample")),
         chunk=chunk, combine={"scores": "mean", "clean": "mean"}, metric=task.metric,
-        prepare=lambda chunks: prepare_chunks(task, chunks, cache=cache),
         fix="use shorter prompts, or whole edges (positions=None)" if task.each
         else "use shorter prompts",
         desc="edges", inputs=(edge_inputs(task), method, steps, wanted),
+        prepare=lambda chunks: prepare_chunks(task, chunks, cache=cache),
     )  # fmt: skip
     out = runner.run(model, tuple(task.tokens.shape), spec, memory_budget=memory_budget,
                      estimate=estimate, progress=progress)  # fmt: skip

@@ -214,6 +214,7 @@ def receiver_gradients(
         differentiable(value, metric.name, "edge attribution (EAP, EAP-IG)")
         keys = list(at)
         grads = torch.autograd.grad(value, [at[k] for k in keys], allow_unused=True)
+    number = scalar(value.detach(), metric.name)
     if senders is not None:
         check_filled(seen, graph)
     out = {
@@ -221,7 +222,7 @@ def receiver_gradients(
         for k, g in zip(keys, grads)
     }
     return ReceiverGrads(
-        value=scalar(value.detach(), metric.name),
+        value=number,
         at=out,
         pre=pre,
         mid=mid,

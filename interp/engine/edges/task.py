@@ -131,11 +131,11 @@ class EdgeTask:
         or the outputs of the sequences drawn for this chunk's rows (one more pass)."""
         if self.ablation == "mean" and self.mean_out is not None:
             return self.mean_out.expand_as(outputs).contiguous()
-        if self.ablation == "resample" and self.resample_tokens is not None:
-            alt, _ = sender_outputs(self.rt, self.graph, self.resample_tokens, parts=self.parts)
-            self.cost.forward(rows=ALL_ROWS)  # its logits are not read, but made
-            return alt
-        return replacement(self.ablation, outputs, self.seed)
+        if self.ablation != "resample" or self.resample_tokens is None:
+            return replacement(self.ablation, outputs, self.seed)
+        alt, _ = sender_outputs(self.rt, self.graph, self.resample_tokens, parts=self.parts)
+        self.cost.forward(rows=ALL_ROWS)  # its logits are not read, but made
+        return alt
 
     def rows(self, rows: slice, metric: Any) -> EdgeTask:
         """This checked task on the prompts ``rows`` (a chunk of the batch, not begun),
