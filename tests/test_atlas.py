@@ -99,7 +99,11 @@ def test_pattern_columns_equal_their_definitions(kind, induction_model, llama):
         _grid(df, "sink_swapped"), _hand_pattern_columns(model, swapped)["sink"], rtol=RTOL
     )
     assert list(df.columns[:5]) == ["layer", "head", "label", "role", "roles"]
-    assert df.attrs["forward_equivalents"] == 2.0 and df.attrs["pattern_gap"] < 1e-5
+    assert df.attrs["pattern_gap"] < 1e-5
+    # the count (two probe passes, the recomputed and control scores, the OV products:
+    # tests/test_counted_flops.py holds it to torch's) is the one the estimate states
+    plan = A.head_atlas(model, tokens, seed=3, estimate=True)
+    assert df.attrs["forward_equivalents"] == plan.forward_equivalents > 2.0
 
 
 def test_ov_columns_equal_their_definitions(llama):

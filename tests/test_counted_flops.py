@@ -43,7 +43,7 @@ NAMES = [
     "attribute_edges eap", "attribute_edges eap-ig", "attribute_edges exact", "path_patch",
     "evaluate_circuit", "qk_attribution", "head_scores", "direct_logit_attribution",
     "read_features", "generate", "generate without the kv cache", "generate, mean-ablated",
-    "generate, patched", "compare_generations",
+    "generate, patched", "compare_generations", "head_atlas",
 ]  # fmt: skip
 ON_THE_PROMPT = {n for n in NAMES if "generat" in n}  # reference: a plain pass of the prompt
 
@@ -85,6 +85,7 @@ def _cases(m, toks):
         "generate, patched": lambda: A.generate(
             m, p, interventions=[A.Patch(p.flip(1), heads=["L2H1"])], **new
         ),
+        "head_atlas": lambda: A.head_atlas(m, toks),
         "compare_generations": lambda: A.compare_generations(
             m, p, interventions=[A.HeadAblation(["L1H0"])], **new
         ),

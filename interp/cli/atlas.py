@@ -165,7 +165,8 @@ def atlas_page(model: HookedModel, atlas: Any, detail: list[tuple[int, int]], *,
     r.text(
         f"Probe: {a['probe'][0]} sequences of {a['probe'][1]} tokens (BOS, random tokens, the "
         f"same again; seed {a['seed']}). Cost: {a['forward_equivalents']} forward-equivalents of "
-        f"the probe, plus weight products. Control: {a['control']}."
+        f"the probe (its passes, the control's scores, the weight products). Control: "
+        f"{a['control']}."
     )
     r.raw(_counts(df))
     r.text(

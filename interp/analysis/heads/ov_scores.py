@@ -149,6 +149,22 @@ class OVCircuits:
         denom = eig.abs().sum(-1)
         return torch.where(denom > 0, eig.real.sum(-1) / denom.clamp_min(1e-300), 0.0).float()
 
+    def flops(self, copies: int, n_sample: int, n_ordinals: int) -> float:
+        """The FLOPs of every layer's :meth:`copying`, :func:`self_shares` over ``n_sample``
+        ids and :func:`successor_scores` over ``n_ordinals`` (0: none), on ``copies`` copies
+        of each layer's value weights, and the ``W_U E`` products they share: their matrix
+        products, as ``torch.utils.flop_counter`` counts them (the eigenvalues are not)."""
+        d, V = self.W_U.shape
+        L = int(self.model.cfg.n_layers)
+        total = 2.0 * d * V * d * len({self._key(l) for l in range(L)})  # W_U E, once per norm
+        for l in range(L):
+            h, dh, _ = self.rt.layer(l).W_O.shape
+            total += 2.0 * h * dh * d * d + 2.0 * copies * h * dh * d * dh  # copying
+            for s in (n_sample, n_ordinals) if n_ordinals else (n_sample,):  # ov_rows
+                total += 2.0 * s * d * copies * h * dh + 2.0 * h * dh * d * s
+                total += 2.0 * copies * h * s * dh * s
+        return total
+
 
 def copying_eigen(model: HookedModel) -> torch.Tensor:
     """``[n_layers, n_heads]``: eigenvalue positivity of every head's OV circuit (module

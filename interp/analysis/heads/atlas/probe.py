@@ -36,6 +36,7 @@ from interp.core.precision import worst
 from interp.core.protocol import HookedModel
 from interp.engine.batching import Cost
 from interp.engine.cache import check_cache, run_until, with_batch
+from interp.engine.cost import Flops, cache_pass_work
 from interp.runtime import runtime_of
 from interp.runtime.attention import QKGeometry
 
@@ -82,9 +83,27 @@ def probe_pass(
     hooks = [(n, keeper(l, n)) for l, wanted in per_layer.items() for n in wanted]
     last = max(hooks, key=lambda h: (int(h[0].split(".")[1]), "pattern" in h[0]))[0]
     run_until(model, tokens, hooks, last)
-    cost.forward(1)
+    cost.add(cache_pass_work(model, tokens.shape[1], [last]))  # stopped at its last hook
     if held:
         raise InterpError(f"the model never gave layer {min(held)}'s {per_layer[min(held)]}")
+
+
+def reader_work(model: HookedModel, pos: int, draws: int) -> float:
+    """The forward-equivalents (FLOPs over one plain pass, :mod:`interp.engine.cost`) of
+    :class:`PatternReader` on a prompt of ``pos`` tokens: every layer's queries and keys
+    recomputed, with ``draws`` shuffles of each head's (the control), their scores, and on
+    a rotary model each band's share of the scores."""
+    rt, fl = runtime_of(model), Flops.of(model)
+    flops = 0.0
+    for layer in range(fl.n_layers):
+        W = rt.layer(layer).W
+        h, d, dh = W["q"].shape
+        kv = W["k"].shape[0]
+        copies = 1 + draws  # the real heads, then the control's shuffles
+        flops += copies * (2.0 * pos * d * dh * (h + kv) + 2.0 * h * pos * pos * dh)
+        if rt.qk_geometry(layer).rotary is not None:  # [query, 2] @ [2, key] per pair
+            flops += 2.0 * h * pos * pos * dh
+    return flops / fl.plain(pos)
 
 
 class Sums:

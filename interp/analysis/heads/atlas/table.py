@@ -108,6 +108,7 @@ from interp.core.shapes import Tokens
 from interp.engine.batching import Cost
 from interp.engine.cache import cache_rows, check_cache
 from interp.engine.chunks import Estimate
+from interp.engine.cost import Flops, cache_pass_work
 from interp.engine.footprints import atlas_footprint
 from interp.engine.runner import Chunk, Task, run
 from interp.outputs.frames import head_frame, table_attrs
@@ -240,6 +241,7 @@ def measure_atlas(
         # each chunk's sums of patterns, added over the chunks (and ranks) in chunk order:
         # the means are the whole probe's
         part, sinks, reader = Cost(L), P.Sums(), shared["reader"]
+        part.add(P.reader_work(model, pos, draws))
         with eval_no_grad(model):
             P.probe_pass(model, tokens[c.rows], reader, names=names, cost=part,
                          cache=cache_rows(shared["cache"], c.rows))  # fmt: skip
@@ -250,8 +252,17 @@ def measure_atlas(
             first = {}
         return {"cost": part.total, "sums": sums, "sinks": sinks, "gap": [gap], "first": [first]}
 
+    # FLOPs (interp.engine.cost): the two probe passes, each stopped at the last pattern,
+    # the reader's recomputed queries, keys and scores (the control's too), and the OV
+    # columns' products on the weights, counted once for the whole probe
+    sample = sample_ids(model, seed)
+    tok = getattr(model, "tokenizer", None)
+    runs = ordinal_runs(tok) if tok is not None else []
+    probe = 2 * cache_pass_work(model, pos, [pattern(L - 1)]) + P.reader_work(model, pos, draws)
+    weights_work = _weight_work(model, draws, sample, runs) / (n * Flops.of(model).plain(pos))
     task = Task(
-        "head_atlas", atlas_footprint(model, pos, draws), work=2.0, chunk=chunk, prepare=prepare,
+        "head_atlas", atlas_footprint(model, pos, draws), work=probe + weights_work, chunk=chunk,
+        prepare=prepare,
         combine={"sums": "sum", "sinks": "sum", "gap": "rows", "first": "rows"},
         fix="use a smaller or shorter probe", desc="head atlas",
         inputs=(tokens, swapped, seed, keep_patterns, causal),
@@ -260,6 +271,7 @@ def measure_atlas(
               progress=progress)  # fmt: skip
     if isinstance(out, Estimate):
         return out
+    work = out.forward_equivalents + weights_work
     reader, sink_sums = shared["reader"], out.values["sinks"]
     reader.sums, reader.gap = out.values["sums"], worst(out.values["gap"])
     reader.first = next((f for f in out.values["first"] if f), {})
@@ -280,8 +292,7 @@ def measure_atlas(
                 "queries or keys the runtime does not read, so no atlas is made"
             )
         values, control = _pattern_values(reader, sink_sums, L, H, draws)
-        sample = sample_ids(model, seed)
-        weights, wcontrol, wnotes = _weight_values(model, L, H, draws, seed, sample)
+        weights, wcontrol, wnotes = _weight_values(model, L, H, draws, seed, sample, runs)
         kernels, kvals, knotes = _kernel_values(model, tokens, L, reader.geometry)
     values.update(weights)
     values.update(kvals)
@@ -307,7 +318,7 @@ def measure_atlas(
             unit="per column (docs/heads.md: the atlas)",
             model=model,
             seed=seed,
-            forward_equivalents=round(out.forward_equivalents, 3),
+            forward_equivalents=round(work, 3),
             probe=list(tokens.shape),
             control=f"{draws} seeded shuffle(s) of each layer's W_Q and W_K entries (pattern "
             "scores) and W_V entries (OV scores): "
@@ -344,7 +355,18 @@ def _pattern_values(reader: Any, sink_sums: Any, L: int, H: int, draws: int):
     return {k: v.numpy() for k, v in values.items()}, control
 
 
-def _weight_values(model: HookedModel, L: int, H: int, draws: int, seed: int, ids: torch.Tensor):
+def _weight_work(model: HookedModel, draws: int, ids: torch.Tensor, runs: list) -> float:
+    """The FLOPs of :func:`_weight_values` (:meth:`OVCircuits.flops`)."""
+    if not logits_meaningful(model):
+        return 0.0
+    union = len({t for run in runs for t in run})
+    n_ordinals = union if sum(len(r) - 1 for r in runs) >= MIN_PAIRS else 0
+    return OVCircuits(model).flops(1 + draws, len(ids), n_ordinals)
+
+
+def _weight_values(
+    model: HookedModel, L: int, H: int, draws: int, seed: int, ids: torch.Tensor, runs: list
+):
     """The OV columns and their control values (NaN, with a note, where they mean nothing).
     Each layer's real value weights and its shuffles go through one stacked product."""
     nan = np.full((L, H), np.nan)
@@ -354,7 +376,6 @@ def _weight_values(model: HookedModel, L: int, H: int, draws: int, seed: int, id
         return {c: nan for c in OV_SCORES}, {}, [note]
     ov = OVCircuits(model)
     tok = getattr(model, "tokenizer", None)
-    runs = ordinal_runs(tok) if tok is not None else []
     n_pairs = sum(len(r) - 1 for r in runs)
     notes = []
     if n_pairs < MIN_PAIRS:
