@@ -43,7 +43,8 @@ NAMES = [
     "attribute_edges eap", "attribute_edges eap-ig", "attribute_edges exact", "path_patch",
     "evaluate_circuit", "qk_attribution", "head_scores", "direct_logit_attribution",
     "read_features", "generate", "generate without the kv cache", "generate, mean-ablated",
-    "generate, patched", "compare_generations", "head_atlas",
+    "generate, patched", "compare_generations", "head_atlas", "read_fraction",
+    "null_space_probe",
 ]  # fmt: skip
 ON_THE_PROMPT = {n for n in NAMES if "generat" in n}  # reference: a plain pass of the prompt
 
@@ -86,6 +87,8 @@ def _cases(m, toks):
             m, p, interventions=[A.Patch(p.flip(1), heads=["L2H1"])], **new
         ),
         "head_atlas": lambda: A.head_atlas(m, toks),
+        "read_fraction": lambda: A.read_fraction(m, toks),
+        "null_space_probe": lambda: A.null_space_probe(m, toks, layer=2, head=1, n_directions=2),
         "compare_generations": lambda: A.compare_generations(
             m, p, interventions=[A.HeadAblation(["L1H0"])], **new
         ),

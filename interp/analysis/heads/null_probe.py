@@ -46,7 +46,8 @@ from interp.core.precision import worst
 from interp.core.protocol import HookedModel, check_model, eval_no_grad
 from interp.core.shapes import Tokens
 from interp.engine.batching import check_work
-from interp.engine.cache import cache_of, cache_work, check_cache, pass_share
+from interp.engine.cache import cache_of, cache_work, check_cache
+from interp.engine.cost import Flops, cache_pass_work, work_of
 from interp.outputs.frames import described, head_frame
 from interp.runtime import per_query_heads, runtime_of
 
@@ -63,15 +64,17 @@ def _input_vectors(
     model: HookedModel, tokens: Tokens, layers: list[int], cache: Any
 ) -> tuple[dict[int, torch.Tensor], float]:
     """Each layer's head input ``[batch, pos, d_model]``, from one pass (or the cache), and
-    the forward-equivalents it took."""
+    the forward-equivalents it took (:mod:`interp.engine.cost`: a pass stopped at the last
+    input read, no unembedding)."""
     names = {l: head_input_hook(model, l) for l in layers}
+    pos = tokens.shape[-1]
     with torch.no_grad():
         checked = check_cache(model, tokens, cache, needs=list(names.values()))
         if checked is None:
-            work = pass_share(model.cfg.n_layers, list(names.values()))
+            work = cache_pass_work(model, pos, list(names.values()))
             acts = cache_of(model, tokens, list(names.values()))
         else:
-            work, acts = cache_work(checked), checked
+            work, acts = work_of(model, pos, blocks=cache_work(checked)), checked
     return {l: acts[n].float() for l, n in names.items()}, work
 
 
@@ -333,11 +336,15 @@ def read_fraction(
     frac = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
     rank = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
     inputs, work = _input_vectors(model, tokens, sorted(by_layer), cache)
+    plain = tokens.reshape(-1, tokens.shape[-1]).shape[0] * Flops.of(model).plain(tokens.shape[-1])
     for l, heads_l in sorted(by_layer.items()):
         X = inputs[l]
         if exclude_bos and X.shape[1] > 1:
             X = X[:, 1:]
         X = X.reshape(-1, X.shape[-1]).double()
+        # each head's projection X @ R.T: its FLOPs, over one plain pass of the tokens
+        work += sum(2.0 * X.numel() * head_subspaces(model, layer=l, head=h,
+                    component=component).rank for h in heads_l) / plain  # fmt: skip
         X = X - X.mean(0, keepdim=True)
         total = float((X**2).sum())
         for h in heads_l:
