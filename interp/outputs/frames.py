@@ -38,13 +38,30 @@ def head_frame(values: dict[str, Any], n_layers: int, n_heads: int) -> pd.DataFr
     return pd.DataFrame(columns)  # built in one go: per-column inserts cost ms on small tables
 
 
-def rows_frame(rows: Sequence[tuple[int, int]], values: dict[str, Sequence[Any]]) -> pd.DataFrame:
-    """A tidy table for the listed heads only: ``layer, head, label``, then ``values``."""
-    columns: dict[str, Any] = {
+def head_columns(rows: Sequence[tuple[int, int]]) -> dict[str, list[Any]]:
+    """The columns ``layer, head, label`` of the listed heads, as lists: a table's first
+    columns, for a caller that builds the table in one go with its values.
+
+    Args:
+        rows: ``(layer, head)`` pairs, one per row.
+
+    Returns:
+        ``{"layer": [...], "head": [...], "label": ["L0H1", ...]}``.
+
+    Example:
+        >>> head_columns([(1, 0)])
+        {'layer': [1], 'head': [0], 'label': ['L1H0']}
+    """
+    return {
         "layer": [l for l, _ in rows],
         "head": [h for _, h in rows],
         "label": [head_label(l, h) for l, h in rows],
     }
+
+
+def rows_frame(rows: Sequence[tuple[int, int]], values: dict[str, Sequence[Any]]) -> pd.DataFrame:
+    """A tidy table for the listed heads only: ``layer, head, label``, then ``values``."""
+    columns: dict[str, Any] = head_columns(rows)
     columns.update({k: list(v) for k, v in values.items()})
     return pd.DataFrame(columns)
 

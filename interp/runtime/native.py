@@ -51,6 +51,8 @@ class NativeRuntime(Runtime):
     ) -> torch.Tensor:
         if start == 0:
             return super().run(tokens, hooks=hooks, copies=copies)
+        if not hooks:  # no hook context: entering and leaving one walks every hook point
+            return self.model.forward_from(repeat_copies(state, copies), start - 1)
         with self.model.hooks(fwd_hooks=list(hooks)):
             return self.model.forward_from(repeat_copies(state, copies), start - 1)
 

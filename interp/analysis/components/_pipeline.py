@@ -13,7 +13,7 @@ with the attrs schema of :func:`interp.outputs.frames.table_attrs`. Private to
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,7 +104,7 @@ def ablate(
     model: HookedModel,
     a: Ablating,
     edits: Sequence[Sequence[Site]],
-    rows: pd.DataFrame,
+    rows: pd.DataFrame | Mapping[str, Any],
     *,
     analysis: str,
     description: str,
@@ -113,10 +113,10 @@ def ablate(
     progress: bool,
     estimate: bool = False,
 ) -> pd.DataFrame | Estimate:
-    """``rows`` (one per edit) with ``clean, ablated, effect``: each edit's sites at
-    ``a.positions``, replaced by ``a.ablation``'s values, in one exact sweep per chunk of
-    prompts (:mod:`interp.engine.chunks`); ``estimate=True`` returns the run's
-    :class:`~interp.engine.chunks.Estimate` instead."""
+    """``rows`` (a table or its columns, one row per edit) with ``clean, ablated, effect``:
+    each edit's sites at ``a.positions``, replaced by ``a.ablation``'s values, in one exact
+    sweep per chunk of prompts (:mod:`interp.engine.chunks`); ``estimate=True`` returns the
+    run's :class:`~interp.engine.chunks.Estimate` instead."""
     at = mask_positions(a.positions)
     edits = [[s.at(at) for s in e] for e in edits]
     names = sorted({s.hook for e in edits for s in e})
@@ -170,10 +170,8 @@ def ablate(
     ablated = out.values["ablated"]
     path, note = out.values["engine"]
     counted = round(out.forward_equivalents + values_cost.total, 3)
-    df = rows.copy()
-    df["clean"] = float(base)  # an ablation edits the clean run
-    df["ablated"] = ablated
-    df["effect"] = effects(list(ablated), float(base))
+    # an ablation edits the clean run
+    df = table(rows, clean=float(base), ablated=ablated, effect=effects(list(ablated), float(base)))
     ref = a.reference_tokens
     df.attrs.update(
         table_attrs(
@@ -245,7 +243,7 @@ def patch(
     model: HookedModel,
     p: Patching,
     names: Sequence[str],
-    cells: Callable[[dict[str, torch.Tensor]], tuple[pd.DataFrame, list[list[Site]]]],
+    cells: Callable[[dict[str, torch.Tensor]], tuple[Any, list[list[Site]]]],
     *,
     analysis: str,
     description: str,
@@ -256,10 +254,11 @@ def patch(
     **extra: Any,
 ) -> pd.DataFrame | Estimate:
     """The source run's activations at ``names`` spliced into the base run, one cell at a
-    time: ``cells(values)`` gives the table's rows and one edit per row. Columns ``clean,
-    corrupted, patched, effect, normalized`` (:mod:`interp.engine.direction`). The prompts
-    run in chunks under the memory budget (:mod:`interp.engine.chunks`); ``estimate=True``
-    returns the run's :class:`~interp.engine.chunks.Estimate` instead.
+    time: ``cells(values)`` gives the table's rows (a table or its columns) and one edit per
+    row. Columns ``clean, corrupted, patched, effect, normalized``
+    (:mod:`interp.engine.direction`). The prompts run in chunks under the memory budget
+    (:mod:`interp.engine.chunks`); ``estimate=True`` returns the run's
+    :class:`~interp.engine.chunks.Estimate` instead.
 
     Raises:
         InterpError: when the clean and corrupted runs give the same metric.
@@ -317,12 +316,11 @@ def patch(
     path, note = out.values["engine"]
     check_span(base_value, source_value, "the normalized effect", model_dtype(model))
     clean, corrupted = clean_first(p.direction, base_value, source_value)
-    df = rows.copy()
-    df["clean"] = clean
-    df["corrupted"] = corrupted
-    df["patched"] = patched
-    df["effect"] = effects(list(patched), base_value)
-    df["normalized"] = normalized(df["effect"], base=base_value, source=source_value)
+    effect = effects(list(patched), base_value)
+    df = table(
+        rows, clean=clean, corrupted=corrupted, patched=patched, effect=effect,
+        normalized=normalized(effect, base=base_value, source=source_value),
+    )  # fmt: skip
     df.attrs.update(
         table_attrs(
             analysis,
@@ -344,6 +342,15 @@ def patch(
         )
     )
     return df
+
+
+def table(rows: pd.DataFrame | Mapping[str, Any], **columns: Any) -> pd.DataFrame:
+    """``rows`` (a table, or its columns) with ``columns`` after its own, built in one go: a
+    copy and one inserted column at a time cost about a millisecond on a table of a few rows,
+    as much as a pass of a small model."""
+    if isinstance(rows, pd.DataFrame):
+        return pd.DataFrame({**{c: rows[c] for c in rows.columns}, **columns}, index=rows.index)
+    return pd.DataFrame({**rows, **columns})
 
 
 def chunk_rows(metric: Metric, chunks: list[slice]) -> list[tuple[float, Any]]:

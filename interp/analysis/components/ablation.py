@@ -50,7 +50,7 @@ from interp.core.shapes import Mask, Tokens
 from interp.engine.chunks import Estimate
 from interp.engine.sweeps.sites import head_edits, site
 from interp.engine.sweeps.sweep import sweep_outline
-from interp.outputs.frames import rows_frame
+from interp.outputs.frames import head_columns
 
 Ablation = Literal["zero", "mean", "resample"]
 MetricArg = Metric | Callable[[torch.Tensor, torch.Tensor], Any] | None
@@ -175,7 +175,7 @@ def ablate_heads(
         model,
         a,
         head_edits(chosen),
-        rows_frame(chosen, {}),
+        head_columns(chosen),
         analysis="ablate_heads",
         description=f"the metric with each head's hook_z {a.ablation}-ablated alone, exactly",
         batch_size=batch_size,

@@ -40,7 +40,7 @@ from interp.core.shapes import Tokens
 from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction
 from interp.engine.sweeps.sites import head_edits, mask_positions
-from interp.outputs.frames import rows_frame
+from interp.outputs.frames import head_columns
 
 __all__ = ["logit_diff_metric", "patch_heads"]
 
@@ -117,8 +117,8 @@ def patch_heads(
     layers = sorted({l for l, _ in chosen})
     at = mask_positions(p.positions)
 
-    def cells(values: dict[str, torch.Tensor]) -> tuple[pd.DataFrame, list]:
-        return rows_frame(chosen, {}), head_edits(chosen, at)
+    def cells(values: dict[str, torch.Tensor]) -> tuple[dict[str, list], list]:
+        return head_columns(chosen), head_edits(chosen, at)
 
     return patch(
         model,

@@ -57,7 +57,8 @@ class AfterBlock:
         names = [n for l in sorted(layers) for n in (hook_name("z", l), hook_name("resid_post", l))]
         self.base_logits = rt.run(tokens, hooks=[(n, keep) for n in names], rows=rows)
         self.kept = kept
-        self.w_o = {l: rt.model.W_O[l].detach() for l in layers}
+        W_O = rt.model.W_O  # stacked once: each read of the property stacks every layer
+        self.w_o = {l: W_O[l].detach() for l in layers}
 
     @staticmethod
     def fits(edits: Sequence[Edit]) -> bool:
@@ -73,16 +74,16 @@ class AfterBlock:
         layer = chunk[0][0].layer
         z = self.kept[hook_name("z", layer)]
         resid = self.kept[hook_name("resid_post", layer)]
-        W = self.w_o[layer]  # [head, d_head, d_model]
+        W = self.w_o[layer].to(z.device).float()  # [head, d_head, d_model]
+        target = None if values is None else values[hook_name("z", layer)].to(z.dtype)
         deltas = []
         for edit in chunk:
-            new = z.clone()
-            target = None if values is None else values[hook_name("z", layer)].to(z.dtype)
+            # new - z: the edited slices' new value minus z there (what z - z is elsewhere: 0)
+            diff = torch.zeros_like(z)  # [batch, pos, head, d_head]
             for st in edit:
                 sel = st.index(z.ndim, z.device)
-                new[sel] = 0.0 if target is None else target[sel]
-            diff = new - z  # [batch, pos, head, d_head]
-            out = torch.einsum("bphe,hed->bpd", diff.float(), W.to(diff.device).float())
+                diff[sel] = (0.0 if target is None else target[sel]) - z[sel]
+            out = torch.einsum("bphe,hed->bpd", diff.float(), W)
             deltas.append(resid + out.to(resid.dtype))  # accumulated in float32, rounded once
         state = torch.cat(deltas) if k > 1 else deltas[0]
         logits = self.rt.run(self.tokens, start=layer + 1, state=state, rows=rows)

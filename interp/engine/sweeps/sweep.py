@@ -166,9 +166,10 @@ def sweep_work(
             cost.forward((pos - shared) / pos, start=edit_start(e))
         return cost.total
     after = 1 if path == AfterBlock.name else 0
+    W_O = rt.model.W_O if after else None  # stacked once: each read of the property stacks
     for e in edits:
-        if after:
-            cost.per_token(projection_flops(rt.model.W_O[edit_start(e)]))
+        if W_O is not None:
+            cost.per_token(projection_flops(W_O[edit_start(e)]))
         cost.forward(start=min(L, edit_start(e) + after))
     return cost.total
 
