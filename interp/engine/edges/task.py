@@ -1,8 +1,9 @@
 """An edge task: every input of a circuit analysis checked, and the passes it starts from.
 
 Path patching, edge attribution and circuit evaluation all start the same way:
-check the model, the tokens (and the corrupted tokens for ``ablation="patch"``),
-the metric and the positions before any forward pass, then the cache; verify once
+check the model and build its graph, then check the tokens (and the corrupted tokens
+for ``ablation="patch"``), the metric and the positions before any forward pass, then
+the cache; verify once
 that this model's receivers can be given their own inputs exactly
 (:func:`interp.engine.edges.run.check_exact`); then run the base run (recording
 every sender's output and every receiver layer's input) and the source run.
