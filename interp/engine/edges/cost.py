@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from interp.core.memory import (
     HEAP_KEPT,
@@ -42,12 +42,9 @@ from interp.engine.edges.graph import Graph
 from interp.engine.edges.run import GATHER
 from interp.runtime import Runtime
 
-if TYPE_CHECKING:
-    from interp.engine.edges.task import EdgeTask
-
 
 def edge_footprint(
-    task: EdgeTask,
+    task: Any,
     kind: str,
     *,
     copies: int = 1,
@@ -223,7 +220,7 @@ def patch_cost(prep: Any, edits: Sequence[Edit]) -> float:
     return cost.total
 
 
-def pass_work(task: EdgeTask, n: float = 1.0) -> float:
+def pass_work(task: Any, n: float = 1.0) -> float:
     """The forward-equivalents of ``n`` full passes unembedding the metric's rows (the
     engine's cost model, :mod:`interp.engine.cost`)."""
     cost = task.cost.like()
@@ -231,7 +228,7 @@ def pass_work(task: EdgeTask, n: float = 1.0) -> float:
     return cost.total
 
 
-def gradient_work(task: EdgeTask, n: int = 1) -> float:
+def gradient_work(task: Any, n: int = 1) -> float:
     """The forward-equivalents of ``n`` forward and backward passes (EAP's, per step)."""
     cost = task.cost.like()
     for _ in range(n):
