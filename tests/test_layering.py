@@ -52,6 +52,7 @@ LAYERS = [
         "interp.engine.chunks",
         "interp.engine.footprints",  # the runner's memory model (issue 44)
         "interp.engine.sweeps.cost",  # the sweep engine's
+        "interp.engine.edges.cost",  # the edge engine's
     ),
     ("interp.analysis", "interp.analysis.generation", "interp.datasets", "interp.dictionaries"),
     (
