@@ -20,7 +20,15 @@ from flop_meter import FlopMeter
 import interp.analysis as A
 from interp.core.metrics import logit_diff_metric
 from interp.datasets import repeated_random_tokens
-from interp.dictionaries import Dictionary, read_features
+from interp.dictionaries import (
+    Dictionary,
+    Transcoder,
+    dictionary_report,
+    read_features,
+    train_dictionary,
+    train_transcoder,
+    transcoder_report,
+)
 from interp.models.hf import bridge_from_hf
 
 BAR = 0.25  # counted within 25% of measured (the bar)
@@ -44,7 +52,8 @@ NAMES = [
     "evaluate_circuit", "qk_attribution", "head_scores", "direct_logit_attribution",
     "read_features", "generate", "generate without the kv cache", "generate, mean-ablated",
     "generate, patched", "compare_generations", "head_atlas", "read_fraction",
-    "null_space_probe",
+    "null_space_probe", "dictionary_report", "transcoder_report", "train_dictionary",
+    "train_transcoder",
 ]  # fmt: skip
 ON_THE_PROMPT = {n for n in NAMES if "generat" in n}  # reference: a plain pass of the prompt
 
@@ -55,6 +64,10 @@ def _cases(m, toks):
     D = Dictionary.random(d_in=128, d_sae=64, hook_name="blocks.2.hook_resid_pre", seed=0)
     two = [("L0H0", "L2H1.q"), ("embed", "logits")]
     p, new = toks[:, :15], dict(max_new_tokens=4)
+    mlp = dict(hook="blocks.1.ln2.hook_normalized", target_hook="blocks.1.hook_mlp_out")
+    T = Transcoder.random(d_in=128, d_out=128, d_sae=64, architecture="topk", k=4,
+                          hook_name=mlp["hook"], hook_name_out=mlp["target_hook"])  # fmt: skip
+    train = dict(n_features=64, k=4, batch_size=50)  # two steps, the second with AuxK
     return {
         "logit_lens": lambda: A.logit_lens(m, toks),
         "ablate_heads": lambda: A.ablate_heads(m, toks),
@@ -88,6 +101,10 @@ def _cases(m, toks):
         ),
         "head_atlas": lambda: A.head_atlas(m, toks),
         "read_fraction": lambda: A.read_fraction(m, toks),
+        "dictionary_report": lambda: dictionary_report(m, toks, D),
+        "transcoder_report": lambda: transcoder_report(m, toks, T),
+        "train_dictionary": lambda: train_dictionary(m, toks, hook=D.hook_name, **train),
+        "train_transcoder": lambda: train_transcoder(m, toks, **mlp, **train),
         "null_space_probe": lambda: A.null_space_probe(m, toks, layer=2, head=1, n_directions=2),
         "compare_generations": lambda: A.compare_generations(
             m, p, interventions=[A.HeadAblation(["L1H0"])], **new

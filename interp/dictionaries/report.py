@@ -39,6 +39,7 @@ from interp.dictionaries.splice import Splice, check_dictionary
 from interp.engine.cost import Flops
 from interp.engine.footprints import dictionary_pass_footprint
 from interp.engine.runner import Chunk, Task, run
+from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
 
 NLL = ("clean", "with", "without")  # the losses' sums, in nats
@@ -57,6 +58,9 @@ class DictionaryReport:
         loss_without_error: spliced, error dropped.
         n_tokens: positions scored.
         skipped_columns: leading columns left out of the variance, L0 and dead figures.
+        attrs: how the figures were computed (:data:`interp.outputs.frames.SCHEMA`: its
+            ``forward_equivalents`` the work, in plain passes of the tokens); not a figure,
+            so not in :meth:`as_dict`.
     """
 
     fraction_variance_explained: float
@@ -67,6 +71,7 @@ class DictionaryReport:
     loss_without_error: float | None
     n_tokens: int
     skipped_columns: int
+    attrs: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dict.
@@ -74,7 +79,7 @@ class DictionaryReport:
         Returns:
             Field name to value.
         """
-        return dataclasses.asdict(self)
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "attrs"}
 
 
 def dictionary_report(
@@ -140,18 +145,19 @@ def dictionary_report(
                 part["without"] = float(next_token_nll(without, t).double().sum())
         return part
 
-    # FLOPs (interp.engine.cost): a plain pass each, every row unembedded, and each spliced
-    # pass's encoder and decoder on every position
+    # FLOPs (interp.engine.cost): a plain pass each, every row unembedded, each spliced
+    # pass's encoder and decoder on every position, and the decoder once more (x rebuilt)
     fl = Flops.of(model)
     splice = pos * 4.0 * D.d_in * D.d_sae / fl.plain(pos)
-    work = 3.0 + 2 * splice if losses else 1.0 + splice
+    work = (3.0 if losses else 1.0) + (2 if losses else 1) * splice + splice / 2
     task = Task(
         "dictionary_report", foot, work=work, chunk=chunk,
         combine={k: "sum" for k in ("sse", "sx", "sxx", "n", "active", "ever", *NLL)},
         desc="dictionary report", inputs=(tokens, D, skip),
     )  # fmt: skip
-    out = run(model, (tokens.shape[0], pos), task, memory_budget=memory_budget,
-              progress=progress).values  # fmt: skip
+    ran = run(model, (tokens.shape[0], pos), task, memory_budget=memory_budget,
+              progress=progress)  # fmt: skip
+    out = ran.values
     sse, sx, sxx, n, active = (out[k] for k in ("sse", "sx", "sxx", "n", "active"))
     ever = out["ever"]  # a bool tensor's sum is its "or": a feature active in any chunk
     nll = {key: out[key] for key in NLL}
@@ -167,4 +173,14 @@ def dictionary_report(
         loss_without_error=loss["without"],
         n_tokens=n,
         skipped_columns=skip,
+        attrs=table_attrs(
+            "dictionary_report",
+            description="what the dictionary explains of its hook and what splicing it costs",
+            method="exact",
+            model=model,
+            unit="per field",
+            forward_equivalents=work,
+            hook=D.hook_name,
+            chunks=ran.chunks,
+        ),  # fmt: skip
     )

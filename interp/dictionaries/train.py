@@ -43,10 +43,12 @@ from interp.dictionaries.dictionary import Dictionary
 from interp.dictionaries.ranks import fired, mean_rows, my_rows, sum_grads, total
 from interp.dictionaries.report import dictionary_report
 from interp.dictionaries.splice import check_hook, hook_width
-from interp.dictionaries.trained import TrainedDictionary, default_lr
+from interp.dictionaries.trained import TrainedDictionary, default_lr, report_share, step_flops
 from interp.engine import ranks
+from interp.engine.cost import Flops, cache_pass_work
 from interp.engine.footprints import dictionary_training_footprint
 from interp.engine.runner import Task, plan_task
+from interp.outputs.frames import table_attrs
 
 
 def _check(model: HookedModel, tokens: Any, hook: Any, n_features: Any, k: Any) -> torch.Tensor:
@@ -92,15 +94,6 @@ def _finite_activations(x: torch.Tensor, rows: slice, hook: str) -> torch.Tensor
             "drop those sequences"
         )
     return x
-
-
-def _depth(model: HookedModel, hook: str) -> float:
-    """The share of the model's blocks a pass stopped at ``hook`` runs."""
-    n = max(1, int(model.cfg.n_layers))
-    parts = hook.split(".")
-    if parts[0] != "blocks" or not parts[1].isdigit():
-        return 1.0 if hook.startswith(("ln_final", "unembed")) else 0.0
-    return min(1.0, (int(parts[1]) + (0 if parts[-1] == "hook_resid_pre" else 1)) / n)
 
 
 def train_dictionary(
@@ -208,9 +201,15 @@ def train_dictionary(
     )
     device = model_device(model)
     g = torch.Generator().manual_seed(seed)
+    # FLOPs (interp.engine.cost), in plain passes of the tokens: each activation pass stopped
+    # at the hook, and each step's products (trained.step_flops)
+    plain = batch * Flops.of(model).plain(pos)
+    stop_work = cache_pass_work(model, pos, [hook])
+    counted = {"rows": 0, "steps": 0.0}
 
     def chunk(rows: slice) -> torch.Tensor:  # [n, d_in] float32: this rank's part of it
         mine = my_rows(rows)
+        counted["rows"] += mine.stop - mine.start
         if mine.stop == mine.start:  # a rank beyond the chunk's prompts holds none of it
             x = torch.zeros(0, d_in, device=device)
         else:
@@ -221,8 +220,15 @@ def train_dictionary(
     # runner's plan; the epochs walk its chunks again, so the loop is training's own). In a
     # process group the chunks are one process's, each rank holding its part of each one
     # (interp.dictionaries.ranks), so that every mini-batch is one process's
+    def work(chunks: list[slice]) -> float:  # the plan's: no AuxK steps foreseen
+        again = epochs > 1 and len(chunks) > 1  # else the first chunk is read once, kept
+        rows = epochs * batch + (chunks[0].stop - chunks[0].start if again else 0)
+        steps = step_flops(epochs * batch * (pos - skip), d_in, d_in, n_features, aux=False,
+                           input_grad=True)  # fmt: skip
+        return rows / batch * stop_work + steps / plain
+
     stream = Task(
-        "train_dictionary", foot, work=epochs * _depth(model, hook),
+        "train_dictionary", foot, work=work,
         chunk=lambda c: {"x": chunk(c.rows)}, combine={"x": "rows"}, desc="train dictionary",
         inputs=(tokens, eval_tokens, hook, n_features, k, aux_k, seed, epochs, batch_size, lr,
                 aux_coefficient, skip, dead_after),
@@ -270,6 +276,10 @@ def train_dictionary(
                 for group in opt.param_groups:
                     group["lr"] = lr * min(1.0, (1 - frac) / 0.2)
                 last = _step(params, opt, x, n, k, aux_k, aux_coefficient, since, dead_after)
+                counted["steps"] += step_flops(
+                    n, d_in, d_in, n_features, aux=aux_coefficient > 0 and last["dead"] > 0,
+                    input_grad=True,
+                )  # fmt: skip
                 step += 1
                 if not math.isfinite(last["loss"]):
                     raise _diverged(f"the loss is {last['loss']}", step, n_steps, lr, hook)
@@ -293,7 +303,14 @@ def train_dictionary(
         memory_budget=memory_budget, progress=progress,
     )  # fmt: skip
     D.metadata.update(model_name=model_name(model), training=training, report=report.as_dict())
-    return TrainedDictionary(D, report, training)
+    work = counted["rows"] / batch * stop_work + counted["steps"] / plain
+    work += report_share(model, report, tokens if eval_tokens is None else eval_tokens, plain)
+    attrs = table_attrs(
+        "train_dictionary", description="a TopK dictionary trained on the hook's activations",
+        method="exact", model=model, unit="per field", seed=seed, forward_equivalents=work,
+        hook=hook, steps=step,
+    )  # fmt: skip
+    return TrainedDictionary(D, report, training, attrs)
 
 
 def _bar(total: int, progress: bool) -> Any:

@@ -34,8 +34,10 @@ from interp.dictionaries.inputs import check_finite_weight
 from interp.dictionaries.report import DictionaryReport
 from interp.dictionaries.splice import check_hook, hook_width
 from interp.dictionaries.transcoder import Transcoder
+from interp.engine.cost import Flops
 from interp.engine.footprints import dictionary_pass_footprint
 from interp.engine.runner import Chunk, Task, run
+from interp.outputs.frames import table_attrs
 from interp.runtime import runtime_of
 
 
@@ -186,12 +188,23 @@ def transcoder_report(
 
     foot = dictionary_pass_footprint(model, pos, T.d_sae)
     keys = ("sse", "sx", "sxx", "n", "active", "ever", "clean", "without")
+    # FLOPs (interp.engine.cost): a plain pass each, every row unembedded; each pass's
+    # encoder and decoder on every position, and the decoder once more on the scored ones
+    fl = Flops.of(model)
+    d_in, d_out = int(T.W_enc.shape[0]), int(T.W_dec.shape[1])
+    skip_w = getattr(T, "W_skip", None)
+    enc, dec = 2.0 * d_in * T.d_sae, 2.0 * T.d_sae * d_out
+    dec += 0.0 if skip_w is None else 2.0 * d_in * d_out
+    passes = 2 if losses else 1
+    flops = passes * pos * (enc + dec) + (pos - skip) * dec
+    work = passes + flops / fl.plain(pos)
     task = Task(
-        "transcoder_report", foot, work=2.0 if losses else 1.0, chunk=chunk,
+        "transcoder_report", foot, work=work, chunk=chunk,
         combine={k: "sum" for k in keys}, desc="transcoder report", inputs=(tokens, T, skip),
     )  # fmt: skip
-    out = run(model, (tokens.shape[0], pos), task, memory_budget=memory_budget,
-              progress=progress).values  # fmt: skip
+    ran = run(model, (tokens.shape[0], pos), task, memory_budget=memory_budget,
+              progress=progress)  # fmt: skip
+    out = ran.values
     n = out["n"]
     sst = out["sxx"] - float((out["sx"] * out["sx"]).sum()) / n
     preds = tokens.shape[0] * (pos - 1)
@@ -205,4 +218,16 @@ def transcoder_report(
         loss_without_error=out["without"] / preds if losses else None,
         n_tokens=n,
         skipped_columns=skip,
+        attrs=table_attrs(
+            "transcoder_report",
+            description="what the transcoder explains of its target hook and what splicing it "
+            "costs",
+            method="exact",
+            model=model,
+            unit="per field",
+            forward_equivalents=work,
+            hook=T.hook_name,
+            target_hook=T.hook_name_out,
+            chunks=ran.chunks,
+        ),  # fmt: skip
     )
