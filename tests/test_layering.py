@@ -51,6 +51,7 @@ LAYERS = [
         "interp.engine.agreement",
         "interp.engine.chunks",
         "interp.engine.footprints",  # the runner's memory model (issue 44)
+        "interp.engine.runs",  # the runs every engine checks alike (issue 44)
         "interp.engine.sweeps.cost",  # the sweep engine's
         "interp.engine.edges.cost",  # the edge engine's
     ),

@@ -20,9 +20,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.core.checks import check_seed, check_token_pair, check_tokens, position_mask
-from interp.core.errors import InterpError
-from interp.core.metrics import Metric, prepare_metric
+from interp.core.checks import check_seed
+from interp.core.metrics import Metric
 from interp.core.precision import model_dtype
 from interp.core.protocol import HookedModel, check_model, eval_no_grad, positions_label
 from interp.core.shapes import Tokens
@@ -37,14 +36,13 @@ from interp.engine.cache import CheckedCache, cache_rows, cache_work, check_cach
 from interp.engine.chunks import Estimate, check_chunkable
 from interp.engine.cost import Cost, pass_equivalents
 from interp.engine.direction import (
-    check_direction,
     check_span,
     clean_first,
     effects,
     normalized,
-    runs,
 )
 from interp.engine.runner import Chunk, Task, run
+from interp.engine.runs import check_runs
 from interp.engine.sweeps.cost import sweep_footprint
 from interp.engine.sweeps.sites import Site, mask_positions
 from interp.engine.sweeps.suffix import shared_prefix
@@ -90,14 +88,15 @@ def check_ablating(
     """
     check_model(model)
     ablation = check_ablation(ablation, ABLATING)
-    tokens = check_tokens(model, tokens, min_len=2, chunked=True)
-    m = prepare_metric(model, tokens, metric, loss_mask)
-    reference_tokens = check_reference(model, tokens, ablation, reference_tokens)
-    pos = position_mask(tokens.shape[1], positions)
+    r = check_runs(
+        model, tokens, patching=False, metric=metric, loss_mask=loss_mask, positions=positions,
+        ablation=ablation, min_len=2,
+    )  # fmt: skip
+    reference_tokens = check_reference(model, r.tokens, ablation, reference_tokens)
     seed = check_seed(seed)
     with eval_no_grad(model):
-        checked = check_cache(model, tokens, cache)
-    return Ablating(tokens, m, ablation, reference_tokens, pos, seed, checked)
+        checked = check_cache(model, r.tokens, cache)
+    return Ablating(r.tokens, r.metric, ablation, reference_tokens, r.positions, seed, checked)
 
 
 def ablate(
@@ -227,16 +226,15 @@ def check_patching(
             out of range, or a cache of other tokens.
     """
     check_model(model)
-    direction = check_direction(direction)
-    tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens, chunked=True)
-    if metric is None:
-        raise InterpError(f"{what} needs a metric, e.g. logit_diff_metric(answer, wrong)")
-    m = prepare_metric(model, tokens, metric, None)
-    pos = position_mask(tokens.shape[1], positions)
+    r = check_runs(
+        model, tokens, patching=True, corrupted_tokens=corrupted_tokens, direction=direction,
+        metric=metric, positions=positions, what=what,
+    )  # fmt: skip
     with eval_no_grad(model):
-        checked = check_cache(model, tokens, cache)
-    base, source = runs(direction, tokens, corrupted_tokens)
-    return Patching(tokens, corrupted_tokens, base, source, m, direction, pos, checked)
+        checked = check_cache(model, r.tokens, cache)
+    return Patching(
+        r.tokens, r.corrupted, r.base, r.source, r.metric, r.direction, r.positions, checked
+    )
 
 
 def patch(

@@ -68,11 +68,10 @@ from interp.analysis.components.first_order import (
     qk_correction,
 )
 from interp.analysis.components.patching import patch_heads
-from interp.core.checks import check_int, check_seed, check_token_pair, check_tokens, position_mask
+from interp.core.checks import check_int, check_seed
 from interp.core.errors import InterpError
 from interp.core.head_checks import parse_heads
 from interp.core.hooks import hook_name
-from interp.core.metrics import prepare_metric
 from interp.core.precision import model_dtype
 from interp.core.protocol import HookedModel, check_model, eval_no_grad, positions_label
 from interp.core.shapes import Mask, Tokens
@@ -86,10 +85,11 @@ from interp.engine.ablations import (
 from interp.engine.batching import CPU_TOKENS_PER_PASS, Cost
 from interp.engine.cache import cache_rows, cache_work, check_cache
 from interp.engine.chunks import Estimate
-from interp.engine.direction import Direction, check_direction, check_span, clean_first, runs
+from interp.engine.direction import Direction, check_span, clean_first
 from interp.engine.edges.gradients import head_gradients
 from interp.engine.footprints import attribution_footprint
 from interp.engine.runner import Chunk, Task, run
+from interp.engine.runs import check_runs
 from interp.engine.sweeps.sites import head_edits
 from interp.engine.sweeps.sweep import sweep_work
 from interp.outputs.frames import rows_frame, table_attrs
@@ -199,7 +199,6 @@ def attribute_heads(
     """
     check_model(model)
     ablation = check_ablation(ablation)
-    direction = check_direction(direction)
     if correction not in CORRECTIONS:
         raise InterpError(f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
     rt = runtime_of(model)
@@ -209,29 +208,22 @@ def attribute_heads(
             f"{type(model).__name__} cannot resume a forward pass at a block; use "
             "correction='none' on this model"
         )
-    tokens = check_tokens(model, tokens, min_len=2, chunked=True)
     patching = ablation == "patch"
-    if patching:
-        if corrupted_tokens is None:
-            raise InterpError("ablation='patch' needs corrupted_tokens (the run patched from)")
-        tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens, chunked=True)
-        if metric is None:
-            raise InterpError("ablation='patch' needs a metric, e.g. logit_diff_metric(a, b)")
-    elif corrupted_tokens is not None:
-        raise InterpError("corrupted_tokens are for ablation='patch'")
-    elif direction != "noising":
-        raise InterpError(f"direction='denoising' is for ablation='patch', not {ablation!r}")
-    m = prepare_metric(model, tokens, metric, None if patching else loss_mask)
-    if patching and loss_mask is not None:
-        raise InterpError("loss_mask is for the default loss metric of zero and mean attribution")
+    r = check_runs(
+        model, tokens, patching=patching, corrupted_tokens=corrupted_tokens, direction=direction,
+        metric=metric, loss_mask=loss_mask, positions=positions, ablation=ablation, min_len=2,
+        what="ablation='patch'",
+    )  # fmt: skip
+    tokens, corrupted_tokens, direction, m, pos = (
+        r.tokens, r.corrupted, r.direction, r.metric, r.positions
+    )  # fmt: skip
     reference_tokens = check_reference(model, tokens, ablation, reference_tokens)
     verify = check_int(verify, "verify", minimum=0)
     seed = check_seed(seed)
-    pos = position_mask(tokens.shape[1], positions)
     chosen = sorted(parse_heads(model, heads))
     layers = sorted({l for l, _ in chosen})
     names = [hook_name("z", l) for l in layers]
-    base, source = runs(direction, tokens, corrupted_tokens) if patching else (tokens, None)
+    base, source = r.base, r.source
     pattern_layers = list(range(min(layers) + 1, rt.n_layers)) if correction == "qk" else []
     n, P = tokens.shape
     # a forward and backward pass (logits at the metric's rows), the heads' outputs,

@@ -36,14 +36,14 @@ from typing import Any, Literal
 
 import torch
 
-from interp.core.checks import check_seed, check_token_pair, check_tokens, position_mask
+from interp.core.checks import check_seed
 from interp.core.errors import InterpError
-from interp.core.metrics import prepare_metric, scalar
+from interp.core.metrics import scalar
 from interp.core.protocol import HookedModel, eval_no_grad
 from interp.engine.ablations import resample_index
 from interp.engine.cache import cache_rows, check_cache
 from interp.engine.cost import ALL_ROWS, Cost
-from interp.engine.direction import check_direction, runs
+from interp.engine.direction import runs
 from interp.engine.edges import cost as edge_cost
 from interp.engine.edges.graph import Graph, build_graph
 from interp.engine.edges.run import (
@@ -53,6 +53,7 @@ from interp.engine.edges.run import (
     layer_parts,
     sender_outputs,
 )
+from interp.engine.runs import check_runs
 from interp.runtime import Layer, Runtime, runtime_of
 
 EDGE_ABLATIONS = ("patch", "zero", "mean", "resample")
@@ -193,38 +194,26 @@ def check_edge_task(
         raise InterpError(
             f"unknown ablation {ablation!r}; choose one of {', '.join(EDGE_ABLATIONS)}"
         )
-    direction = check_direction(direction)
-    if ablation == "patch":
-        if corrupted_tokens is None:
-            raise InterpError(
-                "ablation='patch' needs corrupted_tokens (or use ablation='zero' or 'mean')"
-            )
-        tokens, corrupted_tokens = check_token_pair(model, tokens, corrupted_tokens, chunked=True)
-    else:
-        if corrupted_tokens is not None:
-            raise InterpError(f"corrupted_tokens are for ablation='patch', not {ablation!r}")
-        if direction != "noising":
-            raise InterpError(
-                f"direction='denoising' patches the clean run into the corrupted one; "
-                f"ablation={ablation!r} has no corrupted run (use ablation='patch')"
-            )
-        tokens = check_tokens(model, tokens, chunked=True)
-        if ablation in ("mean", "resample") and tokens.shape[0] < 2:
-            raise InterpError(
-                f"{ablation} ablation of one sequence replaces each output by itself (there is "
-                "no other sequence); pass at least two"
-            )
-    seed = check_seed(seed)
-    if metric is None:
-        raise InterpError("circuits need a metric, e.g. logit_diff_metric(answer, wrong)")
-    m = prepare_metric(model, tokens, metric, None)
     each = isinstance(positions, str) and positions == "each"
     if each and each_for is None:
         raise InterpError(
             "positions='each' (one edge per position) is for attribute_edges and "
             "evaluate_circuit; here pass None or a list of positions"
         )
-    pos = None if each else position_mask(tokens.shape[1], positions)
+    r = check_runs(
+        model, tokens, patching=ablation == "patch", corrupted_tokens=corrupted_tokens,
+        direction=direction, metric=metric, positions=None if each else positions,
+        ablation=ablation, needs_metric=True, what="ablation='patch'",
+    )  # fmt: skip
+    tokens, corrupted_tokens, direction, m, pos = (
+        r.tokens, r.corrupted, r.direction, r.metric, r.positions
+    )  # fmt: skip
+    if ablation in ("mean", "resample") and tokens.shape[0] < 2:
+        raise InterpError(
+            f"{ablation} ablation of one sequence replaces each output by itself (there is "
+            "no other sequence); pass at least two"
+        )
+    seed = check_seed(seed)
     return EdgeTask(
         graph=graph,
         parts=[],
