@@ -174,7 +174,7 @@ def attribute_edges(
         )
     task = check_edge_task(
         model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation=ablation,
-        positions=positions, direction=direction, seed=seed, each_for="attribute_edges",
+        positions=positions, direction=direction, seed=seed, per_position=True,
     )  # fmt: skip
     graph = task.graph
     if task.each:

@@ -68,13 +68,13 @@ Ablation = Literal["patch", "zero", "mean", "resample"]
 
 def check_circuit(
     model: HookedModel, tokens: Any, corrupted_tokens: Any, metric: Any, ablation: str,
-    seed: Any, positions: Any = None, each_for: str | None = None,
+    seed: Any, positions: Any = None, per_position: bool = False,
 ) -> EdgeTask:  # fmt: skip
     """The checked task of a circuit evaluation: the clean run is the base (edges outside a
     circuit carry the replacement)."""
     return check_edge_task(
         model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation=ablation,
-        positions=positions, seed=seed, each_for=each_for,
+        positions=positions, seed=seed, per_position=per_position,
     )  # fmt: skip
 
 
@@ -172,7 +172,7 @@ def evaluate_circuit(
             or a cache of other tokens.
     """
     task = check_circuit(model, tokens, corrupted_tokens, metric, ablation, seed, positions,
-                  "evaluate_circuit")  # fmt: skip
+                         per_position=True)  # fmt: skip
     graph = task.graph
     if task.each:
         P = task.tokens.shape[1]

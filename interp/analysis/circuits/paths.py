@@ -120,8 +120,15 @@ def path_patch(
         InterpError: for unknown senders or receivers, a sender that does not
             precede a receiver, an unknown direction, tokens that do not pair up or are
             equal, clean and corrupted runs with the same metric, a metric that needs an LM
-            head the model lacks, or a cache of other tokens.
+            head the model lacks, ``positions='each'`` (per-position edges are
+            attribute_edges' and evaluate_circuit's), or a cache of other tokens.
     """
+    if isinstance(positions, str) and positions == "each":
+        raise InterpError(
+            "positions='each' (one edge per position) is for attribute_edges and "
+            "evaluate_circuit; path_patch patches a path at every position or at the positions "
+            "you list: pass None or a list of positions"
+        )
     task = check_edge_task(
         model, tokens, corrupted_tokens=corrupted_tokens, metric=metric, ablation="patch",
         positions=positions, direction=direction,

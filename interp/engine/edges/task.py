@@ -175,13 +175,13 @@ def check_edge_task(
     positions: Any = None,
     direction: str = "noising",
     seed: Any = 0,
-    each_for: str | None = None,
+    per_position: bool = False,
 ) -> EdgeTask:
     """Every input of an edge task checked, and its graph built: no forward pass yet
     (:func:`begin_edge_task` runs them), so a caller can refuse work it cannot do first.
 
-    ``positions="each"`` (edges per position) is accepted only when ``each_for`` names the
-    calling function (those that read edges per position).
+    ``positions="each"`` (edges per position) is accepted only from a caller that reads
+    edges per position (``per_position``).
 
     Raises:
         InterpError: for an unknown ablation or direction, corrupted tokens missing for
@@ -195,10 +195,10 @@ def check_edge_task(
             f"unknown ablation {ablation!r}; choose one of {', '.join(EDGE_ABLATIONS)}"
         )
     each = isinstance(positions, str) and positions == "each"
-    if each and each_for is None:
+    if each and not per_position:
         raise InterpError(
-            "positions='each' (one edge per position) is for attribute_edges and "
-            "evaluate_circuit; here pass None or a list of positions"
+            "positions='each' (one edge per position) is not read here: pass None or a list "
+            "of positions"
         )
     r = check_runs(
         model, tokens, patching=ablation == "patch", corrupted_tokens=corrupted_tokens,
