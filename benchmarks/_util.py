@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -75,3 +78,19 @@ def tensor_bytes(obj: Any) -> int:
     if isinstance(obj, (list, tuple)):
         return sum(tensor_bytes(v) for v in obj)
     return 0
+
+
+def side_venv(path: Path, package: str, module: str) -> Path:
+    """The python of a side virtualenv at ``path`` that imports ``module``, made when missing:
+    ``torch==2.13.0`` first (so pip keeps the CPU build), then ``package``. For a peer that
+    cannot share our environment (sae-lens and circuit-tracer pin TransformerLens < 4)."""
+    python = path / "bin" / "python"
+    if python.exists() and subprocess.run([python, "-c", f"import {module}"]).returncode == 0:
+        return python
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "torch==2.13.0"], check=True)  # the CPU build, before anything asks
+    subprocess.run([*pip, package], check=True)
+    print(f"made {path} in {time.perf_counter() - t:.0f} s")
+    return python

@@ -36,6 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import side_venv  # noqa: E402
+
 LAYERS, HEADS, D_MODEL, VOCAB = 4, 8, 256, 50257
 PROMPTS, POS = 16, 24
 A, B = 11, 12  # the metric: logit(A) - logit(B) at the last position
@@ -88,20 +91,6 @@ def _child(folder: Path) -> None:
         print(json.dumps({"s": s, "effects": effects.tolist()}), flush=True)
 
 
-def _venv(path: Path) -> Path:
-    """The side venv's python, made (torch pinned first, then nnsight) when missing."""
-    python = path / "bin" / "python"
-    if python.exists() and subprocess.run([python, "-c", "import nnsight"]).returncode == 0:
-        return python
-    t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "torch==2.13.0"], check=True)  # the CPU build, before anything asks
-    subprocess.run([*pip, "nnsight==0.8.1"], check=True)
-    print(f"made {path} in {time.perf_counter() - t:.0f} s")
-    return python
-
-
 def main(argv: list[str] | None = None) -> int:
     """Time both in alternating pairs; print the table (and write ``--json``); 0 when equal."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -124,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
-    python = _venv(Path(args.venv))
+    python = side_venv(Path(args.venv), "nnsight==0.8.1", "nnsight")
     torch.manual_seed(0)
     cfg = T.GPT2Config(n_layer=LAYERS, n_head=HEADS, n_embd=D_MODEL, vocab_size=VOCAB,
                        n_positions=64)  # fmt: skip

@@ -30,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import side_venv  # noqa: E402
+
 ARCHS = ("relu", "topk", "jumprelu")
 SAE_LENS_ARCH = {"relu": "standard", "topk": "topk", "jumprelu": "jumprelu"}
 D_IN, D_SAE, K, N = 48, 192, 8, 256
@@ -86,20 +89,6 @@ def _child(work: Path) -> None:
     (work / "sae_lens_version.txt").write_text(sae_lens.__version__)
 
 
-def _venv(path: Path) -> Path:
-    """The side venv's python, made (torch pinned first, then sae-lens) when missing."""
-    python = path / "bin" / "python"
-    if python.exists() and subprocess.run([python, "-c", "import sae_lens"]).returncode == 0:
-        return python
-    t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "torch==2.13.0"], check=True)  # the CPU build, before anything asks
-    subprocess.run([*pip, "sae-lens"], check=True)
-    print(f"made {path} in {time.perf_counter() - t:.0f} s")
-    return python
-
-
 def _ours(arch: str, seed: int):
     import torch
 
@@ -137,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from interp.dictionaries import load_dictionary
 
-    python = _venv(Path(args.venv))
+    python = side_venv(Path(args.venv), "sae-lens", "sae_lens")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

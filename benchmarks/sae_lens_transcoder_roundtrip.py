@@ -32,6 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import side_venv  # noqa: E402
+
 # sae-lens name -> (our architecture, skip)
 ARCHS = {
     "transcoder": ("relu", False),
@@ -104,18 +107,6 @@ def _child(work: Path) -> None:
     (work / "notes.json").write_text(json.dumps(dict(version=sae_lens.__version__, **notes)))
 
 
-def _venv(path: Path) -> Path:
-    """The side venv's python, made (torch pinned first, then sae-lens) when missing."""
-    python = path / "bin" / "python"
-    if python.exists() and subprocess.run([python, "-c", "import sae_lens"]).returncode == 0:
-        return python
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "torch==2.13.0"], check=True)  # the CPU build, before anything asks
-    subprocess.run([*pip, "sae-lens"], check=True)
-    return python
-
-
 def _ours(arch: str, skip: bool, seed: int):
     import torch
 
@@ -153,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from interp.dictionaries import load_transcoder
 
-    python = _venv(Path(args.venv))
+    python = side_venv(Path(args.venv), "sae-lens", "sae_lens")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
