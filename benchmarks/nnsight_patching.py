@@ -21,8 +21,12 @@ It prints every pair's times and ratio, the median ratio, the forward-equivalent
 ``patch_heads`` counts against nnsight's passes, and the largest difference of the effects
 relative to their scale (passes when within 1e-4 of it).
 
+The clean and corrupted prompts share their first ``--shared`` tokens (half by default, as
+prompts that differ in a name or a few words do); ``--shared 0`` makes them differ from the
+first token, where no pass can skip the shared positions (resume-suffix does not apply).
+
 Usage:
-    python benchmarks/nnsight_patching.py [--pairs 7] [--venv build/nnsight-venv] [--json F]
+    python benchmarks/nnsight_patching.py [--pairs 7] [--shared 12] [--venv build/nnsight-venv]
 """
 
 from __future__ import annotations
@@ -97,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=7, help="timed pairs (after one warm-up)")
     parser.add_argument("--venv", default="build/nnsight-venv", help="the side virtualenv")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
+    parser.add_argument("--shared", type=int, default=POS // 2,
+                        help="leading tokens the clean and corrupted prompts share")  # fmt: skip
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -121,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     g = torch.Generator().manual_seed(1)
     clean = torch.randint(100, VOCAB, (PROMPTS, POS), generator=g)
     corrupted = clean.clone()
-    corrupted[:, POS // 2 :] = torch.randint(100, VOCAB, (PROMPTS, POS - POS // 2), generator=g)
+    s = args.shared
+    corrupted[:, s:] = torch.randint(100, VOCAB, (PROMPTS, POS - s), generator=g)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         hf.save_pretrained(folder)
@@ -164,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     ok = diff <= TOL
     fe = float(df.attrs["forward_equivalents"])
     print(f"random GPT-2 ({LAYERS} layers x {HEADS} heads, d_model {D_MODEL}, vocab {VOCAB}), "
-          f"{PROMPTS} x {POS} tokens, noising every head, {threads} torch threads; nnsight "
-          f"{version} in {args.venv}")  # fmt: skip
+          f"{PROMPTS} x {POS} tokens ({args.shared} shared), noising every head, {threads} "
+          f"torch threads; nnsight {version} in {args.venv}")  # fmt: skip
     print(f"{'pair':>4}{'patch_heads s':>15}{'nnsight s':>11}{'ratio':>8}")
     for i, (a, b) in enumerate(pairs):
         print(f"{i:>4}{a:>15.3f}{b:>11.3f}{b / a:>8.2f}")
@@ -176,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     print("PASS: equal effects" if ok else f"FAIL: effects differ by more than {TOL:g}")
     if args.json:
         Path(args.json).write_text(json.dumps(dict(
-            nnsight=version, threads=threads, pairs=pairs, median_ratio=statistics.median(ratios),
+            nnsight=version, threads=threads, shared=args.shared, pairs=pairs,
+            median_ratio=statistics.median(ratios),
             forward_equivalents=fe, nnsight_passes=LAYERS * HEADS + 2, max_rel_diff=diff, ok=ok,
         ), indent=2))  # fmt: skip
     return 0 if ok else 1
