@@ -183,6 +183,20 @@ def near_equal(n_prompts: int, n_chunks: int) -> list[slice]:
     return out
 
 
+def spread(chunks: list[slice], n_ranks: int) -> list[slice]:
+    """``chunks`` split again so that each of ``n_ranks`` ranks has one, where there are as
+    many prompts (near-equal, in order; unchanged for one rank or when there are enough).
+
+    Example:
+        >>> spread([slice(0, 4)], 2)
+        [slice(0, 2, None), slice(2, 4, None)]
+    """
+    n = chunks[-1].stop if chunks else 0
+    if len(chunks) >= n_ranks or n < n_ranks:
+        return chunks
+    return near_equal(n, n_ranks)
+
+
 def check_chunkable(metric: Any, n_chunks: int) -> None:
     """Refuse a metric whose chunks cannot be combined when the prompts need several.
 
@@ -223,11 +237,42 @@ def estimate_of(
 
 
 @dataclasses.dataclass(frozen=True)
+class Chunk:
+    """One chunk of prompts, as a task's ``chunk`` receives it (:meth:`Plan.each`).
+
+    Attributes:
+        rows: The prompts of the chunk (a slice of the batch).
+        metric: The metric of these prompts (the task's own when the run is one chunk).
+        weight: The chunk's weight in a ``mean`` (its metric's weight, else its prompts).
+        share: The fraction of all the prompts it holds (its passes, in forward-equivalents
+            of every prompt, count this much).
+        budget: The bytes left for the chunk's passes once what it holds is counted (the
+            engines' ``memory_budget``).
+        progress: Whether the chunk may show a bar of its own (a run of one chunk; several
+            chunks share the runner's bar).
+        split: Whether the run has several chunks.
+        index: Its place in the plan (the order rows are concatenated in).
+    """
+
+    rows: slice
+    metric: Any
+    weight: float
+    share: float
+    budget: int
+    progress: bool
+    split: bool
+    index: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
-    """How a run splits its prompts (:func:`plan`), and its :class:`Estimate`."""
+    """How a run splits its prompts (:func:`plan`), and its :class:`Estimate`. ``mine`` are
+    the indices of the chunks this process runs (None: every chunk; the runner sets a rank's
+    share, :func:`interp.engine.ranks.assign`)."""
 
     chunks: list[slice]
     estimate: Estimate
+    mine: list[int] | None = None
 
     @property
     def split(self) -> bool:
@@ -251,23 +296,37 @@ class Plan:
         forward-equivalents of every prompt)."""
         return (rows.stop - rows.start) / max(1, self.estimate.prompts)
 
+    def each(self, metric: Any, *, progress: bool = False, desc: str = "chunks") -> Iterator[Chunk]:
+        """This process's chunks (:attr:`mine`), each with its metric of those prompts and
+        weight (one chunk: the metric itself, weighted by its prompts; chunks the metric gives
+        no weight are skipped), under one progress bar (``progress``; a run of one chunk lets
+        the chunk show its own)."""
+        mine = range(len(self.chunks)) if self.mine is None else self.mine
+        bar = chunk_bar([self.chunks[i] for i in mine], progress=progress, desc=desc)
+        for index, rows in zip(mine, bar):  # with their places in the plan
+            if self.split and metric is not None:
+                part, weight = metric.chunk(rows)
+                if weight <= 0:
+                    continue
+            else:
+                part, weight = metric, float(rows.stop - rows.start)
+            yield Chunk(
+                rows=rows, metric=part, weight=float(weight), share=self.share(rows),
+                budget=self.spare(rows), progress=progress and not self.split, split=self.split,
+                index=index,
+            )  # fmt: skip
+
     def parts(
         self, metric: Any, *, progress: bool = False, desc: str = "chunks"
     ) -> Iterator[tuple[slice, Any, float]]:
-        """``(rows, metric of those prompts, weight)`` per chunk (one chunk: the metric itself,
-        weight 1); chunks the metric gives no weight are skipped.
+        """``(rows, metric of those prompts, weight)`` per chunk (:meth:`each`).
 
         Raises:
             InterpError: for a metric that cannot be combined over several chunks.
         """
         check_chunkable(metric, len(self.chunks))
-        for rows in chunk_bar(self.chunks, progress=progress, desc=desc):
-            if not self.split or metric is None:
-                yield rows, metric, float(rows.stop - rows.start)
-                continue
-            part, weight = metric.chunk(rows)
-            if weight > 0:
-                yield rows, part, weight
+        for c in self.each(metric, progress=progress, desc=desc):
+            yield c.rows, c.metric, c.weight
 
 
 def plan(
@@ -283,13 +342,16 @@ def plan(
     fix: str = "use shorter prompts",
     estimate: Any = False,
     progress: Any = False,
+    ranks: int = 1,
 ) -> Plan:
     """The chunks of a run of ``n_prompts`` prompts of ``pos`` tokens under the budget on the
     model's device (:func:`interp.core.memory.budget`), and its :class:`Estimate`. ``estimate``
     and ``progress`` are the analysis's own options, checked here for every analysis
     (:func:`interp.core.checks.check_bool`). The prompts' number is limited only by this plan
     (each chunk's peak) and the token ids themselves (:func:`interp.core.memory.check_ids`, in
-    :func:`interp.core.checks.check_tokens`); the whole batch need never fit at once.
+    :func:`interp.core.checks.check_tokens`); the whole batch need never fit at once. With
+    ``ranks`` processes the chunks are split again so that each has one (:func:`spread`); the
+    estimate is of the chunks before (the runner states the ranks' share once they agree).
 
     Raises:
         InterpError: for a bad ``memory_budget``, ``estimate`` or ``progress``, or when one
@@ -300,14 +362,14 @@ def plan(
 
     check_bool(estimate, "estimate")
     check_bool(progress, "progress")
-    cap = budget(model_device(model), memory_budget)
-    chunks = plan_chunks(n_prompts, footprint, budget=cap, what=what or analysis, fix=fix)
     device = model_device(model)
+    cap = budget(device, memory_budget)
+    chunks = plan_chunks(n_prompts, footprint, budget=cap, what=what or analysis, fix=fix)
     est = estimate_of(
         analysis, footprint, chunks, pos, budget=cap, forward_equivalents=forward_equivalents,
         device=device,
     )  # fmt: skip
-    return Plan(chunks, est)
+    return Plan(spread(chunks, ranks), est)
 
 
 class WeightedMean:

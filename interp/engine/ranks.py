@@ -120,11 +120,7 @@ def _waiting(at: str) -> Iterator[None]:
 
 def spread(chunks: list[slice]) -> list[slice]:
     """``chunks`` split again so that every rank has one, where there are as many prompts
-    (near-equal, in order; unchanged in one process or when there are enough)."""
-    from interp.engine.chunks import near_equal
+    (:func:`interp.engine.chunks.spread` over :func:`world` ranks)."""
+    from interp.engine.chunks import spread as split
 
-    n_ranks = world()
-    n = chunks[-1].stop if chunks else 0
-    if len(chunks) >= n_ranks or n < n_ranks:
-        return chunks
-    return near_equal(n, n_ranks)
+    return split(chunks, world())

@@ -59,45 +59,17 @@ from interp.core.protocol import HookedModel
 from interp.engine import ranks
 from interp.engine.agreement import check_alike
 from interp.engine.chunks import (
+    Chunk,
     Estimate,
     Footprint,
     Plan,
     WeightedMean,
     check_chunkable,
-    chunk_bar,
     plan,
 )
 
 # How a partial result combines over chunks.
 COMBINE = ("mean", "sum", "rows", "same")
-
-
-@dataclasses.dataclass(frozen=True)
-class Chunk:
-    """One chunk of prompts, as a task's ``chunk`` receives it.
-
-    Attributes:
-        rows: The prompts of the chunk (a slice of the batch).
-        metric: The metric of these prompts (the task's own when the run is one chunk).
-        weight: The chunk's weight in a ``mean`` (its metric's weight, else its prompts).
-        share: The fraction of all the prompts it holds (its passes, in forward-equivalents
-            of every prompt, count this much).
-        budget: The bytes left for the chunk's passes once what it holds is counted (the
-            engines' ``memory_budget``).
-        progress: Whether the chunk may show a bar of its own (a run of one chunk; several
-            chunks share the runner's bar).
-        split: Whether the run has several chunks.
-        index: Its place in the plan (the order rows are concatenated in).
-    """
-
-    rows: slice
-    metric: Any
-    weight: float
-    share: float
-    budget: int
-    progress: bool
-    split: bool
-    index: int = 0
 
 
 @dataclasses.dataclass
@@ -184,12 +156,12 @@ def plan_task(
     pl = plan(
         model, n, pos, task.footprint, memory_budget=memory_budget, analysis=task.analysis,
         forward_equivalents=0.0, what=task.what, fix=task.fix, estimate=estimate,
-        progress=progress,
+        progress=progress, ranks=ranks.world() if spread else 1,
     )  # fmt: skip
-    if ranks.active() and not spread:  # rank 0's chunks, each shared by every rank
-        pl = dataclasses.replace(pl, chunks=ranks.agreed(pl.chunks, at=f"{task.analysis}'s plan"))
-    elif ranks.active():  # every rank splits alike (rank 0's plan), at least a chunk each
-        chunks = ranks.agreed(ranks.spread(pl.chunks), at=f"{task.analysis}'s plan")
+    if ranks.active():  # every rank splits alike: rank 0's chunks (spread, at least one each)
+        chunks = ranks.agreed(pl.chunks, at=f"{task.analysis}'s plan")
+        pl = dataclasses.replace(pl, chunks=chunks)
+    if ranks.active() and spread:  # the ranks' share, in the estimate
         mine = [[c for i, c in enumerate(chunks) if i % ranks.world() == r]
                 for r in range(ranks.world())]  # fmt: skip
         est = dataclasses.replace(
@@ -198,7 +170,8 @@ def plan_task(
             rank_chunks=max(len(m) for m in mine),
             rank_prompts=max(sum(c.stop - c.start for c in m) for m in mine),
         )  # fmt: skip
-        pl = dataclasses.replace(pl, chunks=chunks, estimate=est)
+        pl = dataclasses.replace(pl, estimate=est)
+    pl = dataclasses.replace(pl, mine=ranks.assign(pl.chunks))  # this process's chunks
     work = task.work(pl.chunks) if callable(task.work) else task.work
     return pl.costing(work)
 
@@ -243,7 +216,8 @@ def run(
     check_chunkable(task.metric, len(pl.chunks))
     prepared = float(task.prepare(pl.chunks) or 0.0) if task.prepare is not None else 0.0
     acc, cost = Partials(task.combine), 0.0
-    for c in chunks_of(pl, task.metric, progress=bool(progress), desc=task.desc or task.analysis):
+    bar = bool(progress) and ranks.rank() == 0
+    for c in pl.each(task.metric, progress=bar, desc=task.desc or task.analysis):
         part = dict(task.chunk(c))
         cost += float(part.pop("cost", 0.0)) * c.share
         acc.add(part, c.weight, c.index)
@@ -253,21 +227,12 @@ def run(
 
 
 def chunks_of(pl: Plan, metric: Any, *, progress: bool, desc: str) -> Iterator[Chunk]:
-    """This process's chunks of ``pl``, each with its metric and weight (chunks the metric
-    gives no weight are skipped), under one progress bar."""
-    bar = chunk_bar(my_chunks(pl.chunks), progress=progress and ranks.rank() == 0, desc=desc)
-    for index, rows in zip(ranks.assign(pl.chunks), bar):  # with their places in the plan
-        if pl.split and metric is not None:
-            part, weight = metric.chunk(rows)
-            if weight <= 0:
-                continue
-        else:
-            part, weight = metric, float(rows.stop - rows.start)
-        yield Chunk(
-            rows=rows, metric=part, weight=float(weight), share=pl.share(rows),
-            budget=pl.spare(rows), progress=progress and not pl.split and ranks.rank() == 0,
-            split=pl.split, index=index,
-        )  # fmt: skip
+    """This process's chunks of ``pl`` (:meth:`~interp.engine.chunks.Plan.each`: each with
+    its metric and weight, chunks the metric gives no weight skipped), under one progress
+    bar."""
+    if pl.mine is None:  # a plan the runner did not make: this rank's share
+        pl = dataclasses.replace(pl, mine=ranks.assign(pl.chunks))
+    return pl.each(metric, progress=progress and ranks.rank() == 0, desc=desc)
 
 
 def my_chunks(chunks: list[slice]) -> list[slice]:
