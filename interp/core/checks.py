@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from interp.core.errors import InterpError
-from interp.core.memory import check_ids, check_memory
+from interp.core.memory import check_forward, check_ids
 from interp.core.protocol import HookedModel, model_device, model_n_ctx
 from interp.core.validate import (  # noqa: F401 - the scalar validators, re-exported
     check_bool,
@@ -59,7 +59,7 @@ def check_tokens(
     ``chunked``: the caller runs the prompts in chunks it plans under the memory budget
     (:func:`interp.engine.chunks.plan`, which refuses a chunk that cannot fit), so only the
     ids themselves must fit (:func:`interp.core.memory.check_ids`); otherwise the whole batch's
-    forward pass must (:func:`interp.core.memory.check_memory`).
+    forward pass must (:func:`interp.core.memory.check_forward`).
 
     Raises:
         InterpError: for a non-tensor, tokens on the meta device, wrong rank or
@@ -98,9 +98,10 @@ def check_tokens(
             "shorten or split the input"
         )
     batch, pos = tokens.shape
-    check_ids(model_device(model), batch, pos, what=name)
+    device = model_device(model)  # looked up once: the ids and the pass must fit there
+    check_ids(device, batch, pos, what=name)
     if not chunked:
-        check_memory(model, batch, pos, what=f"{name} of shape")
+        check_forward(device, model, batch, pos, what=f"{name} of shape")
     d_vocab = getattr(model.cfg, "d_vocab", None)
     lo, hi = int(tokens.min()), int(tokens.max())
     if lo < 0 or (d_vocab is not None and hi >= d_vocab):
@@ -108,7 +109,7 @@ def check_tokens(
             f"token id {lo if lo < 0 else hi} is outside the vocabulary [0, {d_vocab}); "
             "check the tokenizer or d_vocab"
         )
-    return tokens.long().to(model_device(model))
+    return tokens.long().to(device)
 
 
 def check_token_pair(

@@ -203,8 +203,21 @@ def check_memory(
     model: HookedModel, batch: int, pos: int, *, copies: float = 1.0, what: str = ""
 ) -> int:
     """Refuse work that runs ``[batch, pos]`` tokens as one batch (no chunks) whose estimated
-    peak memory exceeds what the model's device has free. Analyses that split their prompts
-    into chunks check each chunk's peak instead (:func:`interp.engine.chunks.plan`).
+    peak memory exceeds what the model's device has free (:func:`check_forward` there).
+    Analyses that split their prompts into chunks check each chunk's peak instead
+    (:func:`interp.engine.chunks.plan`).
+
+    Raises:
+        InterpError: naming the estimate, the limit and what to shrink.
+    """
+    return check_forward(model_device(model), model, batch, pos, copies=copies, what=what)
+
+
+def check_forward(
+    device: Any, model: HookedModel, batch: int, pos: int, *, copies: float = 1.0, what: str = ""
+) -> int:
+    """Refuse ``[batch, pos]`` tokens run as one batch whose estimated peak memory exceeds
+    what ``device`` (the model's, looked up by the caller) has free.
 
     ``copies`` scales one forward pass (a backward pass roughly triples it).
     Returns the estimate in bytes.
@@ -213,7 +226,7 @@ def check_memory(
         InterpError: naming the estimate, the limit and what to shrink.
     """
     need = int(forward_bytes(model, batch, pos) * copies)
-    have = available_memory(model_device(model))
+    have = available_memory(device)
     if need > have:
         a, b = sizes(need, have)
         raise InterpError(
