@@ -94,8 +94,10 @@ def check_ablating(
     )  # fmt: skip
     reference_tokens = check_reference(model, r.tokens, ablation, reference_tokens)
     seed = check_seed(seed)
-    with eval_no_grad(model):
-        checked = check_cache(model, r.tokens, cache)
+    checked = None
+    if cache is not None:  # (no cache: nothing to check, no eval-mode switch to pay for)
+        with eval_no_grad(model):
+            checked = check_cache(model, r.tokens, cache)
     return Ablating(r.tokens, r.metric, ablation, reference_tokens, r.positions, seed, checked)
 
 
@@ -146,7 +148,7 @@ def ablate(
         result = sweep(
             model, a.tokens[c.rows], edits, c.metric, values=shared["values"].rows(c.rows),
             batch_size=batch_size, memory_budget=c.budget, progress=c.progress,
-            desc=f"{a.ablation} ablation",
+            desc=f"{a.ablation} ablation", checked=True,  # work() checked every chunk's
         )  # fmt: skip
         return {
             "base": result.base, "ablated": np.asarray(result.values, dtype=float),
@@ -288,7 +290,7 @@ def patch(
         result = sweep(
             model, p.base[sl], edits, c.metric, values=values, batch_size=batch_size,
             memory_budget=c.budget, progress=c.progress, desc=f"patching ({p.direction})",
-            score_tokens=p.tokens[sl], shared=shared,
+            score_tokens=p.tokens[sl], shared=shared, checked=True,  # work() checked them
         )  # fmt: skip
         del values
         return {

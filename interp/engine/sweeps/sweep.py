@@ -216,6 +216,7 @@ def sweep(
     desc: str = "sweep",
     score_tokens: torch.Tensor | None = None,
     shared: int = 0,
+    checked: bool = False,
 ) -> SweepResult:
     """Metric values, one per edit in the order given, and the unedited value.
 
@@ -224,27 +225,28 @@ def sweep(
     scored against ``score_tokens`` (default ``tokens``). ``shared``: the first positions
     where ``values`` are the base run's own (a patch from a run whose tokens agree there,
     :func:`interp.engine.sweeps.suffix.shared_prefix`); passes then compute only the later
-    positions where the runtime can (``resume-suffix``). The caller runs this in
-    eval mode under no_grad and has validated its inputs.
+    positions where the runtime can (``resume-suffix``). ``checked``: the caller has already
+    refused work past the limit (:func:`check_sweep_work`, as the pipeline's plan does for
+    every chunk), so it is not counted again. The caller runs this in eval mode under
+    no_grad and has validated its inputs.
 
     Raises:
         InterpError: for an empty edit list, work past the work limit
             (:func:`interp.engine.batching.check_work`), a bad batch size or budget, or a
             metric that returns a non-scalar or non-finite value.
     """
-    from tqdm.auto import tqdm
-
     if not edits:
         raise InterpError("nothing to sweep: no edits given")
     rt = runtime_of(model)
     starts = [edit_start(e) for e in edits]
-    check_sweep_work(model, edits)
+    if not checked:
+        check_sweep_work(model, edits)
     rows = metric.rows
     k = sweep_copies(model, tokens, edits, batch_size, memory_budget, rows)
     path, note = choose_path(model, tokens, edits, rows=rows, shared=shared)
     chunks = pack(starts, k, mixed=path == "loop")
     cost = Cost.of(model, tokens.shape[1], rows)
-    bar = tqdm(total=len(chunks) + 1, disable=not progress, desc=desc, unit="pass")
+    bar = _bar(len(chunks) + 1, progress, desc)
     results: dict[int, float] = {}
     try:
         if path == suffix.ResumeSuffix.name:
@@ -286,6 +288,25 @@ def sweep(
         passes=len(chunks) + 1,
         cost=cost.forward_equivalents,
     )
+
+
+class _NoBar:
+    """A progress bar that shows nothing (``progress=False``; a disabled tqdm costs more)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _bar(total: int, progress: bool, desc: str) -> Any:
+    """A bar over ``total`` passes: tqdm's when ``progress``, else one that shows nothing."""
+    if not progress:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="pass")
 
 
 def __getattr__(name: str) -> Any:
