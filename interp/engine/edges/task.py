@@ -290,16 +290,15 @@ def begin_chunk(
 
 
 def _first_passes(task: EdgeTask, base_pass: bool | Literal["metric"]) -> EdgeTask:
-    """:func:`begin_edge_task` after its cache check: the exactness check, the base run and
-    the source run."""
+    """:func:`begin_edge_task` after its cache check: the exactness check, then the passes
+    over the engine's senders (the base run's, the source run's), then the base metric's
+    plain pass (``base_pass="metric"``) or the replacement outputs."""
     rt, graph, m, tokens = task.rt, task.graph, task.metric, task.tokens
+    metric_only = base_pass == "metric" and task.ablation == "patch"  # a plain base pass
     with eval_no_grad(rt.model):
         task.parts = parts = layer_parts(rt)
         check_exact(rt, graph, parts, tokens)
-        if base_pass == "metric" and task.ablation == "patch":
-            task.base_value = scalar(m(rt.run(task.base, rows=m.rows), tokens), m.name)
-            task.cost.forward()
-        elif base_pass:
+        if base_pass and not metric_only:
             task.base_out, logits = sender_outputs(
                 rt, graph, task.base, parts=parts,
                 extra_hooks=input_hooks(graph, task.base_inputs), rows=m.rows,
@@ -310,7 +309,10 @@ def _first_passes(task: EdgeTask, base_pass: bool | Literal["metric"]) -> EdgeTa
             task.alt, logits = sender_outputs(rt, graph, task.source, parts=parts, rows=m.rows)
             task.source_value = scalar(m(logits, tokens), m.name)
             task.cost.forward()
-        elif task.base_out is not None:
+        if metric_only:  # the base run's metric alone (its outputs are not read)
+            task.base_value = scalar(m(rt.run(task.base, rows=m.rows), tokens), m.name)
+            task.cost.forward()
+        elif task.base_out is not None and task.ablation != "patch":
             task.alt = task.replacement(task.base_out)
     return task
 
