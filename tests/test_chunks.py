@@ -236,3 +236,20 @@ def test_chunks_are_near_equal_and_cover_every_prompt():
     chunks = plan_chunks(10, Footprint(fixed=4, per_prompt=3), budget=13)  # 3 a chunk
     assert [(c.start, c.stop) for c in chunks] == [(0, 3), (3, 6), (6, 8), (8, 10)]
     assert len(plan_chunks(5, Footprint(0, 1), budget=100)) == 1
+
+
+def test_a_plan_spreads_over_ranks_and_yields_this_process_share():
+    from interp.engine.chunks import Plan, spread
+
+    assert spread([slice(0, 4)], 2) == [slice(0, 2), slice(2, 4)]  # a chunk for each rank
+    assert spread([slice(0, 1)], 2) == [slice(0, 1)]  # fewer prompts than ranks: as it was
+    assert spread([slice(0, 2), slice(2, 4)], 1) == [slice(0, 2), slice(2, 4)]
+    chunks = plan_chunks(10, Footprint(fixed=4, per_prompt=3), budget=13)
+    est = Estimate("demo", 10, 5, 4, 3, 13, 0.0, 13, Footprint(fixed=4, per_prompt=3))
+    every = list(Plan(chunks, est).each(None))
+    assert [c.index for c in every] == [0, 1, 2, 3]
+    assert [c.rows for c in every] == chunks and all(c.split for c in every)
+    assert [c.share for c in every] == [0.3, 0.3, 0.2, 0.2]
+    assert [c.budget for c in every] == [1, 1, 3, 3]  # what is left, at least a byte
+    mine = list(Plan(chunks, est, mine=[1, 3]).each(None))  # rank 1 of 2: chunks 1 and 3
+    assert [(c.index, c.rows) for c in mine] == [(1, chunks[1]), (3, chunks[3])]

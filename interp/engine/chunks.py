@@ -185,12 +185,7 @@ def near_equal(n_prompts: int, n_chunks: int) -> list[slice]:
 
 def spread(chunks: list[slice], n_ranks: int) -> list[slice]:
     """``chunks`` split again so that each of ``n_ranks`` ranks has one, where there are as
-    many prompts (near-equal, in order; unchanged for one rank or when there are enough).
-
-    Example:
-        >>> spread([slice(0, 4)], 2)
-        [slice(0, 2, None), slice(2, 4, None)]
-    """
+    many prompts (near-equal, in order; unchanged for one rank or when there are enough)."""
     n = chunks[-1].stop if chunks else 0
     if len(chunks) >= n_ranks or n < n_ranks:
         return chunks
@@ -297,10 +292,8 @@ class Plan:
         return (rows.stop - rows.start) / max(1, self.estimate.prompts)
 
     def each(self, metric: Any, *, progress: bool = False, desc: str = "chunks") -> Iterator[Chunk]:
-        """This process's chunks (:attr:`mine`), each with its metric of those prompts and
-        weight (one chunk: the metric itself, weighted by its prompts; chunks the metric gives
-        no weight are skipped), under one progress bar (``progress``; a run of one chunk lets
-        the chunk show its own)."""
+        """This process's chunks (:attr:`mine`) with their metric and weight (one chunk: the
+        metric itself, weighted by its prompts; chunks of no weight skipped), under one bar."""
         mine = range(len(self.chunks)) if self.mine is None else self.mine
         bar = chunk_bar([self.chunks[i] for i in mine], progress=progress, desc=desc)
         for index, rows in zip(mine, bar):  # with their places in the plan
@@ -316,9 +309,7 @@ class Plan:
                 index=index,
             )  # fmt: skip
 
-    def parts(
-        self, metric: Any, *, progress: bool = False, desc: str = "chunks"
-    ) -> Iterator[tuple[slice, Any, float]]:
+    def parts(self, metric: Any, *, progress: bool = False, desc: str = "chunks") -> Iterator:
         """``(rows, metric of those prompts, weight)`` per chunk (:meth:`each`).
 
         Raises:
