@@ -55,9 +55,18 @@ def is_component(module: Any) -> bool:
 
 def component_slots(hf_model: Any) -> list[tuple[Any, str, Any, frozenset[int]]]:
     """Every place in the Hugging Face model's tree where a bridge component sits: ``(parent,
-    name, component, ids of the hook points in its subtree)``, parents being the model's own
-    modules (a component's references to its sub-components are left alone)."""
+    name, component, ids of the hook points that fire only if it runs)``, parents being the
+    model's own modules (a component's references to its sub-components are left alone).
+
+    A component's own hook points are those in its subtree but not in the wrapped module's:
+    a hook point of a nested component that the wrapped module itself calls (the output
+    projection inside an attention: ``hook_z`` is its input) fires whichever of the two runs,
+    so a pass with a hook at ``hook_z`` runs the attention as the model's own and only the
+    projection as the bridge's."""
     from transformer_lens.hook_points import HookPoint
+
+    def points(module: Any) -> frozenset[int]:
+        return frozenset(id(m) for m in module.modules() if isinstance(m, HookPoint))
 
     slots = []
     for parent in {id(m): m for m in hf_model.modules()}.values():
@@ -65,8 +74,8 @@ def component_slots(hf_model: Any) -> list[tuple[Any, str, Any, frozenset[int]]]
             continue
         for name, child in parent._modules.items():
             if child is not None and is_component(child):
-                hooks = frozenset(id(m) for m in child.modules() if isinstance(m, HookPoint))
-                slots.append((parent, name, child, hooks))
+                own = points(child) - points(child._modules["_original_component"])
+                slots.append((parent, name, child, own))
     return slots
 
 
