@@ -1,24 +1,36 @@
 """What an analysis costs beyond its passes: time over (counted forward-equivalents x one
 plain forward), and the runner's own overhead per call (issue 44).
 
-On the shipped induction model with 32 prompts of 25 tokens, side by side in one run: the
-median time of one plain forward pass (``model(tokens)`` under ``torch.no_grad``), of
-``ablate_heads`` (zero ablation of every head) and of ``logit_lens`` and ``head_scores``;
-each analysis's ``forward_equivalents`` (its FLOPs over a plain pass's:
-:mod:`interp.engine.cost`) and the ratio ``time / (forward_equivalents x plain)``, 1.0 for
-an analysis that spends nothing but its passes. Then the runner alone: ``run`` of a task
-whose chunk does nothing, its median time per call.
+On the shipped induction model with 32 prompts of 25 tokens: one plain forward pass
+(``model(tokens)`` under ``torch.no_grad``) and each analysis, timed in alternation (plain,
+then every case, ``--repeats`` rounds, after a warm-up round), so that load from elsewhere
+falls on all of them alike. Per case: its median time, its ``forward_equivalents`` (its
+FLOPs over a plain pass's: :mod:`interp.engine.cost`) and the ratio ``time /
+(forward_equivalents x plain)``, 1.0 for an analysis that spends nothing but its passes.
+The cases: ``ablate_heads`` (zero ablation of every head; again with ``progress=True``, its
+bar written to nowhere), ``logit_lens`` and ``head_scores``. Then the runner alone: ``run``
+of a task whose chunk does nothing, its median time per call in ms.
 
-    python benchmarks/runner_overhead.py [--repeats 30]
+``--gpt2`` also times ``ablate_heads`` and ``patch_heads`` (a logit difference at the last
+position, the corrupted prompts' second half from other random tokens) on a small random
+GPT-2-shaped bridge (:func:`interp.models.hf.random_gpt2`: 2 layers, d_model 128, 4 heads,
+an MLP, vocabulary 512) with the same 32 x 25 tokens.
+
+    python benchmarks/runner_overhead.py [--repeats 50] [--threads N] [--cpu-time] [--gpt2]
 
 Timings on a shared 2-core machine are noisy: read ratios within one run, alone.
+``--cpu-time`` times by this process's CPU time instead of the wall clock: with
+``--threads 1`` it is what the analysis itself spent, whatever else runs beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -28,48 +40,108 @@ from interp.engine.chunks import Footprint
 from interp.engine.runner import Task, run
 from interp.models import load_model
 
+CLOCK = time.perf_counter  # --cpu-time: time.process_time
 
-def median_ms(fn, repeats: int) -> float:
-    fn()  # once-per-model checks, caches
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+
+def alternating(cases: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median ms of each case, timed in ``repeats`` rounds that run every case once in turn
+    (after one warm-up round: once-per-model checks, caches)."""
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for fn in cases.values():
         fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            t0 = CLOCK()
+            fn()
+            times[name].append(CLOCK() - t0)
+    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=30)
-    args = ap.parse_args()
-    torch.manual_seed(0)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    model = load_model("induction-2l")
-    tokens = repeated_random_tokens(32, 12, d_vocab=model.cfg.d_vocab, seed=0).tokens
+def report(model, tokens, cases: dict[str, Callable], repeats: int) -> None:
+    """Time ``cases`` against one plain forward of ``tokens`` and print each ratio."""
 
     def plain() -> None:
         with torch.no_grad():
             model(tokens)
 
-    base = median_ms(plain, args.repeats)
-    print(f"induction-2l, {tokens.shape[0]} x {tokens.shape[1]} tokens, {args.repeats} repeats")
+    counted = {k: float(fn().attrs["forward_equivalents"]) for k, fn in cases.items()}
+    ms = alternating({"plain": plain, **cases}, repeats)
+    base = ms.pop("plain")
     print(f"plain forward: {base:.2f} ms")
+    for name, t in ms.items():
+        fe = counted[name]
+        print(
+            f"{name:24s} {t:8.2f} ms  counted {fe:6.3f} forward-equivalents  "
+            f"time / (counted x plain) = {t / (fe * base):.3f}  beyond its passes "
+            f"{t - fe * base:+.2f} ms"
+        )
+
+
+def quiet(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` with its stderr (a progress bar) written to nowhere."""
+
+    def call() -> object:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return fn()
+
+    return call
+
+
+def gpt2_cases(repeats: int) -> None:
+    """``ablate_heads`` and ``patch_heads`` on a random GPT-2-shaped bridge."""
+    from interp.core.metrics import logit_diff_metric
+    from interp.models.hf import random_gpt2
+
+    model = random_gpt2(2, d_model=128, n_heads=4, vocab=512, n_ctx=64, seed=0)
+    data = repeated_random_tokens(32, 12, d_vocab=512, seed=0).tokens
+    other = repeated_random_tokens(32, 12, d_vocab=512, seed=1).tokens
+    corrupted = data.clone()
+    corrupted[:, 13:] = other[:, 13:]
+    metric = logit_diff_metric(data[:, -1], other[:, -1])
+    print(f"\nrandom GPT-2 bridge (2 layers, d_model 128, 4 heads), {tuple(data.shape)} tokens")
+    cases = {
+        "ablate_heads": lambda: A.ablate_heads(model, data),
+        "patch_heads": lambda: A.patch_heads(
+            model, data, corrupted_tokens=corrupted, metric=metric
+        ),
+    }
+    report(model, data, cases, repeats)
+    for name, fn in cases.items():
+        print(f"{name}: engine {fn().attrs['engine']}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--cpu-time", action="store_true", help="time by CPU time, not wall")
+    ap.add_argument("--gpt2", action="store_true", help="also a random GPT-2-shaped bridge")
+    args = ap.parse_args()
+    global CLOCK
+    if args.cpu_time:
+        CLOCK = time.process_time
+    torch.manual_seed(0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = load_model("induction-2l")
+    tokens = repeated_random_tokens(32, 12, d_vocab=model.cfg.d_vocab, seed=0).tokens
+    print(
+        f"induction-2l, {tokens.shape[0]} x {tokens.shape[1]} tokens, {args.repeats} "
+        f"alternating rounds, {torch.get_num_threads()} threads, "
+        f"{'CPU time' if args.cpu_time else 'wall clock'}"
+    )
     cases = {
         "ablate_heads": lambda: A.ablate_heads(model, tokens),
+        "ablate_heads progress": quiet(lambda: A.ablate_heads(model, tokens, progress=True)),
         "logit_lens": lambda: A.logit_lens(model, tokens, at=[-1]),
         "head_scores": lambda: A.head_scores(model, tokens),
     }
-    for name, fn in cases.items():
-        fe = float(fn().attrs["forward_equivalents"])
-        ms = median_ms(fn, args.repeats)
-        print(
-            f"{name:14s} {ms:8.2f} ms  counted {fe:6.3f} forward-equivalents  "
-            f"time / (counted x plain) = {ms / (fe * base):.2f}"
-        )
+    report(model, tokens, cases, args.repeats)
     task = Task("empty", Footprint(0, 1), work=0.0, chunk=lambda c: {}, combine={})
-    ms = median_ms(lambda: run(model, tuple(tokens.shape), task), args.repeats * 10)
-    print(f"the runner alone (plan, one empty chunk, combine): {1e3 * ms:.0f} us per call")
+    ms = alternating({"runner": lambda: run(model, tuple(tokens.shape), task)}, args.repeats * 10)
+    print(f"the runner alone (plan, one empty chunk, combine): {ms['runner']:.3f} ms per call")
+    if args.gpt2:
+        gpt2_cases(args.repeats)
 
 
 if __name__ == "__main__":
