@@ -150,3 +150,23 @@ def test_every_package_folder_is_a_regular_package():
         and not (d / "__init__.py").is_file()
     ]
     assert bare == []
+
+
+def test_only_the_runtime_touches_the_model():
+    """docs/layout.md: an analysis calls the engine, the engine asks the model's runtime, and
+    only the runtime runs the model: no call of ``run_with_hooks`` / ``run_with_cache`` /
+    ``forward_from`` or of ``model(...)`` in the analyses, the dictionaries or the engine."""
+    calls = []
+    for sub in ("analysis", "dictionaries", "engine"):
+        for path in sorted((PKG / sub).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Call):
+                    continue
+                f = node.func
+                direct = isinstance(f, ast.Name) and f.id == "model"
+                method = isinstance(f, ast.Attribute) and f.attr in (
+                    "run_with_hooks", "run_with_cache", "forward_from"
+                )  # fmt: skip
+                if direct or method:
+                    calls.append(f"{path.relative_to(PKG.parent)}:{node.lineno}")
+    assert not calls, calls

@@ -26,6 +26,7 @@ import torch
 
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel, hook_names
+from interp.runtime import runtime_of
 
 # Hooks whose values do not depend on the token ids (only on positions): a cache that
 # holds only these cannot show which tokens it was built on.
@@ -59,8 +60,9 @@ def activation_of(model: HookedModel, tokens: torch.Tensor, name: str) -> torch.
 def run_until(
     model: HookedModel, tokens: torch.Tensor, fwd_hooks: Sequence[tuple], last: str
 ) -> None:
-    """``model.run_with_hooks(tokens, fwd_hooks=fwd_hooks)`` for the hooks' side effects,
-    stopped right after the hooks on ``last`` have run (no later block, no unembedding).
+    """One pass of the model's runtime over ``tokens`` with ``fwd_hooks``, for the hooks' side
+    effects, stopped right after the hooks on ``last`` have run (no later block, no
+    unembedding).
 
     Raises:
         InterpError: if ``last`` never fires.
@@ -70,7 +72,7 @@ def run_until(
         raise StopForward
 
     try:
-        model.run_with_hooks(tokens, fwd_hooks=[*fwd_hooks, (last, stop)])
+        runtime_of(model).run(tokens, hooks=[*fwd_hooks, (last, stop)])
     except StopForward:
         return
     raise InterpError(f"the model's hook {last} never fired on these tokens")
@@ -98,7 +100,7 @@ def cache_of(
 
     try:
         with torch.no_grad():
-            model.run_with_hooks(tokens, fwd_hooks=[(n, keeper(n)) for n in wanted])
+            runtime_of(model).run(tokens, hooks=[(n, keeper(n)) for n in wanted])
     except StopForward:
         pass
     return {n: acts[n] for n in names if n in acts}
