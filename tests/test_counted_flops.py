@@ -10,6 +10,7 @@ unembedding is a small and then the largest share of a pass. Each analysis runs 
 plain passes over its prompt, so its reference is a plain pass over the prompt.
 """
 
+import functools
 import warnings
 
 import pytest
@@ -18,6 +19,7 @@ import transformers as T
 from flop_meter import FlopMeter
 
 import interp.analysis as A
+from interp.analysis.senses.words import WordTokens
 from interp.core.metrics import logit_diff_metric
 from interp.datasets import repeated_random_tokens
 from interp.dictionaries import (
@@ -50,10 +52,13 @@ NAMES = [
     "logit_lens", "ablate_heads", "patch_heads", "patch_components", "attribute_heads",
     "attribute_edges eap", "attribute_edges eap-ig", "attribute_edges exact", "path_patch",
     "evaluate_circuit", "qk_attribution", "head_scores", "direct_logit_attribution",
-    "read_features", "generate", "generate without the kv cache", "generate, mean-ablated",
-    "generate, patched", "compare_generations", "head_atlas", "read_fraction",
-    "null_space_probe", "dictionary_report", "transcoder_report", "train_dictionary",
-    "train_transcoder",
+    "read_features", "generate", "generate without the kv cache",
+    "generate, mean-ablated and patched", "compare_generations", "head_atlas",
+    "read_fraction", "null_space_probe", "dictionary_report", "transcoder_report",
+    "train_dictionary", "train_transcoder", "clue_attention", "in_context_learning_score",
+    "ablate_head_groups", "ablate_layers", "patch_components z by head, denoising",
+    "patch_components mlp_out by layer_position", "feature_head_attribution",
+    "qk_interventions", "rotary_bands", "circuit_curve",
 ]  # fmt: skip
 ON_THE_PROMPT = {n for n in NAMES if "generat" in n}  # reference: a plain pass of the prompt
 
@@ -64,10 +69,17 @@ def _cases(m, toks):
     D = Dictionary.random(d_in=128, d_sae=64, hook_name="blocks.2.hook_resid_pre", seed=0)
     two = [("L0H0", "L2H1.q"), ("embed", "logits")]
     p, new = toks[:, :15], dict(max_new_tokens=4)
+    ablated = A.HeadAblation(["L1H0"], ablation="mean")
     mlp = dict(hook="blocks.1.ln2.hook_normalized", target_hook="blocks.1.hook_mlp_out")
     T = Transcoder.random(d_in=128, d_out=128, d_sae=64, architecture="topk", k=4,
                           hook_name=mlp["hook"], hook_name_out=mlp["target_hook"])  # fmt: skip
     train = dict(n_features=64, k=4, batch_size=50)  # two steps, the second with AuxK
+    # clue_attention's sentences: the word at 20, its clue at 5 and 6
+    words = [
+        WordTokens("", "", t[None], 20, (20,), (5, 6), tuple(map(str, t.tolist()))) for t in toks
+    ]
+    scores = functools.cache(lambda: A.attribute_edges(m, toks, corrupted_tokens=cor, metric=met))
+    patch = dict(corrupted_tokens=cor, metric=met)
     return {
         "logit_lens": lambda: A.logit_lens(m, toks),
         "ablate_heads": lambda: A.ablate_heads(m, toks),
@@ -93,11 +105,8 @@ def _cases(m, toks):
         "read_features": lambda: read_features(m, toks, dictionary=D).features,
         "generate": lambda: A.generate(m, p, **new),
         "generate without the kv cache": lambda: A.generate(m, p, kv_cache=False, **new),
-        "generate, mean-ablated": lambda: A.generate(
-            m, p, interventions=[A.HeadAblation(["L1H0"], ablation="mean")], **new
-        ),
-        "generate, patched": lambda: A.generate(
-            m, p, interventions=[A.Patch(p.flip(1), heads=["L2H1"])], **new
+        "generate, mean-ablated and patched": lambda: A.generate(
+            m, p, interventions=[ablated, A.Patch(p.flip(1), heads=["L2H1"])], **new
         ),
         "head_atlas": lambda: A.head_atlas(m, toks),
         "read_fraction": lambda: A.read_fraction(m, toks),
@@ -105,10 +114,28 @@ def _cases(m, toks):
         "transcoder_report": lambda: transcoder_report(m, toks, T),
         "train_dictionary": lambda: train_dictionary(m, toks, hook=D.hook_name, **train),
         "train_transcoder": lambda: train_transcoder(m, toks, **mlp, **train),
-        "null_space_probe": lambda: A.null_space_probe(m, toks, layer=2, head=1, n_directions=2),
+        "null_space_probe": lambda: A.null_space_probe(
+            m, toks, layer=2, head=1, n_directions=1, control=False
+        ),
         "compare_generations": lambda: A.compare_generations(
             m, p, interventions=[A.HeadAblation(["L1H0"])], **new
         ),
+        "clue_attention": lambda: A.clue_attention(m, words),
+        "in_context_learning_score": lambda: A.in_context_learning_score(m, toks),
+        "ablate_head_groups": lambda: A.ablate_head_groups(
+            m, toks, groups={"a": ["L1H0", "L2H1"], "b": ["L3H0"]}
+        ),
+        "ablate_layers": lambda: A.ablate_layers(m, toks),
+        "patch_components z by head, denoising": lambda: A.patch_components(
+            m, toks, component="z", by="head", direction="denoising", **patch
+        ),
+        "patch_components mlp_out by layer_position": lambda: A.patch_components(
+            m, toks, component="mlp_out", by="layer_position", positions=[20, 24], **patch
+        ),
+        "feature_head_attribution": lambda: A.feature_head_attribution(m, toks, dictionary=D),
+        "qk_interventions": lambda: A.qk_interventions(m, toks, layer=2, head=1),
+        "rotary_bands": lambda: A.rotary_bands(m, toks, layer=2, head=1),
+        "circuit_curve": lambda: A.circuit_curve(m, toks, scores=scores(), points=3, **patch),
     }
 
 

@@ -36,7 +36,8 @@ from interp.analysis.senses.words import WordTokens
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
 from interp.core.protocol import HookedModel, check_model, eval_no_grad, is_causal, model_device
-from interp.engine.cache import cache_work, check_cache, pass_share, run_until
+from interp.engine.cache import cache_work, check_cache, run_until
+from interp.engine.cost import Flops, cache_pass_work, work_of
 from interp.outputs.frames import described, head_frame
 
 
@@ -97,7 +98,11 @@ def clue_attention(
         raise InterpError(f"encode each sentence with clue=...: none given for {missing[0]!r}")
     L, H = cfg.n_layers, cfg.n_heads
     clue_sum = torch.zeros(L, H)
-    work = pass_share(L, [hook_name("pattern", L - 1)])  # no cache: passes over every item
+    # FLOPs (interp.engine.cost): each length's pass stopped at the last pattern, over one
+    # plain pass of every item
+    fl = Flops.of(model)
+    plain = sum(fl.plain(it.n_tokens) for it in items)
+    work = 0.0
     other_sum = torch.zeros(L, H)
     per_clue_token = torch.zeros(L, H)
     with eval_no_grad(model):
@@ -134,7 +139,7 @@ def clue_attention(
                 checked = check_cache(model, tokens.to(model_device(model)), cache, needs=names)
                 for l, name in enumerate(names):
                     add(l, checked[name])
-                work = cache_work(checked)
+                work = work_of(model, tokens.shape[1], blocks=cache_work(checked))
                 continue
 
             def grab(pattern: torch.Tensor, hook: Any, add=add) -> None:
@@ -142,6 +147,8 @@ def clue_attention(
 
             hooks = [(hook_name("pattern", l), grab) for l in range(L)]
             run_until(model, tokens, hooks, hooks[-1][0])  # nothing after the last pattern
+            n = tokens.shape[1]
+            work += cache_pass_work(model, n, [hooks[-1][0]]) * len(idx) * fl.plain(n) / plain
     clue_mean = clue_sum / len(items)
     other_mean = other_sum / len(items)
     lift = (per_clue_token / len(items)) / other_mean.clamp(min=1e-12)
