@@ -218,7 +218,9 @@ def test_smollm_induction_heads_are_labelled_induction(smollm):
     known = ["L18H6", "L17H3", "L17H4", "L17H5", "L18H7", "L23H2"]
     assert (df.loc[known, "role"] == "induction").all(), df.loc[known, ["role", "induction"]]
     assert df.loc["L16H0", "role"] == "previous-token"
-    assert df.attrs["forward_equivalents"] == 2.0
+    # two probe passes, the control's scores and the weight products, as the estimate says
+    plan = head_atlas(smollm, tokens, estimate=True)
+    assert df.attrs["forward_equivalents"] == plan.forward_equivalents > 2.0
     assert not pd.isna(df.loc["L18H6", "successor"])  # the tokenizer has ordinals
 
 
