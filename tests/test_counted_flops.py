@@ -56,9 +56,9 @@ NAMES = [
     "generate, mean-ablated and patched", "compare_generations", "head_atlas",
     "read_fraction", "null_space_probe", "dictionary_report", "transcoder_report",
     "train_dictionary", "train_transcoder", "clue_attention", "in_context_learning_score",
-    "ablate_head_groups", "ablate_layers", "patch_components z by head, denoising",
-    "patch_components mlp_out by layer_position", "feature_head_attribution",
-    "qk_interventions", "rotary_bands", "circuit_curve",
+    "ablate_head_groups", "ablate_mlps", "ablate_layers",
+    "patch_components z by head, denoising", "patch_components mlp_out by layer_position",
+    "feature_head_attribution", "qk_interventions", "rotary_bands", "circuit_curve",
 ]  # fmt: skip
 ON_THE_PROMPT = {n for n in NAMES if "generat" in n}  # reference: a plain pass of the prompt
 
@@ -125,6 +125,7 @@ def _cases(m, toks):
         "ablate_head_groups": lambda: A.ablate_head_groups(
             m, toks, groups={"a": ["L1H0", "L2H1"], "b": ["L3H0"]}
         ),
+        "ablate_mlps": lambda: A.ablate_mlps(m, toks),
         "ablate_layers": lambda: A.ablate_layers(m, toks),
         "patch_components z by head, denoising": lambda: A.patch_components(
             m, toks, component="z", by="head", direction="denoising", **patch
