@@ -19,7 +19,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -49,12 +50,50 @@ class NativeRuntime(Runtime):
         state: Any = None,
         copies: int = 1,
     ) -> torch.Tensor:
-        if start == 0:
-            return super().run(tokens, hooks=hooks, copies=copies)
-        if not hooks:  # no hook context: entering and leaving one walks every hook point
+        if start == 0 and not hooks:
+            return super().run(tokens, copies=copies)
+        with self.hooked(hooks):
+            if start == 0:  # as run_with_hooks runs it
+                return self.model.forward(repeat_copies(tokens, copies))
             return self.model.forward_from(repeat_copies(state, copies), start - 1)
-        with self.model.hooks(fwd_hooks=list(hooks)):
-            return self.model.forward_from(repeat_copies(state, copies), start - 1)
+
+    @contextlib.contextmanager
+    def hooked(self, hooks: Hooks) -> Iterator[None]:
+        """``hooks`` on the model's hook points for the duration, removed at exit: what
+        TransformerLens's ``model.hooks(fwd_hooks=hooks)`` does (the hooks one context level
+        above the model's, removed at that level), without its walk over every hook point
+        at exit (on the induction model 0.17 ms against 0.04: a tenth of a resumed pass).
+        No hooks, no context. A hook given by a name filter instead of a name goes through
+        TransformerLens's own context.
+
+        Args:
+            hooks: ``[(hook name, hook)]``.
+
+        Raises:
+            KeyError: for a name that is not one of the model's hook points (as
+                TransformerLens's context raises).
+        """
+        model = self.model
+        if not hooks:
+            yield
+            return
+        if not all(isinstance(name, str) for name, _ in hooks):
+            with model.hooks(fwd_hooks=list(hooks)):
+                yield
+            return
+        model.context_level += 1
+        level = model.context_level
+        points = []
+        try:
+            for name, hook in hooks:
+                point = model.mod_dict[name]
+                point.add_hook(hook, dir="fwd", level=level)
+                points.append(point)
+            yield
+        finally:
+            for point in points:
+                point.remove_hooks("fwd", including_permanent=False, level=level)
+            model.context_level -= 1
 
     def block_inputs(
         self,
@@ -69,7 +108,8 @@ class NativeRuntime(Runtime):
             kept[int(hook.name.split(".")[1])] = x
 
         hooks = [(hook_name("resid_pre", l), keep) for l in sorted(layers)]
-        return self.model.run_with_hooks(tokens, fwd_hooks=hooks), kept
+        with self.hooked(hooks):
+            return self.model.forward(tokens), kept
 
     @property
     def kv_cache(self) -> bool:
