@@ -37,6 +37,7 @@ from interp.core.errors import InterpError
 from interp.core.validate import check_bool, check_int, check_seed
 from interp.dictionaries.inputs import as_weight, check_finite_weight
 from interp.dictionaries.sae_lens import save_dictionary
+from interp.dictionaries.sparse import SparseCoder
 
 ARCHITECTURES = ("relu", "topk", "jumprelu")
 # sae-lens' names for the same encoders.
@@ -71,7 +72,7 @@ def _is_int(k: object) -> bool:
     return True
 
 
-class Dictionary(nn.Module):
+class Dictionary(SparseCoder):
     """A sparse dictionary at one hook: encoder, decoder, nonlinearity and hook name.
 
     Every tensor is a floating-point ``torch.Tensor`` or numpy array (converted), finite:
@@ -100,6 +101,8 @@ class Dictionary(nn.Module):
             ``hook_name`` that is not a string, ``apply_b_dec_to_input`` that is not a bool
             or ``metadata`` that is not a dict.
     """
+
+    kind = "dictionary"
 
     def __init__(
         self,
@@ -228,34 +231,6 @@ class Dictionary(nn.Module):
             apply_b_dec_to_input=apply_b_dec_to_input,
         )
 
-    @property
-    def d_in(self) -> int:
-        """The width of the activation it reads."""
-        return int(self.W_enc.shape[0])
-
-    @property
-    def d_sae(self) -> int:
-        """The number of features."""
-        return int(self.W_enc.shape[1])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The dtype of its tensors."""
-        return self.W_enc.dtype
-
-    @property
-    def device(self) -> torch.device:
-        """The device of its tensors."""
-        return self.W_enc.device
-
-    def _check_input(self, x: torch.Tensor, width: int, what: str) -> None:
-        if not isinstance(x, torch.Tensor) or x.ndim < 1 or x.shape[-1] != width:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise InterpError(
-                f"{what} has shape {got}, but this dictionary ({self.hook_name or 'no hook'}) "
-                f"needs [..., {width}]: pass activations of its hook"
-            )
-
     def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
         """The encoder's affine part, before its nonlinearity.
 
@@ -273,36 +248,6 @@ class Dictionary(nn.Module):
         if self.apply_b_dec_to_input:
             x = x - self.b_dec
         return x @ self.W_enc + self.b_enc
-
-    def activate(self, pre: torch.Tensor) -> torch.Tensor:
-        """The encoder's nonlinearity applied to pre-activations.
-
-        Args:
-            pre: ``[..., d_sae]`` pre-activations.
-
-        Returns:
-            ``[..., d_sae]`` feature activations (sparse: zero where a feature is off).
-        """
-        if self.architecture == "relu":
-            return torch.relu(pre)
-        if self.architecture == "jumprelu":
-            return torch.relu(pre) * (pre > self.threshold)
-        top = pre.topk(self.k, dim=-1)
-        return torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
-
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """Feature activations of ``x``.
-
-        Args:
-            x: ``[..., d_in]`` activations of the hook.
-
-        Returns:
-            ``[..., d_sae]`` feature activations.
-
-        Raises:
-            InterpError: ``x`` whose last axis is not ``d_in``.
-        """
-        return self.activate(self.pre_activations(x))
 
     def decode(self, acts: torch.Tensor) -> torch.Tensor:
         """The reconstruction of feature activations.

@@ -42,9 +42,10 @@ from interp.core.errors import InterpError
 from interp.core.validate import check_int, check_seed
 from interp.dictionaries.dictionary import Dictionary, architecture_name
 from interp.dictionaries.inputs import as_weight, check_finite_weight
+from interp.dictionaries.sparse import SparseCoder
 
 
-class Transcoder(nn.Module):
+class Transcoder(SparseCoder):
     """A sparse dictionary from one hook (``hook_name``) to another (``hook_name_out``).
 
     Every tensor is a floating-point ``torch.Tensor`` or numpy array (converted), finite:
@@ -70,6 +71,16 @@ class Transcoder(nn.Module):
             unknown architecture; a bad ``k``; a ``jumprelu`` transcoder without thresholds;
             hook names that are not strings; ``metadata`` that is not a dict.
     """
+
+    kind = "transcoder"
+
+    def hooks_text(self) -> str:
+        """The hooks it reads and writes, for messages.
+
+        Returns:
+            ``'<hook_name> -> <hook_name_out>'``.
+        """
+        return f"{self.hook_name or 'no hook'} -> {self.hook_name_out or 'no hook'}"
 
     def __init__(
         self,
@@ -189,29 +200,9 @@ class Transcoder(nn.Module):
         )
 
     @property
-    def d_in(self) -> int:
-        """The width of the activation it reads."""
-        return int(self.W_enc.shape[0])
-
-    @property
     def d_out(self) -> int:
         """The width of the activation it writes."""
         return int(self.W_dec.shape[1])
-
-    @property
-    def d_sae(self) -> int:
-        """The number of features."""
-        return int(self.W_enc.shape[1])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The dtype of its tensors."""
-        return self.W_enc.dtype
-
-    @property
-    def device(self) -> torch.device:
-        """The device of its tensors."""
-        return self.W_enc.device
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Its tensors by sae-lens name (``threshold`` and ``W_skip`` where it has them).
@@ -222,15 +213,6 @@ class Transcoder(nn.Module):
         """
         names = ["W_enc", "b_enc", "W_dec", "b_dec", "threshold", "W_skip"]
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
-
-    def _check_input(self, x: torch.Tensor, width: int, what: str) -> None:
-        if not isinstance(x, torch.Tensor) or x.ndim < 1 or x.shape[-1] != width:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise InterpError(
-                f"{what} has shape {got}, but this transcoder ({self.hook_name or 'no hook'} -> "
-                f"{self.hook_name_out or 'no hook'}) needs [..., {width}]: pass activations of "
-                "its hooks"
-            )
 
     def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
         """The encoder's affine part: ``x @ W_enc + b_enc``.
@@ -246,31 +228,6 @@ class Transcoder(nn.Module):
         """
         self._check_input(x, self.d_in, "x")
         return x.to(self.dtype) @ self.W_enc + self.b_enc
-
-    def activate(self, pre: torch.Tensor) -> torch.Tensor:
-        """The nonlinearity (a :class:`Dictionary`'s, of the same architecture).
-
-        Args:
-            pre: ``[..., d_sae]`` pre-activations.
-
-        Returns:
-            ``[..., d_sae]`` feature activations.
-        """
-        return Dictionary.activate(self, pre)  # type: ignore[arg-type]
-
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """Feature activations of ``x``.
-
-        Args:
-            x: ``[..., d_in]`` activations of ``hook_name``.
-
-        Returns:
-            ``[..., d_sae]`` feature activations.
-
-        Raises:
-            InterpError: ``x`` whose last axis is not ``d_in``.
-        """
-        return self.activate(self.pre_activations(x))
 
     def decode(self, acts: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
         """The output of feature activations: ``acts @ W_dec + b_dec (+ x @ W_skip.T)``.
