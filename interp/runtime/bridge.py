@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -29,17 +28,18 @@ from typing import Any
 import torch
 
 from interp.core.errors import InterpError
-from interp.core.precision import tolerance, within, worst
 from interp.core.protocol import HookedModel, is_causal
 from interp.runtime.attention import QKGeometry, default_scale, rotary_from_hf
 from interp.runtime.base import Hooks, Runtime
 from interp.runtime.decoding import (
     attentions,
     cache_alias,
+    check_decoding,
     component_slots,
     positions_of,
     unbridged,
 )
+from interp.runtime.hooking import attached
 from interp.runtime.norms import Norm
 from interp.runtime.rows import kept_rows, repeat_copies, scatter_rows
 
@@ -107,6 +107,29 @@ class BridgeRuntime(Runtime):
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._slots: list | None = None  # where components sit (runtime.decoding)
         self._attentions: list = []
+        self._points: dict[str, Any] | None = None  # hook points by name (aliases too)
+
+    @contextmanager
+    def hooked(self, hooks: Hooks) -> Iterator[None]:
+        """``hooks`` on the bridge's hook points for the duration
+        (:func:`interp.runtime.hooking.attached`), the points looked up once per model
+        (TransformerLens's own context rebuilds its alias map on every call). A bridge in
+        compatibility mode, whose hooks also see their aliases' names, uses that context.
+
+        Args:
+            hooks: ``[(hook name, hook)]``.
+
+        Raises:
+            KeyError: for a name that is not one of the model's hook points.
+        """
+        if getattr(self.model, "compatibility_mode", False):
+            with self.model.hooks(fwd_hooks=list(hooks)):
+                yield
+            return
+        if self._points is None:
+            self._points = dict(self.model.hook_dict)
+        with attached(self.model, self._points, hooks):
+            yield
 
     @property
     def rows_supported(self) -> bool:
@@ -129,11 +152,8 @@ class BridgeRuntime(Runtime):
             kwargs["logits_to_keep"] = torch.tensor(keep, dtype=torch.long, device=tokens.device)
         tokens = repeat_copies(tokens, copies)
         out = repeat_copies(state, copies) if start > 0 else None
-        with skipping_blocks(self.model.blocks, start, out):
-            if hooks or kwargs:
-                logits = self.model.run_with_hooks(tokens, fwd_hooks=list(hooks), **kwargs)
-            else:
-                logits = self.model(tokens)
+        with skipping_blocks(self.model.blocks, start, out), self.hooked(hooks):
+            logits = self.model(tokens, **kwargs)
         return scatter_rows(logits, keep, n)
 
     def block_inputs(
@@ -257,7 +277,7 @@ class BridgeRuntime(Runtime):
         hook in every block's attention and with none:
         ``"unbridged"`` (components without a hook run as the wrapped modules),
         ``"bridged"`` (every component runs) or ``"none"`` (no cache: every pass whole)."""
-        return self.verdict("kv cache", self._check_decoding)
+        return self.verdict("kv cache", lambda: check_decoding(self, self._extend))
 
     def extend(
         self,
@@ -380,7 +400,7 @@ class BridgeRuntime(Runtime):
         elif rows is not None and self._rows:
             kwargs["logits_to_keep"] = torch.tensor(rows, dtype=torch.long, device=tokens.device)
         hf = self.model.interp_hf_model
-        hooked = self.model.hooks(fwd_hooks=list(hooks)) if hooks else contextlib.nullcontext()
+        hooked = self.hooked(hooks)
         if not keep:
             if past is not None:
                 raise InterpError("a pass without a cache cannot extend one")
@@ -394,42 +414,12 @@ class BridgeRuntime(Runtime):
         kwargs[self._cache_arg] = past
         if self._slots is None:  # found once per model
             self._slots, self._attentions = component_slots(hf), attentions(self.model)
-        points = self.model.hook_dict
+        if self._points is None:
+            self._points = dict(self.model.hook_dict)
+        points = self._points
         live = {id(points[name]) for name, _ in hooks if name in points}
         skip = skipping_blocks(self.model.blocks, start, state)
         with cache_alias(self._attentions), unbridged(self._slots if swap else (), live):
             with hooked, skip:
                 logits = self.model(tokens, **kwargs)
         return (logits[:, -1:] if last else logits), past
-
-    def _check_decoding(self) -> str:
-
-        vocab = int(self.cfg.d_vocab)
-        device = self.head_device()
-        probe = torch.randint(0, vocab, (1, 6), generator=torch.Generator().manual_seed(0))
-        probe, mask = probe.to(device), torch.ones(1, 6, dtype=torch.long, device=device)
-        with torch.no_grad():
-            whole, _ = self._extend(probe, mask, None, (), False, False, False)
-            scale = max(1.0, float(whole.abs().max()))
-            tol = tolerance(whole.dtype, scale, float32=1e-4)
-            names = [f"blocks.{l}.attn.hook_z" for l in range(self.n_layers)]
-            every = [(n, _same) for n in names if n in self.model.hook_dict]
-
-            def agrees(hooks: Hooks, swap: bool) -> bool:
-                got, past = self._extend(probe[:, :4], mask[:, :4], None, hooks, True, True, swap)
-                rows = [got[:, -1]]
-                for j in (4, 5):
-                    got, past = self._extend(
-                        probe[:, j : j + 1], mask[:, : j + 1], past, hooks, True, True, swap
-                    )
-                    rows.append(got[:, -1])
-                gap = worst(float((r - whole[:, j]).abs().max()) for r, j in zip(rows, (3, 4, 5)))
-                return within(gap, tol)  # NaN is a failure
-
-            if agrees(every, True) and agrees((), True):  # hooked blocks bridged, the rest not
-                return "unbridged"
-            return "bridged" if agrees(every, False) else "none"
-
-
-def _same(x: torch.Tensor, hook: Any) -> torch.Tensor:
-    return x

@@ -33,11 +33,12 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 
+from interp.core.precision import tolerance, within, worst
 from interp.core.protocol import HookedModel
 
 
@@ -121,3 +122,47 @@ def cache_alias(modules: Iterable[Any]) -> Iterator[None]:
     finally:
         for h in handles:
             h.remove()
+
+
+def check_decoding(rt: Any, extend: Callable[..., Any]) -> str:
+    """How a bridge's cached passes run, checked against a whole pass on a fixed probe (a
+    prompt of 4 tokens, then two cached steps; logits to 1e-4 relative), with a hook at every
+    block's ``hook_z`` and with none (:meth:`interp.runtime.bridge.BridgeRuntime.decoding`).
+
+    Args:
+        rt: The bridge's runtime.
+        extend: Its pass (``BridgeRuntime._extend``).
+
+    Returns:
+        ``"unbridged"`` (components without a hook run as the wrapped modules),
+        ``"bridged"`` (every component runs) or ``"none"`` (no cache: every pass whole).
+    """
+    vocab = int(rt.cfg.d_vocab)
+    device = rt.head_device()
+    probe = torch.randint(0, vocab, (1, 6), generator=torch.Generator().manual_seed(0))
+    probe, mask = probe.to(device), torch.ones(1, 6, dtype=torch.long, device=device)
+    with torch.no_grad():
+        whole, _ = extend(probe, mask, None, (), False, False, False)
+        scale = max(1.0, float(whole.abs().max()))
+        tol = tolerance(whole.dtype, scale, float32=1e-4)
+        names = [f"blocks.{l}.attn.hook_z" for l in range(rt.n_layers)]
+        every = [(n, _same) for n in names if n in rt.model.hook_dict]
+
+        def agrees(hooks: Sequence[tuple[str, Callable]], swap: bool) -> bool:
+            got, past = extend(probe[:, :4], mask[:, :4], None, hooks, True, True, swap)
+            rows = [got[:, -1]]
+            for j in (4, 5):
+                got, past = extend(
+                    probe[:, j : j + 1], mask[:, : j + 1], past, hooks, True, True, swap
+                )
+                rows.append(got[:, -1])
+            gap = worst(float((r - whole[:, j]).abs().max()) for r, j in zip(rows, (3, 4, 5)))
+            return within(gap, tol)  # NaN is a failure
+
+        if agrees(every, True) and agrees((), True):  # hooked blocks bridged, the rest not
+            return "unbridged"
+        return "bridged" if agrees(every, False) else "none"
+
+
+def _same(x: torch.Tensor, hook: Any) -> torch.Tensor:
+    return x
