@@ -43,9 +43,8 @@ from interp.dictionaries.dictionary import Dictionary
 from interp.dictionaries.ranks import fired, mean_rows, my_rows, sum_grads, total
 from interp.dictionaries.report import dictionary_report
 from interp.dictionaries.splice import check_hook, hook_width
-from interp.dictionaries.trained import TrainedDictionary, default_lr, report_share, step_flops
+from interp.dictionaries.trained import TrainedDictionary, TrainingCount, default_lr
 from interp.engine import ranks
-from interp.engine.cost import Flops, cache_pass_work
 from interp.engine.footprints import dictionary_training_footprint
 from interp.engine.runner import Task, plan_task
 from interp.outputs.frames import table_attrs
@@ -202,14 +201,13 @@ def train_dictionary(
     device = model_device(model)
     g = torch.Generator().manual_seed(seed)
     # FLOPs (interp.engine.cost), in plain passes of the tokens: each activation pass stopped
-    # at the hook, and each step's products (trained.step_flops)
-    plain = batch * Flops.of(model).plain(pos)
-    stop_work = cache_pass_work(model, pos, [hook])
-    counted = {"rows": 0, "steps": 0.0}
+    # at the hook, and each step's products (trained.TrainingCount)
+    counted = TrainingCount(model, batch, pos, [hook], d_in=d_in, d_out=d_in,
+                            n_features=n_features, input_grad=True)  # fmt: skip
 
     def chunk(rows: slice) -> torch.Tensor:  # [n, d_in] float32: this rank's part of it
         mine = my_rows(rows)
-        counted["rows"] += mine.stop - mine.start
+        counted.rows += mine.stop - mine.start
         if mine.stop == mine.start:  # a rank beyond the chunk's prompts holds none of it
             x = torch.zeros(0, d_in, device=device)
         else:
@@ -220,12 +218,8 @@ def train_dictionary(
     # runner's plan; the epochs walk its chunks again, so the loop is training's own). In a
     # process group the chunks are one process's, each rank holding its part of each one
     # (interp.dictionaries.ranks), so that every mini-batch is one process's
-    def work(chunks: list[slice]) -> float:  # the plan's: no AuxK steps foreseen
-        again = epochs > 1 and len(chunks) > 1  # else the first chunk is read once, kept
-        rows = epochs * batch + (chunks[0].stop - chunks[0].start if again else 0)
-        steps = step_flops(epochs * batch * (pos - skip), d_in, d_in, n_features, aux=False,
-                           input_grad=True)  # fmt: skip
-        return rows / batch * stop_work + steps / plain
+    def work(chunks: list[slice]) -> float:
+        return counted.planned(chunks, epochs=epochs, positions=pos - skip)
 
     stream = Task(
         "train_dictionary", foot, work=work,
@@ -276,10 +270,7 @@ def train_dictionary(
                 for group in opt.param_groups:
                     group["lr"] = lr * min(1.0, (1 - frac) / 0.2)
                 last = _step(params, opt, x, n, k, aux_k, aux_coefficient, since, dead_after)
-                counted["steps"] += step_flops(
-                    n, d_in, d_in, n_features, aux=aux_coefficient > 0 and last["dead"] > 0,
-                    input_grad=True,
-                )  # fmt: skip
+                counted.step(n, aux=aux_coefficient > 0 and last["dead"] > 0)
                 step += 1
                 if not math.isfinite(last["loss"]):
                     raise _diverged(f"the loss is {last['loss']}", step, n_steps, lr, hook)
@@ -303,8 +294,7 @@ def train_dictionary(
         memory_budget=memory_budget, progress=progress,
     )  # fmt: skip
     D.metadata.update(model_name=model_name(model), training=training, report=report.as_dict())
-    work = counted["rows"] / batch * stop_work + counted["steps"] / plain
-    work += report_share(model, report, tokens if eval_tokens is None else eval_tokens, plain)
+    work = counted.total(report, tokens if eval_tokens is None else eval_tokens)
     attrs = table_attrs(
         "train_dictionary", description="a TopK dictionary trained on the hook's activations",
         method="exact", model=model, unit="per field", seed=seed, forward_equivalents=work,

@@ -41,11 +41,10 @@ from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel, model_device
 from interp.core.protocol import model_name as name_of
 from interp.dictionaries.splice import check_hook, hook_width
-from interp.dictionaries.trained import TrainedDictionary, default_lr, report_share, step_flops
+from interp.dictionaries.trained import TrainedDictionary, TrainingCount, default_lr
 from interp.dictionaries.transcoder import Transcoder
 from interp.dictionaries.transcoder_report import pair_activations, transcoder_report
 from interp.engine import ranks
-from interp.engine.cost import Flops, cache_pass_work
 from interp.engine.footprints import dictionary_training_footprint
 from interp.engine.runner import Task, plan_task
 from interp.outputs.frames import table_attrs
@@ -157,13 +156,12 @@ def train_transcoder(
     )
     device, g = model_device(model), torch.Generator().manual_seed(seed)
     # FLOPs (interp.engine.cost), in plain passes of the tokens: each activation pass stopped
-    # at the target, and each step's products (trained.step_flops)
-    plain = batch * Flops.of(model).plain(pos)
-    stop_work = cache_pass_work(model, pos, [hook, target_hook])
-    counted = {"rows": 0, "steps": 0.0}
+    # at the target, and each step's products (trained.TrainingCount)
+    counted = TrainingCount(model, batch, pos, [hook, target_hook], d_in=d_in, d_out=d_out,
+                            n_features=n_features, input_grad=False)  # fmt: skip
 
     def chunk(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
-        counted["rows"] += rows.stop - rows.start
+        counted.rows += rows.stop - rows.start
         x, y = pair_activations(model, tokens[rows], hook, target_hook)
         out = x[:, skip:].float().reshape(-1, d_in), y[:, skip:].float().reshape(-1, d_out)
         for t, h in zip(out, (hook, target_hook), strict=True):
@@ -174,12 +172,8 @@ def train_transcoder(
                 )
         return out
 
-    def work(chunks: list[slice]) -> float:  # the plan's: no AuxK steps foreseen
-        again = epochs > 1 and len(chunks) > 1  # else the first chunk is read once, kept
-        rows = epochs * batch + (chunks[0].stop - chunks[0].start if again else 0)
-        steps = step_flops(epochs * batch * (pos - skip), d_in, d_out, n_features, aux=False,
-                           input_grad=False)  # fmt: skip
-        return rows / batch * stop_work + steps / plain
+    def work(chunks: list[slice]) -> float:
+        return counted.planned(chunks, epochs=epochs, positions=pos - skip)
 
     stream = Task(
         "train_transcoder", foot, work=work,
@@ -222,10 +216,7 @@ def train_transcoder(
                     group["lr"] = lr * min(1.0, (1 - step / max(1, n_steps)) / 0.2)
                 last = _step(p, opt, x_all[at], y_all[at], k, aux_k, aux_coefficient, since,
                              dead_after)  # fmt: skip
-                counted["steps"] += step_flops(
-                    len(at), d_in, d_out, n_features,
-                    aux=aux_coefficient > 0 and last["dead"] > 0, input_grad=False,
-                )  # fmt: skip
+                counted.step(len(at), aux=aux_coefficient > 0 and last["dead"] > 0)
                 step += 1
                 if not math.isfinite(last["loss"]) or not all(
                     bool(torch.isfinite(t).all()) for t in p.values()
@@ -252,8 +243,7 @@ def train_transcoder(
         memory_budget=memory_budget, progress=progress,
     )  # fmt: skip
     T.metadata.update(model_name=name_of(model), training=training, report=report.as_dict())
-    work = counted["rows"] / batch * stop_work + counted["steps"] / plain
-    work += report_share(model, report, tokens if eval_tokens is None else eval_tokens, plain)
+    work = counted.total(report, tokens if eval_tokens is None else eval_tokens)
     attrs = table_attrs(
         "train_transcoder",
         description="a TopK transcoder trained from the hook's activations to the target's",
