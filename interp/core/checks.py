@@ -113,10 +113,10 @@ def check_tokens(
 
 
 def check_token_pair(
-    model: HookedModel, clean: Any, corrupted: Any, *, chunked: bool = False
+    model: HookedModel, clean: Any, corrupted: Any, *, chunked: bool = False, min_len: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clean and corrupted tokens, checked and of one shape (compared position by position);
-    ``chunked`` as :func:`check_tokens`.
+    ``chunked`` and ``min_len`` as :func:`check_tokens`.
 
     Raises:
         InterpError: for bad tokens, shapes that differ, or corrupted tokens equal to
@@ -124,8 +124,10 @@ def check_token_pair(
     """
     import torch
 
-    clean = check_tokens(model, clean, name="clean tokens", chunked=chunked)
-    corrupted = check_tokens(model, corrupted, name="corrupted tokens", chunked=chunked)
+    clean = check_tokens(model, clean, name="clean tokens", chunked=chunked, min_len=min_len)
+    corrupted = check_tokens(
+        model, corrupted, name="corrupted tokens", chunked=chunked, min_len=min_len
+    )
     if clean.shape != corrupted.shape:
         raise InterpError(
             f"clean tokens {tuple(clean.shape)} and corrupted tokens "

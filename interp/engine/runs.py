@@ -119,9 +119,9 @@ def check_runs(
     if patching:
         if corrupted_tokens is None:
             raise InterpError(f"{what} needs corrupted_tokens (the run patched from)")
-        if min_len > 1:
-            tokens = check_tokens(model, tokens, min_len=min_len, chunked=True)
-        tokens, corrupted = check_token_pair(model, tokens, corrupted_tokens, chunked=True)
+        tokens, corrupted = check_token_pair(
+            model, tokens, corrupted_tokens, chunked=True, min_len=min_len
+        )
         if loss_mask is not None:
             raise InterpError(
                 "loss_mask is for the default loss metric of an ablation; a patch scores its "

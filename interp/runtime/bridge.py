@@ -122,14 +122,23 @@ class BridgeRuntime(Runtime):
         Raises:
             KeyError: for a name that is not one of the model's hook points.
         """
-        if getattr(self.model, "compatibility_mode", False):
+        if hooks and getattr(self.model, "compatibility_mode", False):
             with self.model.hooks(fwd_hooks=list(hooks)):
                 yield
             return
+        with attached(self.model, self.hook_points(), hooks):
+            yield
+
+    def hook_points(self) -> dict[str, Any]:
+        """The bridge's hook points by name (aliases too), read once per model (its
+        ``hook_dict`` is rebuilt on every access).
+
+        Returns:
+            ``{hook name: HookPoint}``.
+        """
         if self._points is None:
             self._points = dict(self.model.hook_dict)
-        with attached(self.model, self._points, hooks):
-            yield
+        return self._points
 
     @property
     def rows_supported(self) -> bool:
@@ -414,9 +423,7 @@ class BridgeRuntime(Runtime):
         kwargs[self._cache_arg] = past
         if self._slots is None:  # found once per model
             self._slots, self._attentions = component_slots(hf), attentions(self.model)
-        if self._points is None:
-            self._points = dict(self.model.hook_dict)
-        points = self._points
+        points = self.hook_points()
         live = {id(points[name]) for name, _ in hooks if name in points}
         skip = skipping_blocks(self.model.blocks, start, state)
         with cache_alias(self._attentions), unbridged(self._slots if swap else (), live):

@@ -146,7 +146,7 @@ def check_decoding(rt: Any, extend: Callable[..., Any]) -> str:
         scale = max(1.0, float(whole.abs().max()))
         tol = tolerance(whole.dtype, scale, float32=1e-4)
         names = [f"blocks.{l}.attn.hook_z" for l in range(rt.n_layers)]
-        every = [(n, _same) for n in names if n in rt.model.hook_dict]
+        every = [(n, _same) for n in names if n in rt.hook_points()]
 
         def agrees(hooks: Sequence[tuple[str, Callable]], swap: bool) -> bool:
             got, past = extend(probe[:, :4], mask[:, :4], None, hooks, True, True, swap)

@@ -27,8 +27,9 @@ import torch
 
 from interp.core.hooks import hook_name
 from interp.core.protocol import HookedModel
-from interp.runtime.base import Hooks, Runtime, repeat_copies
+from interp.runtime.base import Hooks, Runtime
 from interp.runtime.hooking import attached
+from interp.runtime.rows import repeat_copies
 
 
 class NativeRuntime(Runtime):
