@@ -230,8 +230,9 @@ def attribute_edges(
         desc="edges", inputs=(edge_inputs(task), method, steps, wanted),
         prepare=lambda chunks: prepare_chunks(task, chunks, cache=cache),
     )  # fmt: skip
-    out = runner.run(model, tuple(task.tokens.shape), spec, memory_budget=memory_budget,
-                     estimate=estimate, progress=progress)  # fmt: skip
+    with eval_no_grad(model):  # every pass in eval mode, once (the gradients enable their own)
+        out = runner.run(model, tuple(task.tokens.shape), spec, memory_budget=memory_budget,
+                         estimate=estimate, progress=progress)  # fmt: skip
     if isinstance(out, Estimate):
         return out
     task.cost.add(out.forward_equivalents)
@@ -269,9 +270,8 @@ def _estimate(prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
     else:
         model = prep.rt.model
         at = hook_name("embed")  # the token embeddings of both runs
-        with eval_no_grad(model):
-            base_embed = activation_of(model, prep.base, at).float()
-            source_embed = activation_of(model, prep.source, at).float()
+        base_embed = activation_of(model, prep.base, at).float()
+        source_embed = activation_of(model, prep.source, at).float()
         alphas = [k / steps for k in range(steps, 0, -1)]  # the base point first
     G, diff = None, None
     for alpha in alphas:

@@ -45,7 +45,7 @@ from interp.core.checks import check_int, check_seed
 from interp.core.errors import InterpError
 from interp.core.metrics import Metric
 from interp.core.precision import model_dtype
-from interp.core.protocol import HookedModel, positions_label
+from interp.core.protocol import HookedModel, eval_no_grad, positions_label
 from interp.core.shapes import Tokens
 from interp.engine import runner
 from interp.engine.batching import check_work
@@ -218,11 +218,12 @@ def measure_circuits(
     Raises:
         InterpError: when the clean and corrupted runs agree.
     """
-    out = runner.run(
-        task.rt.model, tuple(task.tokens.shape),
-        circuit_task(task, masks, cache=cache, analysis=analysis),
-        memory_budget=memory_budget, estimate=estimate, progress=progress,
-    )  # fmt: skip
+    with eval_no_grad(task.rt.model):  # every pass in eval mode without gradients, once
+        out = runner.run(
+            task.rt.model, tuple(task.tokens.shape),
+            circuit_task(task, masks, cache=cache, analysis=analysis),
+            memory_budget=memory_budget, estimate=estimate, progress=progress,
+        )  # fmt: skip
     if isinstance(out, Estimate):
         return out
     task.cost.add(out.forward_equivalents)

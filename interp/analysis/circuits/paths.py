@@ -43,7 +43,7 @@ import pandas as pd
 from interp.core.errors import InterpError
 from interp.core.metrics import Metric
 from interp.core.precision import model_dtype
-from interp.core.protocol import HookedModel, positions_label
+from interp.core.protocol import HookedModel, eval_no_grad, positions_label
 from interp.core.shapes import Tokens
 from interp.engine import runner
 from interp.engine.batching import check_work
@@ -179,8 +179,9 @@ def path_patch(
         metric=task.metric, prepare=lambda chunks: prepare_chunks(task, chunks, cache=cache),
         fix="use shorter prompts", desc="paths", inputs=(edge_inputs(task), edits),
     )  # fmt: skip
-    out = runner.run(model, tuple(task.tokens.shape), spec, memory_budget=memory_budget,
-                     estimate=estimate, progress=progress)  # fmt: skip
+    with eval_no_grad(model):  # every pass in eval mode without gradients, once
+        out = runner.run(model, tuple(task.tokens.shape), spec, memory_budget=memory_budget,
+                         estimate=estimate, progress=progress)  # fmt: skip
     if isinstance(out, Estimate):
         return out
     task.cost.add(out.forward_equivalents)

@@ -158,12 +158,13 @@ def receiver_gradients(
     """One forward and one backward pass of ``metric`` on ``tokens`` (``embed`` replaces the
     token embedding: integrated gradients interpolate it; ``score_tokens``, default
     ``tokens``, are what the metric is scored against); parameters are not differentiated.
+    The model is in the caller's eval mode (:func:`interp.core.protocol.eval_no_grad`, entered
+    once around the whole run; the gradients are enabled here).
 
     Raises:
         InterpError: for a metric that is not one differentiable number.
     """
     from interp.core.metrics import scalar
-    from interp.core.protocol import eval_mode
 
     index = Index.of(graph)
     b, n = tokens.shape
@@ -208,7 +209,7 @@ def receiver_gradients(
             hooks.append((hook_name("resid_mid", l), keep(mid, l)))
             hooks.append((f"blocks.{l}.mlp.hook_in", leaf(("mlp", l))))
     hooks.append((hook_name("resid_post", graph.n_layers - 1), leaf(("logits", 0))))
-    with eval_mode(rt.model), FrozenParams(rt.model), torch.enable_grad():
+    with FrozenParams(rt.model), torch.enable_grad():
         logits = rt.run(tokens, hooks=hooks, rows=metric.rows)
         value = metric(logits, tokens if score_tokens is None else score_tokens)
         differentiable(value, metric.name, "edge attribution (EAP, EAP-IG)")

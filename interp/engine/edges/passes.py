@@ -86,11 +86,11 @@ def patch_edges(
     outputs), every other input the base run's: each pass resumes at its first edited
     receiver's layer, copies of one starting layer share passes, a pass that edits only
     the logits reads only them. Masks are built a pass at a time, so any number of edits
-    fits in memory."""
+    fits in memory. It runs in the caller's eval mode without gradients
+    (:func:`interp.core.protocol.eval_no_grad`, entered once around the whole run)."""
     from tqdm.auto import tqdm
 
     from interp.core.metrics import scalar
-    from interp.core.protocol import eval_no_grad
 
     rt, graph, b = prep.rt, prep.graph, prep.tokens.shape[0]
     L = graph.n_layers
@@ -101,30 +101,29 @@ def patch_edges(
     values: dict[int, float] = {}
     bar = tqdm(total=len(edits), disable=not progress, desc=desc, unit="edit")
     try:
-        with eval_no_grad(rt.model):
-            kept: dict[int, Any] = {}
-            need = {starts[c[0]] for c in chunks} - {0, L}
-            if need:
-                _, kept = rt.block_inputs(prep.base, need, rows=(-1,))  # logits unread
-                prep.cost.forward(rows=(-1,))
-            final = prep.base_inputs["final"]
-            for chunk in chunks:
-                start = starts[chunk[0]]
-                stacked = torch.zeros(len(chunk), *shape, device=prep.tokens.device)
-                for c, i in enumerate(chunk):
-                    for idx in edits[i]:
-                        stacked[(c, *idx)] = 1.0
-                er = prep.edge_run(stacked, ref=prep.base_out)
-                logits = run(
-                    rt, prep.base, er, start=start, kept=kept, final=final,
-                    rows=prep.metric.rows,
-                )  # fmt: skip
-                prep.cost.forward(len(chunk), start=start)
-                for c, i in enumerate(chunk):
-                    part = logits[c * b : (c + 1) * b]
-                    values[i] = scalar(prep.metric(part, prep.tokens), prep.metric.name)
-                del logits, part, er, stacked  # gone before the next pass makes its own
-                bar.update(len(chunk))
+        kept: dict[int, Any] = {}
+        need = {starts[c[0]] for c in chunks} - {0, L}
+        if need:
+            _, kept = rt.block_inputs(prep.base, need, rows=(-1,))  # logits unread
+            prep.cost.forward(rows=(-1,))
+        final = prep.base_inputs["final"]
+        for chunk in chunks:
+            start = starts[chunk[0]]
+            stacked = torch.zeros(len(chunk), *shape, device=prep.tokens.device)
+            for c, i in enumerate(chunk):
+                for idx in edits[i]:
+                    stacked[(c, *idx)] = 1.0
+            er = prep.edge_run(stacked, ref=prep.base_out)
+            logits = run(
+                rt, prep.base, er, start=start, kept=kept, final=final,
+                rows=prep.metric.rows,
+            )  # fmt: skip
+            prep.cost.forward(len(chunk), start=start)
+            for c, i in enumerate(chunk):
+                part = logits[c * b : (c + 1) * b]
+                values[i] = scalar(prep.metric(part, prep.tokens), prep.metric.name)
+            del logits, part, er, stacked  # gone before the next pass makes its own
+            bar.update(len(chunk))
     finally:
         bar.close()
     return [values[i] for i in range(len(edits))]

@@ -269,7 +269,7 @@ def begin_edge_task(
     """
     with eval_no_grad(task.rt.model):  # a cache of other tokens is refused, as everywhere
         check_cache(task.rt.model, task.tokens, cache)
-    return _first_passes(task, base_pass)
+        return _first_passes(task, base_pass)
 
 
 def begin_chunk(
@@ -279,7 +279,9 @@ def begin_chunk(
     budget), begun: :func:`begin_edge_task`'s passes on its prompts. Its cache was checked
     against every prompt before the first chunk (:func:`prepare_chunks`) and the engine reads
     no activation from it, so no chunk checks it again. Its passes are counted in its own
-    ``cost``, in forward-equivalents of its own prompts.
+    ``cost``, in forward-equivalents of its own prompts. It runs in the caller's eval mode
+    without gradients (:func:`interp.core.protocol.eval_no_grad`, entered once around the
+    runner's whole run).
 
     Raises:
         InterpError: for a model whose receivers cannot be given their own inputs exactly.
@@ -295,25 +297,24 @@ def _first_passes(task: EdgeTask, base_pass: bool | Literal["metric"]) -> EdgeTa
     plain pass (``base_pass="metric"``) or the replacement outputs."""
     rt, graph, m, tokens = task.rt, task.graph, task.metric, task.tokens
     metric_only = base_pass == "metric" and task.ablation == "patch"  # a plain base pass
-    with eval_no_grad(rt.model):
-        task.parts = parts = layer_parts(rt)
-        check_exact(rt, graph, parts, tokens)
-        if base_pass and not metric_only:
-            task.base_out, logits = sender_outputs(
-                rt, graph, task.base, parts=parts,
-                extra_hooks=input_hooks(graph, task.base_inputs), rows=m.rows,
-            )  # fmt: skip
-            task.base_value = scalar(m(logits, tokens), m.name)
-            task.cost.forward()
-        if task.ablation == "patch":
-            task.alt, logits = sender_outputs(rt, graph, task.source, parts=parts, rows=m.rows)
-            task.source_value = scalar(m(logits, tokens), m.name)
-            task.cost.forward()
-        if metric_only:  # the base run's metric alone (its outputs are not read)
-            task.base_value = scalar(m(rt.run(task.base, rows=m.rows), tokens), m.name)
-            task.cost.forward()
-        elif task.base_out is not None and task.ablation != "patch":
-            task.alt = task.replacement(task.base_out)
+    task.parts = parts = layer_parts(rt)
+    check_exact(rt, graph, parts, tokens)
+    if base_pass and not metric_only:
+        task.base_out, logits = sender_outputs(
+            rt, graph, task.base, parts=parts,
+            extra_hooks=input_hooks(graph, task.base_inputs), rows=m.rows,
+        )  # fmt: skip
+        task.base_value = scalar(m(logits, tokens), m.name)
+        task.cost.forward()
+    if task.ablation == "patch":
+        task.alt, logits = sender_outputs(rt, graph, task.source, parts=parts, rows=m.rows)
+        task.source_value = scalar(m(logits, tokens), m.name)
+        task.cost.forward()
+    if metric_only:  # the base run's metric alone (its outputs are not read)
+        task.base_value = scalar(m(rt.run(task.base, rows=m.rows), tokens), m.name)
+        task.cost.forward()
+    elif task.base_out is not None and task.ablation != "patch":
+        task.alt = task.replacement(task.base_out)
     return task
 
 
@@ -323,25 +324,25 @@ def prepare_chunks(task: EdgeTask, chunks: list[slice], *, cache: Any = None) ->
     (kept for :func:`task_rows`); with several chunks, mean ablation's senders' mean outputs
     over every prompt (one pass, a chunk at a time) and resample ablation's one draw for the
     whole batch, so the chunks give the numbers of one batch. Returns the passes'
-    forward-equivalents (of every prompt).
+    forward-equivalents (of every prompt). Like :func:`begin_chunk`, it runs in the caller's
+    eval mode without gradients.
 
     Raises:
         InterpError: for a cache of other tokens.
     """
     rt, n = task.rt, task.tokens.shape[0]
     cost = task.cost.like()
-    with eval_no_grad(rt.model):
-        task.checked_cache = check_cache(rt.model, task.tokens, cache)
-        if len(chunks) > 1 and task.ablation == "mean":
-            total = None
-            for sl in chunks:
-                out, _ = sender_outputs(rt, task.graph, task.base[sl])
-                part = out.double().sum(1, keepdim=True)
-                total = part if total is None else total + part
-                cost.forward((sl.stop - sl.start) / max(1, n), rows=ALL_ROWS)
-            task.mean_out = (total / n).float()
-        elif len(chunks) > 1 and task.ablation == "resample":
-            task.resample_index = resample_index(n, None, task.seed)
+    task.checked_cache = check_cache(rt.model, task.tokens, cache)
+    if len(chunks) > 1 and task.ablation == "mean":
+        total = None
+        for sl in chunks:
+            out, _ = sender_outputs(rt, task.graph, task.base[sl])
+            part = out.double().sum(1, keepdim=True)
+            total = part if total is None else total + part
+            cost.forward((sl.stop - sl.start) / max(1, n), rows=ALL_ROWS)
+        task.mean_out = (total / n).float()
+    elif len(chunks) > 1 and task.ablation == "resample":
+        task.resample_index = resample_index(n, None, task.seed)
     return cost.total
 
 
