@@ -167,3 +167,22 @@ def test_the_counted_cost_is_the_work(lab, name):
     got = meter.total / plain["prompt" if name in ON_THE_PROMPT else "tokens"]
     assert got > 0
     assert abs(counted - got) <= BAR * got, (name, counted, got)
+
+
+@pytest.mark.parametrize("heads", [None, ["L0H1"], ["L1H0"]], ids=["all", "layer 0", "layer 1"])
+def test_the_attention_only_sweep_counts_its_projection(heads):
+    """``resume-after-block`` (the shipped attention-only model): each edit's change of one
+    head's ``z`` through that head's ``W_O``, then the blocks after its layer."""
+    from interp.models import load_model
+
+    m = load_model("induction-2l")
+    toks = repeated_random_tokens(8, 12, d_vocab=m.cfg.d_vocab, seed=0).tokens
+    with torch.no_grad(), FlopMeter() as meter:
+        m(toks)
+    plain = meter.total
+    A.ablate_heads(m, toks, heads=heads)  # the path's check runs here
+    with FlopMeter() as meter:
+        out = A.ablate_heads(m, toks, heads=heads)
+    assert out.attrs["engine"] == "resume-after-block"
+    counted, got = float(out.attrs["forward_equivalents"]), meter.total / plain
+    assert abs(counted - got) <= BAR * got, (counted, got)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,9 +59,27 @@ def budget(device: Any = None, memory_budget: Any = None) -> int:
 def available_memory(device: Any = None) -> int:
     """Bytes a computation on ``device`` can still use (CPU: ``MemAvailable``; GPU: free memory).
 
-    Falls back to 4 GiB where neither can be read.
+    Read at most every :data:`FRESH` seconds per device (an analysis's checks and plan ask
+    several times within a call; on a small model each read of ``/proc/meminfo`` costs a
+    few percent of a pass). Falls back to 4 GiB where neither can be read.
     """
     dev_type = getattr(device, "type", str(device or "cpu"))
+    key = str(device) if dev_type == "cuda" else "cpu"
+    now = time.monotonic()
+    seen = _FREE.get(key)
+    if seen is not None and now - seen[0] < FRESH:
+        return seen[1]
+    free = _read_free(device, dev_type)
+    _FREE[key] = (now, free)
+    return free
+
+
+FRESH = 0.5  # seconds a reading of free memory stands for (available_memory)
+_FREE: dict[str, tuple[float, int]] = {}  # device -> (when read, bytes free)
+
+
+def _read_free(device: Any, dev_type: str) -> int:
+    """Free memory of ``device`` now (:func:`available_memory`, read afresh)."""
     if dev_type == "cuda":
         import torch
 

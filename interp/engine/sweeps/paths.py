@@ -76,21 +76,41 @@ class AfterBlock:
         resid = self.kept[hook_name("resid_post", layer)]
         W = self.w_o[layer].to(z.device).float()  # [head, d_head, d_model]
         target = None if values is None else values[hook_name("z", layer)].to(z.dtype)
-        deltas = []
-        for edit in chunk:
-            # new - z: the edited slices' new value minus z there (what z - z is elsewhere: 0)
-            diff = torch.zeros_like(z)  # [batch, pos, head, d_head]
-            for st in edit:
-                sel = st.index(z.ndim, z.device)
-                diff[sel] = (0.0 if target is None else target[sel]) - z[sel]
-            out = torch.einsum("bphe,hed->bpd", diff.float(), W)
-            deltas.append(resid + out.to(resid.dtype))  # accumulated in float32, rounded once
-        state = torch.cat(deltas) if k > 1 else deltas[0]
+        b = resid.shape[0]
+        state = resid.repeat(k, *([1] * (resid.ndim - 1))) if k > 1 else resid.clone()
+        for i, edit in enumerate(chunk):
+            # accumulated in float32, rounded once into the residual stream
+            state[i * b : (i + 1) * b] += _head_delta(edit, z, W, target).to(resid.dtype)
         logits = self.rt.run(self.tokens, start=layer + 1, state=state, rows=rows)
         if cost is not None:
-            cost.per_token(projection_flops(W), k)  # each edit's heads through W_O
+            cost.per_token(sum(projection_flops(e, W.shape) for e in chunk))  # through W_O
             cost.forward(k, start=layer + 1)
-        return list(logits.split(resid.shape[0])) if k > 1 else [logits]
+        return list(logits.split(b)) if k > 1 else [logits]
+
+
+def _head_delta(
+    edit: Edit, z: torch.Tensor, W: torch.Tensor, target: torch.Tensor | None
+) -> torch.Tensor:
+    """What ``edit`` adds to the residual stream after its layer: ``(new - z) W_O`` over the
+    edited slices of ``z [batch, pos, head, d_head]`` (``new``: ``target``'s slices, or zero),
+    in float32. One whole head at every position (an ablation or patch of one head) is one
+    product with that head's ``W_O``; other edits project their slices' differences through
+    every head's."""
+    if one_head(edit):
+        h = edit[0].head
+        new = 0.0 if target is None else target[:, :, h]
+        return (new - z[:, :, h]).float() @ W[h]
+    # new - z: the edited slices' new value minus z there (what z - z is elsewhere: 0)
+    diff = torch.zeros_like(z)  # [batch, pos, head, d_head]
+    for st in edit:
+        sel = st.index(z.ndim, z.device)
+        diff[sel] = (0.0 if target is None else target[sel]) - z[sel]
+    return torch.einsum("bphe,hed->bpd", diff.float(), W)
+
+
+def one_head(edit: Edit) -> bool:
+    """Is ``edit`` one whole head at every position (:func:`_head_delta`'s one product)?"""
+    return len(edit) == 1 and edit[0].head is not None and edit[0].positions is None
 
 
 # ----------------------------------------------------- resume at the first edited block
@@ -200,7 +220,9 @@ def likely_path(
     return paths[0][0].name if paths else "loop"
 
 
-def projection_flops(W_O: torch.Tensor) -> float:
-    """FLOPs per token of projecting every head's ``z`` through ``W_O [head, d_head,
-    d_model]`` (``resume-after-block``'s edit of one layer)."""
-    return 2.0 * W_O.numel()
+def projection_flops(edit: Edit, shape: Sequence[int]) -> float:
+    """FLOPs per token of projecting ``edit``'s change of ``z`` through ``W_O``, whose shape is
+    ``[head, d_head, d_model]`` (``resume-after-block``, :func:`_head_delta`): one head's
+    ``W_O`` for one whole head, every head's otherwise."""
+    h, e, d = (int(x) for x in shape)
+    return 2.0 * (1 if one_head(edit) else h) * e * d

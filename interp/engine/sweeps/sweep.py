@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from interp.core.errors import InterpError
+from interp.core.hooks import hook_name
 from interp.core.metrics import Metric, scalar
 from interp.core.protocol import HookedModel
 from interp.engine.batching import check_work, copies_per_pass, pack
@@ -166,10 +167,10 @@ def sweep_work(
             cost.forward((pos - shared) / pos, start=edit_start(e))
         return cost.total
     after = 1 if path == AfterBlock.name else 0
-    W_O = rt.model.W_O if after else None  # stacked once: each read of the property stacks
+    shape = rt.activation_shape(hook_name("z", 0), 1)[1:] + (rt.d_model,) if after else ()
     for e in edits:
-        if W_O is not None:
-            cost.per_token(projection_flops(W_O[edit_start(e)]))
+        if after:
+            cost.per_token(projection_flops(e, shape))
         cost.forward(start=min(L, edit_start(e) + after))
     return cost.total
 
@@ -286,7 +287,7 @@ def sweep(
         path=path,
         note=note,
         passes=len(chunks) + 1,
-        cost=cost.forward_equivalents,
+        cost=cost.total,  # rounded once, where the analysis states it
     )
 
 
