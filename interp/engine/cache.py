@@ -19,14 +19,14 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
 
 from interp.core.errors import InterpError
 from interp.core.protocol import HookedModel, hook_names
-from interp.runtime import runtime_of
+from interp.runtime import Runtime, runtime_of
 
 # Hooks whose values do not depend on the token ids (only on positions): a cache that
 # holds only these cannot show which tokens it was built on.
@@ -51,7 +51,16 @@ def activation_of(model: HookedModel, tokens: torch.Tensor, name: str) -> torch.
     Raises:
         InterpError: if the hook never fires.
     """
-    got = cache_of(model, tokens, [name])
+    return activation_in(runtime_of(model), tokens, name)
+
+
+def activation_in(rt: Runtime, tokens: torch.Tensor, name: str) -> torch.Tensor:
+    """:func:`activation_of` through the model's runtime ``rt`` (an engine that holds it).
+
+    Raises:
+        InterpError: if the hook never fires.
+    """
+    got = cache_in(rt, tokens, [name])
     if name not in got:
         raise InterpError(f"the model's hook {name} never fired on these tokens")
     return got[name]
@@ -87,6 +96,11 @@ def cache_of(
     Equal to ``model.run_with_cache(tokens, names_filter=names)[1]`` for those names;
     a name the model never fires is simply absent (the caller names the problem).
     """
+    return cache_in(runtime_of(model), tokens, names)
+
+
+def cache_in(rt: Runtime, tokens: torch.Tensor, names: Sequence[str]) -> dict[str, torch.Tensor]:
+    """:func:`cache_of` through the model's runtime ``rt`` (an engine that holds it)."""
     wanted = list(dict.fromkeys(names))
     acts: dict[str, torch.Tensor] = {}
 
@@ -100,7 +114,7 @@ def cache_of(
 
     try:
         with torch.no_grad():
-            runtime_of(model).run(tokens, hooks=[(n, keeper(n)) for n in wanted])
+            rt.run(tokens, hooks=[(n, keeper(n)) for n in wanted])
     except StopForward:
         pass
     return {n: acts[n] for n in names if n in acts}
@@ -263,6 +277,37 @@ def check_cache(
     """
     if cache is None:
         return None
+    known = set() if isinstance(cache, CheckedCache) else hook_names(model)  # checked once
+    return check_cache_in(runtime_of(model), known, tokens, cache, needs=needs)
+
+
+def check_cache_in(
+    rt: Runtime,
+    known: Collection[str],
+    tokens: torch.Tensor,
+    cache: Any,
+    *,
+    needs: Sequence[str] = (),
+) -> CheckedCache | None:
+    """:func:`check_cache` for an engine that holds the model's runtime ``rt`` and its hook
+    names ``known`` (read once, at the start of its task).
+
+    Args:
+        rt: The model's runtime (:func:`interp.runtime.runtime_of`).
+        known: Every hook name the model exposes (:func:`interp.core.protocol.hook_names`).
+        tokens: The tokens the cache must belong to.
+        cache: The cache, a :class:`CheckedCache` or None.
+        needs: Hooks to complete.
+
+    Returns:
+        The :class:`CheckedCache`, or None for no cache.
+
+    Raises:
+        InterpError: as :func:`check_cache`.
+    """
+    model = rt.model
+    if cache is None:
+        return None
     if isinstance(cache, CheckedCache):
         if cache.model is not model or not torch.equal(cache.tokens, tokens):
             raise InterpError("this cache was checked against other tokens or another model")
@@ -277,7 +322,6 @@ def check_cache(
         raise InterpError(
             "the cache is empty; build it with model.run_with_cache(tokens), or pass cache=None"
         )
-    known = hook_names(model)
     usable = [k for k in keys if k in known and not any(t in k for t in _TOKEN_FREE)]
     if not usable:
         raise InterpError(
@@ -286,7 +330,7 @@ def check_cache(
         )
     evidence = min(usable, key=_stage)
     given = with_batch(cache[evidence], tokens)
-    fresh = activation_of(model, tokens, evidence)
+    fresh = activation_in(rt, tokens, evidence)
     if not isinstance(given, torch.Tensor) or tuple(given.shape) != tuple(fresh.shape):
         shape = tuple(given.shape) if isinstance(given, torch.Tensor) else type(given).__name__
         raise InterpError(

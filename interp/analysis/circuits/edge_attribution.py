@@ -56,7 +56,7 @@ from interp.core.protocol import HookedModel, eval_no_grad, positions_label
 from interp.core.shapes import Tokens
 from interp.engine import runner
 from interp.engine.batching import check_work
-from interp.engine.cache import activation_of
+from interp.engine.cache import activation_in
 from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction
 from interp.engine.edges.cost import (
@@ -268,10 +268,9 @@ def _estimate(prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
     if method == "eap":
         alphas = [1.0]
     else:
-        model = prep.rt.model
         at = hook_name("embed")  # the token embeddings of both runs
-        base_embed = activation_of(model, prep.base, at).float()
-        source_embed = activation_of(model, prep.source, at).float()
+        base_embed = activation_in(prep.rt, prep.base, at).float()
+        source_embed = activation_in(prep.rt, prep.source, at).float()
         alphas = [k / steps for k in range(steps, 0, -1)]  # the base point first
     G, diff = None, None
     for alpha in alphas:

@@ -67,6 +67,8 @@ class Graph:
     receiver_input: tuple[str, ...]  # "q", "k", "v", "mlp", "logits"
     receiver_head: tuple[int, ...]  # head (q) or key/value head (k, v) index; -1 otherwise
     valid: np.ndarray  # [n_senders, n_receivers] bool: the edges
+    # every hook name the model exposes, read once with the graph (a cache is checked by them)
+    hook_names: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)
 
     @property
     def n_edges(self) -> int:
@@ -319,6 +321,7 @@ def build_graph(model: HookedModel) -> Graph:
         receiver_input=tuple(r_input),
         receiver_head=tuple(r_head),
         valid=valid,
+        hook_names=frozenset(names),
     )
 
 

@@ -41,7 +41,7 @@ from interp.core.errors import InterpError
 from interp.core.metrics import scalar
 from interp.core.protocol import HookedModel, eval_no_grad
 from interp.engine.ablations import resample_index
-from interp.engine.cache import cache_rows, check_cache
+from interp.engine.cache import cache_rows, check_cache_in
 from interp.engine.cost import ALL_ROWS, Cost
 from interp.engine.direction import runs
 from interp.engine.edges import cost as edge_cost
@@ -268,7 +268,7 @@ def begin_edge_task(
             their own inputs exactly.
     """
     with eval_no_grad(task.rt.model):  # a cache of other tokens is refused, as everywhere
-        check_cache(task.rt.model, task.tokens, cache)
+        check_cache_in(task.rt, task.graph.hook_names, task.tokens, cache)
         return _first_passes(task, base_pass)
 
 
@@ -332,7 +332,7 @@ def prepare_chunks(task: EdgeTask, chunks: list[slice], *, cache: Any = None) ->
     """
     rt, n = task.rt, task.tokens.shape[0]
     cost = task.cost.like()
-    task.checked_cache = check_cache(rt.model, task.tokens, cache)
+    task.checked_cache = check_cache_in(rt, task.graph.hook_names, task.tokens, cache)
     if len(chunks) > 1 and task.ablation == "mean":
         total = None
         for sl in chunks:
