@@ -212,6 +212,28 @@ def scalar(value: Any, name: str) -> float:
     return out
 
 
+def differentiable(value: Any, name: str, what: str) -> None:
+    """Refuse a metric value a gradient cannot be taken of: not one number, or one computed
+    outside torch (a Python float), or cut off from the logits.
+
+    Raises:
+        InterpError: naming the metric, what needs its gradient and the exact alternative.
+    """
+    if isinstance(value, torch.Tensor) and value.numel() != 1:
+        scalar(value, name)  # raises: a gradient is taken of one number
+    if not isinstance(value, torch.Tensor):
+        raise InterpError(
+            f"metric {name!r} returned a {type(value).__name__}, which is not differentiable: "
+            f"{what} needs a torch scalar computed from the logits (no .item() or float()); "
+            "exact measurements (method='exact', the ablate and patch sweeps) take any number"
+        )
+    if not value.requires_grad:
+        raise InterpError(
+            f"metric {name!r} is not differentiable in the model's output; {what} needs a "
+            "metric computed from the logits with torch operations"
+        )
+
+
 def next_token_nll(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """``[batch, pos - 1]`` cross-entropy of ``tokens[:, 1:]`` given ``logits[:, :-1]``."""
     logp = F.log_softmax(logits[:, :-1].float(), dim=-1)

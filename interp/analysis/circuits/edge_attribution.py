@@ -69,6 +69,7 @@ from interp.engine.edges.cost import (
 from interp.engine.edges.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
 from interp.engine.edges.graph import Graph
 from interp.engine.edges.passes import patch_edges
+from interp.engine.edges.run import replacement_outputs
 from interp.engine.edges.task import (
     EdgeTask,
     begin_chunk,
@@ -288,7 +289,7 @@ def _estimate(prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
                 diff = prep.base_out.neg_()
             else:
                 if prep.alt is None:
-                    prep.alt = prep.replacement(prep.base_out)
+                    prep.alt = replacement_outputs(prep, prep.base_out)
                 diff = prep.alt.sub_(prep.base_out)  # in place: the outputs are not needed after
             prep.alt = prep.base_out = None  # [sender, batch, pos, d_model] held once, as diff
             if prep.positions is not None:

@@ -40,6 +40,7 @@ import torch
 
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
+from interp.core.metrics import differentiable, scalar
 from interp.core.protocol import HookedModel
 from interp.engine.cache import StopForward
 from interp.engine.edges.graph import Index
@@ -64,30 +65,6 @@ class FrozenParams:
     def __exit__(self, *exc: Any) -> None:
         for p in self.params:
             p.requires_grad_(True)
-
-
-def differentiable(value: Any, name: str, what: str) -> None:
-    """Refuse a metric value a gradient cannot be taken of: not one number, or one computed
-    outside torch (a Python float), or cut off from the logits.
-
-    Raises:
-        InterpError: naming the metric, what needs its gradient and the exact alternative.
-    """
-    from interp.core.metrics import scalar
-
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        scalar(value, name)  # raises: a gradient is taken of one number
-    if not isinstance(value, torch.Tensor):
-        raise InterpError(
-            f"metric {name!r} returned a {type(value).__name__}, which is not differentiable: "
-            f"{what} needs a torch scalar computed from the logits (no .item() or float()); "
-            "exact measurements (method='exact', the ablate and patch sweeps) take any number"
-        )
-    if not value.requires_grad:
-        raise InterpError(
-            f"metric {name!r} is not differentiable in the model's output; {what} needs a "
-            "metric computed from the logits with torch operations"
-        )
 
 
 def _vjp(
@@ -164,9 +141,8 @@ def receiver_gradients(
     Raises:
         InterpError: for a metric that is not one differentiable number.
     """
-    from interp.core.metrics import scalar
-
     index = Index.of(graph)
+    frozen = FrozenParams(rt.model)  # only activation gradients are taken
     b, n = tokens.shape
     at: dict[tuple[str, int], torch.Tensor] = {}
     pre: dict[int, torch.Tensor] = {}
@@ -209,7 +185,7 @@ def receiver_gradients(
             hooks.append((hook_name("resid_mid", l), keep(mid, l)))
             hooks.append((f"blocks.{l}.mlp.hook_in", leaf(("mlp", l))))
     hooks.append((hook_name("resid_post", graph.n_layers - 1), leaf(("logits", 0))))
-    with FrozenParams(rt.model), torch.enable_grad():
+    with frozen, torch.enable_grad():
         logits = rt.run(tokens, hooks=hooks, rows=metric.rows)
         value = metric(logits, tokens if score_tokens is None else score_tokens)
         differentiable(value, metric.name, "edge attribution (EAP, EAP-IG)")
@@ -343,7 +319,6 @@ def head_gradients(
     Raises:
         InterpError: for a metric that is not one differentiable number.
     """
-    from interp.core.metrics import scalar
     from interp.core.protocol import eval_mode
 
     zs: dict[int, torch.Tensor] = {}

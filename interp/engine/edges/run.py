@@ -51,6 +51,8 @@ import torch
 
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name
+from interp.engine.ablations import resample_index
+from interp.engine.cost import ALL_ROWS
 from interp.engine.edges.graph import Graph, Index
 from interp.runtime import Layer, Runtime, kept_rows, scatter_rows
 
@@ -378,6 +380,40 @@ def sender_outputs(
         logits = rt.run(tokens, hooks=hooks, rows=rows)
     check_filled(seen, graph)
     return out, logits
+
+
+def replacement(ablation: str, outputs: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """The senders' replacement outputs ``[sender, batch, pos, d_model]`` for zero, mean or
+    resample ablation, made from the base run's ``outputs`` (resample: each sequence's
+    outputs are another sequence's, drawn with ``seed``)."""
+    if ablation == "zero":
+        return torch.zeros_like(outputs)
+    if ablation == "resample":
+        idx = resample_index(outputs.shape[1], None, seed, device=outputs.device)
+        return outputs[:, idx].contiguous()
+    return outputs.mean(1, keepdim=True).expand_as(outputs).contiguous()
+
+
+def replacement_outputs(task: Any, outputs: torch.Tensor) -> torch.Tensor:
+    """The senders' replacement outputs for an edge task's zero, mean or resample ablation,
+    from the base run's ``outputs``; in a chunk of a larger batch, the whole batch's mean,
+    or the outputs of the sequences drawn for this chunk's rows (one more pass, counted in
+    the task's ``cost``).
+
+    Args:
+        task: The edge task (:class:`interp.engine.edges.task.EdgeTask`).
+        outputs: The base run's senders' outputs ``[sender, batch, pos, d_model]``.
+
+    Returns:
+        The replacement outputs, of the same shape.
+    """
+    if task.ablation == "mean" and task.mean_out is not None:
+        return task.mean_out.expand_as(outputs).contiguous()
+    if task.ablation == "resample" and task.resample_tokens is not None:
+        alt, _ = sender_outputs(task.rt, task.graph, task.resample_tokens, parts=task.parts)
+        task.cost.forward(rows=ALL_ROWS)  # its logits are not read, but made
+        return alt
+    return replacement(task.ablation, outputs, task.seed)
 
 
 def check_filled(seen: set[int], graph: Graph) -> None:

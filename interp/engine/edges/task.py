@@ -51,6 +51,8 @@ from interp.engine.edges.run import (
     check_exact,
     input_hooks,
     layer_parts,
+    replacement,  # noqa: F401 - its home was here
+    replacement_outputs,
     sender_outputs,
 )
 from interp.engine.runs import check_runs
@@ -128,16 +130,8 @@ class EdgeTask:
         )
 
     def replacement(self, outputs: torch.Tensor) -> torch.Tensor:
-        """The senders' replacement outputs for this task's zero, mean or resample ablation,
-        from the base run's ``outputs``; in a chunk of a larger batch, the whole batch's mean,
-        or the outputs of the sequences drawn for this chunk's rows (one more pass)."""
-        if self.ablation == "mean" and self.mean_out is not None:
-            return self.mean_out.expand_as(outputs).contiguous()
-        if self.ablation != "resample" or self.resample_tokens is None:
-            return replacement(self.ablation, outputs, self.seed)
-        alt, _ = sender_outputs(self.rt, self.graph, self.resample_tokens, parts=self.parts)
-        self.cost.forward(rows=ALL_ROWS)  # its logits are not read, but made
-        return alt
+        """:func:`interp.engine.edges.run.replacement_outputs` of this task."""
+        return replacement_outputs(self, outputs)
 
     def rows(self, rows: slice, metric: Any) -> EdgeTask:
         """This checked task on the prompts ``rows`` (a chunk of the batch, not begun),
@@ -151,18 +145,6 @@ class EdgeTask:
         if self.resample_index is not None:
             sub.resample_tokens = self.tokens[self.resample_index[rows]]
         return sub
-
-
-def replacement(ablation: str, outputs: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    """The senders' replacement outputs ``[sender, batch, pos, d_model]`` for zero, mean or
-    resample ablation, made from the base run's ``outputs`` (resample: each sequence's
-    outputs are another sequence's, drawn with ``seed``)."""
-    if ablation == "zero":
-        return torch.zeros_like(outputs)
-    if ablation == "resample":
-        idx = resample_index(outputs.shape[1], None, seed, device=outputs.device)
-        return outputs[:, idx].contiguous()
-    return outputs.mean(1, keepdim=True).expand_as(outputs).contiguous()
 
 
 def check_edge_task(
@@ -310,11 +292,11 @@ def _first_passes(task: EdgeTask, base_pass: bool | Literal["metric"]) -> EdgeTa
         task.alt, logits = sender_outputs(rt, graph, task.source, parts=parts, rows=m.rows)
         task.source_value = scalar(m(logits, tokens), m.name)
         task.cost.forward()
-    if metric_only:  # the base run's metric alone (its outputs are not read)
+    if task.base_out is not None and task.ablation != "patch":
+        task.alt = replacement_outputs(task, task.base_out)
+    elif metric_only:  # the base run's metric alone (its outputs are not read)
         task.base_value = scalar(m(rt.run(task.base, rows=m.rows), tokens), m.name)
         task.cost.forward()
-    elif task.base_out is not None and task.ablation != "patch":
-        task.alt = task.replacement(task.base_out)
     return task
 
 
