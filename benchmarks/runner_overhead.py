@@ -16,7 +16,11 @@ position, the corrupted prompts' second half from other random tokens) on a smal
 GPT-2-shaped bridge (:func:`interp.models.hf.random_gpt2`: 2 layers, d_model 128, 4 heads,
 an MLP, vocabulary 512) with the same 32 x 25 tokens.
 
+``--smollm2`` times the two on SmolLM2-135M, the heads of layers 0, 15 and 29 (27 of 270),
+with the same 32 x 25 tokens, in ``repeats // 20`` rounds (each round is about a minute).
+
     python benchmarks/runner_overhead.py [--repeats 50] [--threads N] [--cpu-time] [--gpt2]
+        [--smollm2]
 
 Timings on a shared 2-core machine are noisy: read ratios within one run, alone.
 ``--cpu-time`` times by this process's CPU time instead of the wall clock: with
@@ -110,12 +114,39 @@ def gpt2_cases(repeats: int) -> None:
         print(f"{name}: engine {fn().attrs['engine']}")
 
 
+def smollm2_cases(repeats: int) -> None:
+    """``ablate_heads`` and ``patch_heads`` of the heads of layers 0, 15 and 29 (27 of 270)
+    on SmolLM2-135M (random weights where no checkpoint is local) with 32 x 25 tokens."""
+    from interp.core.metrics import logit_diff_metric
+
+    model = load_model("smollm2-135m")
+    vocab = model.cfg.d_vocab
+    data = repeated_random_tokens(32, 12, d_vocab=vocab, seed=0).tokens
+    other = repeated_random_tokens(32, 12, d_vocab=vocab, seed=1).tokens
+    corrupted = data.clone()
+    corrupted[:, 13:] = other[:, 13:]
+    metric = logit_diff_metric(data[:, -1], other[:, -1])
+    heads = [f"L{l}H{h}" for l in (0, 15, 29) for h in range(model.cfg.n_heads)]
+    print(f"\nSmolLM2-135M bridge, {len(heads)} heads of layers 0, 15, 29, "
+          f"{tuple(data.shape)} tokens")  # fmt: skip
+    cases = {
+        "ablate_heads": lambda: A.ablate_heads(model, data, heads=heads),
+        "patch_heads": lambda: A.patch_heads(
+            model, data, corrupted_tokens=corrupted, metric=metric, heads=heads
+        ),
+    }
+    report(model, data, cases, repeats)
+    for name, fn in cases.items():
+        print(f"{name}: engine {fn().attrs['engine']}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--cpu-time", action="store_true", help="time by CPU time, not wall")
     ap.add_argument("--gpt2", action="store_true", help="also a random GPT-2-shaped bridge")
+    ap.add_argument("--smollm2", action="store_true", help="also SmolLM2-135M (minutes)")
     args = ap.parse_args()
     global CLOCK
     if args.cpu_time:
@@ -142,6 +173,8 @@ def main() -> None:
     print(f"the runner alone (plan, one empty chunk, combine): {ms['runner']:.3f} ms per call")
     if args.gpt2:
         gpt2_cases(args.repeats)
+    if args.smollm2:
+        smollm2_cases(max(1, args.repeats // 20))
 
 
 if __name__ == "__main__":

@@ -30,10 +30,10 @@ ATOL, RTOL = 1e-5, 1e-5  # a path must match the plain loop this closely to be u
 
 
 # ------------------------------------------------------------------------------ the loop
-def loop_pass(rt: Runtime, tokens, chunk, values, cost: Cost | None = None) -> list:
+def loop_pass(rt: Runtime, tokens, packed, values, cost: Cost | None = None) -> list:
     """One full forward pass per edit: the reference every faster path is checked against."""
     out = []
-    for edit in chunk:
+    for edit in packed:
         out.append(rt.run(tokens, hooks=edit_hooks([edit], values, tokens.shape[0])))
         if cost is not None:
             cost.forward(rows=ALL_ROWS)  # a loop pass unembeds every row
@@ -69,21 +69,21 @@ class AfterBlock:
             for e in edits
         )
 
-    def run(self, chunk, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
-        k = len(chunk)
-        layer = chunk[0][0].layer
+    def run(self, packed, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
+        k = len(packed)
+        layer = packed[0][0].layer
         z = self.kept[hook_name("z", layer)]
         resid = self.kept[hook_name("resid_post", layer)]
         W = self.w_o[layer].to(z.device).float()  # [head, d_head, d_model]
         target = None if values is None else values[hook_name("z", layer)].to(z.dtype)
         b = resid.shape[0]
         state = resid.repeat(k, *([1] * (resid.ndim - 1))) if k > 1 else resid.clone()
-        for i, edit in enumerate(chunk):
+        for i, edit in enumerate(packed):
             # accumulated in float32, rounded once into the residual stream
             state[i * b : (i + 1) * b] += _head_delta(edit, z, W, target).to(resid.dtype)
         logits = self.rt.run(self.tokens, start=layer + 1, state=state, rows=rows)
         if cost is not None:
-            cost.per_token(sum(projection_flops(e, W.shape) for e in chunk))  # through W_O
+            cost.per_token(sum(projection_flops(e, W.shape) for e in packed))  # through W_O
             cost.forward(k, start=layer + 1)
         return list(logits.split(b)) if k > 1 else [logits]
 
@@ -124,13 +124,13 @@ class ResumeBlocks:
         self.tokens = tokens
         self.base_logits, self.kept = rt.block_inputs(tokens, starts - {0}, rows=rows)
 
-    def run(self, chunk, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
-        k = len(chunk)
+    def run(self, packed, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
+        k = len(packed)
         b = self.tokens.shape[0]
-        start = min(edit_start(edit) for edit in chunk)
+        start = min(edit_start(edit) for edit in packed)
         logits = self.rt.run(
             self.tokens,
-            hooks=edit_hooks(chunk, values, b),
+            hooks=edit_hooks(packed, values, b),
             rows=rows,
             start=start,
             state=self.kept.get(start),

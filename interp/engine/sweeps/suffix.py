@@ -107,14 +107,14 @@ class ResumeSuffix:
         self.kept = {l: _cut(v, shared) for l, v in kept.items()}
         self.past = rt.prefix(tokens[:, :shared])  # type: ignore[attr-defined]
 
-    def run(self, chunk, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
-        """The metric's logits of each edit in ``chunk``, ``len(chunk)`` copies in one pass."""
-        k, (b, n) = len(chunk), self.tokens.shape
+    def run(self, packed, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
+        """The metric's logits of each edit in ``packed``, ``len(packed)`` copies in one pass."""
+        k, (b, n) = len(packed), self.tokens.shape
         s = self.shared
-        start = min(edit_start(edit) for edit in chunk)
-        later = [[_later(st, s) for st in edit] for edit in chunk]
+        start = min(edit_start(edit) for edit in packed)
+        later = [[_later(st, s) for st in edit] for edit in packed]
         if values is not None:
-            dims = {st.hook: st.pos_dim for edit in chunk for st in edit}
+            dims = {st.hook: st.pos_dim for edit in packed for st in edit}
             values = {h: _cut(values[h], s, d) for h, d in dims.items()}
         logits = self.rt.run_shared(  # type: ignore[attr-defined]
             self.tokens, self.past, hooks=edit_hooks(later, values, b), rows=rows, start=start,

@@ -120,13 +120,13 @@ def sweep_outline(
     """What a sweep will do: ``path``, ``note``, ``edits``, ``edits_per_pass``, ``passes``."""
     path, note = choose_path(model, tokens, edits)
     k = sweep_copies(model, tokens, edits, batch_size, None)
-    n_chunks = len(pack([edit_start(e) for e in edits], k, mixed=path == "loop"))
+    n_passes = len(pack([edit_start(e) for e in edits], k, mixed=path == "loop"))
     return {
         "path": path,
         "note": note,
         "edits": len(edits),
         "edits_per_pass": k,
-        "passes": n_chunks + 1,
+        "passes": n_passes + 1,
     }
 
 
@@ -245,9 +245,9 @@ def sweep(
     rows = metric.rows
     k = sweep_copies(model, tokens, edits, batch_size, memory_budget, rows)
     path, note = choose_path(model, tokens, edits, rows=rows, shared=shared)
-    chunks = pack(starts, k, mixed=path == "loop")
+    passes = pack(starts, k, mixed=path == "loop")  # the edits each pass carries
     cost = Cost.of(model, tokens.shape[1], rows)
-    bar = _bar(len(chunks) + 1, progress, desc)
+    bar = _bar(len(passes) + 1, progress, desc)
     results: dict[int, float] = {}
     try:
         if path == suffix.ResumeSuffix.name:
@@ -263,8 +263,8 @@ def sweep(
         else:
             base_logits = rt.run(tokens, rows=rows)
 
-            def run(chunk, values, rows, cost):
-                return loop_pass(rt, tokens, chunk, values, cost)  # rows: every row
+            def run(packed, values, rows, cost):
+                return loop_pass(rt, tokens, packed, values, cost)  # rows: every row
 
         cost.forward()
         scored = tokens if score_tokens is None else score_tokens
@@ -273,9 +273,9 @@ def sweep(
             engine.base_logits = None  # the base run's logits are not held through the sweep
         del base_logits
         bar.update(1)
-        for chunk in chunks:
-            outs = run([edits[i] for i in chunk], values, rows, cost)
-            for i in chunk:
+        for packed in passes:
+            outs = run([edits[i] for i in packed], values, rows, cost)
+            for i in packed:
                 results[i] = scalar(metric(outs.pop(0), scored), metric.name)
             del outs  # a pass's logits are gone before the next pass makes its own
             bar.update(1)
@@ -286,7 +286,7 @@ def sweep(
         base=base,
         path=path,
         note=note,
-        passes=len(chunks) + 1,
+        passes=len(passes) + 1,
         cost=cost.total,  # rounded once, where the analysis states it
     )
 
