@@ -49,14 +49,12 @@ import torch
 from interp.analysis.circuits.circuit import edge_mask, position_edge_mask
 from interp.core.checks import check_finite, check_int
 from interp.core.errors import InterpError
-from interp.core.hooks import hook_name
 from interp.core.memory import check_table
 from interp.core.metrics import Metric
 from interp.core.protocol import HookedModel, eval_no_grad, positions_label
 from interp.core.shapes import Tokens
 from interp.engine import runner
 from interp.engine.batching import check_work
-from interp.engine.cache import activation_in
 from interp.engine.chunks import Estimate
 from interp.engine.direction import Direction
 from interp.engine.edges.cost import (
@@ -265,17 +263,13 @@ def attribute_edges(
 
 def _estimate(prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
     """EAP or EAP-IG scores ``[sender, receiver]``. The base pass (EAP's only one; EAP-IG's
-    last point, all the way to the base embeddings) also gives the base senders' outputs."""
-    if method == "eap":
-        alphas = [1.0]
-    else:
-        at = hook_name("embed")  # the token embeddings of both runs
-        base_embed = activation_in(prep.rt, prep.base, at).float()
-        source_embed = activation_in(prep.rt, prep.source, at).float()
-        alphas = [k / steps for k in range(steps, 0, -1)]  # the base point first
-    G, diff = None, None
-    for alpha in alphas:
-        embed = None if alpha == 1.0 else source_embed + alpha * (base_embed - source_embed)
+    last point, all the way to the base embeddings) also gives the base senders' outputs,
+    among them the base run's token embeddings (the ``embed`` sender's); the source run's are
+    its ``embed`` sender's from the first passes (EAP-IG needs ``ablation="patch"``)."""
+    alphas = [1.0] if method == "eap" else [k / steps for k in range(steps, 0, -1)]
+    G, diff, ends = None, None, None  # ends: the token embeddings of the base and source runs
+    for alpha in alphas:  # the base point first
+        embed = None if alpha == 1.0 else ends[1] + alpha * (ends[0] - ends[1])
         grads = receiver_gradients(
             prep.rt, prep.graph, prep.parts, prep.base, prep.metric, embed=embed,
             keep_senders=diff is None, score_tokens=prep.tokens,
@@ -285,6 +279,9 @@ def _estimate(prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
         if diff is None:  # alpha = 1: the base run
             prep.base_out, prep.base_value = grads.senders, grads.value
             grads.senders = None
+            if len(alphas) > 1:  # the embed sender's outputs: each run's token embeddings
+                e = prep.graph.senders.index("embed")
+                ends = prep.base_out[e].clone(), prep.alt[e].clone()
             if prep.ablation == "zero":  # no replacement to hold: the difference is -base
                 diff = prep.base_out.neg_()
             else:
