@@ -64,12 +64,10 @@ from interp.engine.edges.cost import (
     pass_work,
     patch_cost,
 )
-from interp.engine.edges.gradients import receiver_gradient_matrix, receiver_gradients, score_edges
+from interp.engine.edges.gradients import edge_estimates
 from interp.engine.edges.graph import Graph
 from interp.engine.edges.passes import patch_edges
-from interp.engine.edges.run import replacement_outputs
 from interp.engine.edges.task import (
-    EdgeTask,
     begin_chunk,
     check_edge_task,
     edge_inputs,
@@ -194,7 +192,7 @@ def attribute_edges(
             part = np.zeros(wanted.shape)
             part[where] = np.asarray(values) - prep.base_value
         else:
-            part = _estimate(prep, method, steps).numpy()
+            part = edge_estimates(prep, method, steps).numpy()
         return {"scores": part, "clean": prep.clean_value, "cost": prep.cost.total}
 
     # the cost, refused before any pass (interp.engine.edges.cost): the passes that run, what
@@ -259,42 +257,6 @@ def attribute_edges(
         )
     )
     return df
-
-
-def _estimate(prep: EdgeTask, method: str, steps: int) -> torch.Tensor:
-    """EAP or EAP-IG scores ``[sender, receiver]``. The base pass (EAP's only one; EAP-IG's
-    last point, all the way to the base embeddings) also gives the base senders' outputs,
-    among them the base run's token embeddings (the ``embed`` sender's); the source run's are
-    its ``embed`` sender's from the first passes (EAP-IG needs ``ablation="patch"``)."""
-    alphas = [1.0] if method == "eap" else [k / steps for k in range(steps, 0, -1)]
-    G, diff, ends = None, None, None  # ends: the token embeddings of the base and source runs
-    for alpha in alphas:  # the base point first
-        embed = None if alpha == 1.0 else ends[1] + alpha * (ends[0] - ends[1])
-        grads = receiver_gradients(
-            prep.rt, prep.graph, prep.parts, prep.base, prep.metric, embed=embed,
-            keep_senders=diff is None, score_tokens=prep.tokens,
-        )  # fmt: skip
-        prep.cost.forward()
-        prep.cost.backward()
-        if diff is None:  # alpha = 1: the base run
-            prep.base_out, prep.base_value = grads.senders, grads.value
-            grads.senders = None
-            if len(alphas) > 1:  # the embed sender's outputs: each run's token embeddings
-                e = prep.graph.senders.index("embed")
-                ends = prep.base_out[e].clone(), prep.alt[e].clone()
-            if prep.ablation == "zero":  # no replacement to hold: the difference is -base
-                diff = prep.base_out.neg_()
-            else:
-                if prep.alt is None:
-                    prep.alt = replacement_outputs(prep, prep.base_out)
-                diff = prep.alt.sub_(prep.base_out)  # in place: the outputs are not needed after
-            prep.alt = prep.base_out = None  # [sender, batch, pos, d_model] held once, as diff
-            if prep.positions is not None:
-                diff.mul_(prep.positions.float()[None, None, :, None])
-        # the mean gradient over the steps, then one product with the senders' differences
-        G = receiver_gradient_matrix(prep.graph, prep.parts, grads, G, 1.0 / len(alphas))
-        del grads
-    return score_edges(prep.graph, G, diff, each=prep.each)
 
 
 def _table(graph: Graph, wanted: np.ndarray, scores: np.ndarray, column: str) -> pd.DataFrame:

@@ -8,7 +8,8 @@ layer's norm (:meth:`interp.runtime.Norm.vjp`) to the residual stream the
 receiver reads, so nothing is recomputed in the forward pass.
 :func:`score_edges` multiplies every sender's output difference by every
 receiver's gradient in a few large products, blocks of receivers each reading
-only the senders before them.
+only the senders before them; :func:`edge_estimates` is edge attribution's
+(EAP, EAP-IG) chunk of these passes.
 
 Head attribution (:func:`head_gradients`) takes ``dM/dz`` at each head's
 ``hook_z`` (and ``dM/dA`` at attention patterns for AtP*'s QK fix) from the
@@ -44,7 +45,7 @@ from interp.core.metrics import differentiable, scalar
 from interp.core.protocol import HookedModel
 from interp.engine.cache import StopForward
 from interp.engine.edges.graph import Index
-from interp.engine.edges.run import check_filled, sender_hooks
+from interp.engine.edges.run import check_filled, replacement_outputs, sender_hooks
 from interp.runtime import Layer, Norm, Runtime
 
 
@@ -278,6 +279,57 @@ def score_edges(
     for lo, hi, n in _triangle_blocks(valid):  # each block's product reads only its senders
         scores[:n, lo:hi] = flat[:n] @ G[lo:hi].T
     return scores.cpu() * valid.to(torch.float32)
+
+
+def edge_estimates(prep: Any, method: str, steps: int) -> torch.Tensor:
+    """EAP or EAP-IG scores ``[sender, receiver]`` of a begun edge task
+    (:func:`interp.engine.edges.task.begin_chunk` without its base pass: ``prep``), for
+    :func:`interp.analysis.circuits.attribute_edges`. The base pass (EAP's only one; EAP-IG's
+    last point, all the way to the base embeddings) also gives the base senders' outputs,
+    among them the base run's token embeddings (the ``embed`` sender's); the source run's are
+    its ``embed`` sender's from the first passes (EAP-IG needs ``ablation="patch"``).
+
+    Args:
+        prep: The begun task (its ``alt`` holds the source run's senders' outputs, with
+            ``ablation="patch"``).
+        method: ``"eap"`` or ``"eap-ig"``.
+        steps: EAP-IG's interpolation steps.
+
+    Returns:
+        ``[sender, receiver]`` scores (``[sender, receiver, pos]`` per position), on the CPU.
+
+    Raises:
+        InterpError: for a metric that is not one differentiable number.
+    """
+    alphas = [1.0] if method == "eap" else [k / steps for k in range(steps, 0, -1)]
+    G, diff, ends = None, None, None  # ends: the token embeddings of the base and source runs
+    for alpha in alphas:  # the base point first
+        embed = None if alpha == 1.0 else ends[1] + alpha * (ends[0] - ends[1])
+        grads = receiver_gradients(
+            prep.rt, prep.graph, prep.parts, prep.base, prep.metric, embed=embed,
+            keep_senders=diff is None, score_tokens=prep.tokens,
+        )  # fmt: skip
+        prep.cost.forward()
+        prep.cost.backward()
+        if diff is None:  # alpha = 1: the base run
+            prep.base_out, prep.base_value = grads.senders, grads.value
+            grads.senders = None
+            if len(alphas) > 1:  # the embed sender's outputs: each run's token embeddings
+                e = prep.graph.senders.index("embed")
+                ends = prep.base_out[e].clone(), prep.alt[e].clone()
+            if prep.ablation == "zero":  # no replacement to hold: the difference is -base
+                diff = prep.base_out.neg_()
+            else:
+                if prep.alt is None:
+                    prep.alt = replacement_outputs(prep, prep.base_out)
+                diff = prep.alt.sub_(prep.base_out)  # in place: the outputs are not needed after
+            prep.alt = prep.base_out = None  # [sender, batch, pos, d_model] held once, as diff
+            if prep.positions is not None:
+                diff.mul_(prep.positions.float()[None, None, :, None])
+        # the mean gradient over the steps, then one product with the senders' differences
+        G = receiver_gradient_matrix(prep.graph, prep.parts, grads, G, 1.0 / len(alphas))
+        del grads
+    return score_edges(prep.graph, G, diff, each=prep.each)
 
 
 BLOCK_ROWS = 96  # receivers per product: fewer and the products are bound by memory
