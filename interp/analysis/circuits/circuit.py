@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,36 +218,72 @@ def position_edge_mask(graph: Graph, edges: Any, n_positions: int) -> np.ndarray
         InterpError: for an edge not in the graph, a position outside the prompt, or a mask
             of the wrong shape.
     """
-    P = int(n_positions)
+    return wanted_edges(graph, edges, n_positions)
 
-    def at(p: Any) -> int:
-        if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
-            raise InterpError(f"edge position must be an integer, got {p!r}")
-        if not -P <= int(p) < P:
-            raise InterpError(f"edge position {int(p)} is outside a prompt of {P} tokens")
-        return int(p) % P
 
-    if isinstance(edges, np.ndarray) or hasattr(edges, "numpy"):
-        arr = np.asarray(edges.numpy() if hasattr(edges, "numpy") else edges, dtype=bool)
-        if arr.ndim == 2:
-            return np.repeat(edge_mask(graph, arr)[..., None], P, axis=-1)
-        if arr.shape != (*graph.valid.shape, P):
-            raise InterpError(
-                f"edge mask has shape {arr.shape}; per position it must be "
-                f"{(*graph.valid.shape, P)}"
-            )
-        if (arr & ~graph.valid[..., None]).any():
-            raise InterpError("the edge mask holds pairs that are not edges of the graph")
-        return arr
-    if isinstance(edges, pd.DataFrame) and "position" in edges.columns:
-        items: list[Any] = list(zip(edges["sender"], edges["receiver"], edges["position"]))
-    elif isinstance(edges, (Circuit, pd.DataFrame)):
-        return np.repeat(edge_mask(graph, edges)[..., None], P, axis=-1)
-    elif isinstance(edges, (str, bytes)):
-        raise InterpError("edges must be a list of edges, not one string; pass [label]")
+def wanted_edges(graph: Graph, edges: Any, n_positions: int | None = None) -> np.ndarray:
+    """The edges an analysis reads, as a bool mask: ``None`` is every edge of the graph;
+    else ``edges`` in any form :func:`edge_mask` reads (``[sender, receiver]``), or, given
+    ``n_positions``, edges per position as :func:`position_edge_mask` reads them
+    (``[sender, receiver, pos]``). Every edge is read by :func:`edge_mask`, an edge at a
+    time in the order given.
+
+    Args:
+        graph: The model's graph.
+        edges: The edges (``None``: every edge).
+        n_positions: The prompts' length for edges per position (``positions="each"``);
+            ``None`` for whole edges.
+
+    Returns:
+        The bool mask (``graph.valid`` itself for every whole edge).
+
+    Raises:
+        InterpError: as :func:`edge_mask` and :func:`position_edge_mask`.
+    """
+    if n_positions is None:
+        if edges is None:
+            return graph.valid
+        parts: Iterable[tuple[Any, list[int] | None]] = [(edges, None)]
+        mask = None
     else:
-        items = list(edges)
-    mask = np.zeros((*graph.valid.shape, P), dtype=bool)
+        P = int(n_positions)
+        if edges is None:
+            return np.repeat(graph.valid[..., None], P, axis=-1)
+        mask = np.zeros((*graph.valid.shape, P), dtype=bool)
+        every = list(range(P))
+        if isinstance(edges, np.ndarray) or hasattr(edges, "numpy"):
+            arr = np.asarray(edges.numpy() if hasattr(edges, "numpy") else edges, dtype=bool)
+            if arr.ndim != 2:
+                if arr.shape != (*graph.valid.shape, P):
+                    raise InterpError(
+                        f"edge mask has shape {arr.shape}; per position it must be "
+                        f"{(*graph.valid.shape, P)}"
+                    )
+                if (arr & ~graph.valid[..., None]).any():
+                    raise InterpError("the edge mask holds pairs that are not edges of the graph")
+                return arr
+            parts = [(arr, every)]
+        elif isinstance(edges, pd.DataFrame) and "position" in edges.columns:
+            parts = _edges_at(list(zip(edges["sender"], edges["receiver"], edges["position"])), P)
+        elif isinstance(edges, (Circuit, pd.DataFrame)):
+            parts = [(edges, every)]
+        elif isinstance(edges, (str, bytes)):
+            raise InterpError("edges must be a list of edges, not one string; pass [label]")
+        else:
+            parts = _edges_at(list(edges), P)
+    for spec, ps in parts:  # each read as it comes: the first bad edge is the one named
+        one = edge_mask(graph, spec)
+        if mask is None:
+            return one
+        for p in ps:
+            mask[..., p] |= one
+    return mask
+
+
+def _edges_at(items: list[Any], P: int) -> Iterator[tuple[list[Any], list[int]]]:
+    """Each item of an edge list per position as ``(the edge, as edge_mask reads it, its
+    positions)``, read as it is reached: ``"a -> b @p"``, ``(a, b, p)``, or an edge without a
+    position (every position)."""
     for item in items:
         if isinstance(item, str) and "@" in item:
             edge, _, where = item.rpartition("@")
@@ -257,14 +293,20 @@ def position_edge_mask(graph: Graph, edges: Any, n_positions: int) -> np.ndarray
                 raise InterpError(
                     f"edge {item!r}: the position after '@' must be an integer"
                 ) from None
-            one, ps = edge_mask(graph, [edge.strip()]), [at(p)]
+            yield [edge.strip()], [_position(p, P)]
         elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 3:
-            one, ps = edge_mask(graph, [tuple(item[:2])]), [at(item[2])]
+            yield [tuple(item[:2])], [_position(item[2], P)]
         else:
-            one, ps = edge_mask(graph, [item]), list(range(P))
-        for p in ps:
-            mask[..., p] |= one
-    return mask
+            yield [item], list(range(P))
+
+
+def _position(p: Any, P: int) -> int:
+    """An edge's position in a prompt of ``P`` tokens (negative from the end), checked."""
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+        raise InterpError(f"edge position must be an integer, got {p!r}")
+    if not -P <= int(p) < P:
+        raise InterpError(f"edge position {int(p)} is outside a prompt of {P} tokens")
+    return int(p) % P
 
 
 def load_circuit(

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.analysis.circuits.circuit import edge_mask, position_edge_mask
+from interp.analysis.circuits.circuit import wanted_edges
 from interp.core.checks import check_finite, check_int
 from interp.core.errors import InterpError
 from interp.core.memory import check_table
@@ -174,12 +174,7 @@ def attribute_edges(
         positions=positions, direction=direction, seed=seed, per_position=True,
     )  # fmt: skip
     graph = task.graph
-    if task.each:
-        P = task.tokens.shape[1]
-        valid = np.repeat(graph.valid[..., None], P, axis=-1)
-        wanted = valid if edges is None else position_edge_mask(graph, edges, P)
-    else:
-        wanted = graph.valid if edges is None else edge_mask(graph, edges)
+    wanted = wanted_edges(graph, edges, task.tokens.shape[1] if task.each else None)
     if method == "exact":  # one edit a pass: each edge (at each position) alone
         where = np.nonzero(wanted)
         edits = [[idx] for idx in zip(*(w.tolist() for w in where))]
