@@ -4,8 +4,9 @@ Every circuit analysis (:mod:`interp.analysis.circuits`) states its cost here, b
 first pass: :func:`edge_footprint`, the :class:`~interp.engine.chunks.Footprint` the runner
 plans chunks with (what is held per prompt, per copy of a pass and whatever the chunk), from
 the model's config (:mod:`interp.core.memory`), the graph, the prompts' length and the
-metric's rows; :func:`copy_bytes` and :func:`edits_per_pass`, one copy of an edited pass and
-how many copies a pass packs (:mod:`interp.engine.batching`); :func:`pass_work`,
+metric's rows; :func:`copy_bytes` (of a task: :func:`copy_bytes_of`, which the footprint and
+each chunk's passes share) and :func:`edits_per_pass`, one copy of an edited pass and how
+many copies a pass packs (:mod:`interp.engine.batching`); :func:`pass_work`,
 :func:`gradient_work` and :func:`patch_cost`, the forward-equivalents the passes will run
 (:mod:`interp.engine.cost`'s FLOPs). Residual-width tensors of the engine are float32.
 
@@ -88,9 +89,7 @@ def edge_footprint(
         per = eap_bytes(model, senders=S, receivers=R, pos=P, rows=rows, steps=kind == "eap-ig")
         return Footprint(fixed=int(fixed), per_prompt=int(per))
     running = kind == "circuit"
-    per_copy, store = copy_bytes(
-        graph, rt, P, running=running, rows=metric_rows, logits_only=logits_only and not running
-    )
+    per_copy, store = copy_bytes_of(task, running=running, logits_only=logits_only and not running)
     f = stream_bytes(model, P, element=4)  # a sender's output, a receiver's gradient
     e = stream_bytes(model, P)  # a residual stream of the model's own
     recording = graph.n_heads * e + forward_bytes(model, 1, P, rows=rows)  # the sender pass
@@ -167,13 +166,30 @@ def copy_bytes(
     return per_copy, store
 
 
+def copy_bytes_of(task: Any, *, running: bool, logits_only: bool = False) -> tuple[int, int]:
+    """:func:`copy_bytes` of an edge task: its graph, runtime, prompts' length and metric's
+    rows (every row without a metric).
+
+    Args:
+        task: The edge task (:class:`interp.engine.edges.task.EdgeTask`).
+        running: Whether its passes are running passes (circuits).
+        logits_only: Whether a pass edits only the logits' input.
+
+    Returns:
+        ``(bytes of a copy, the part later layers read back)`` per prompt.
+    """
+    rows = task.metric.rows if task.metric is not None else None
+    return copy_bytes(
+        task.graph, task.rt, int(task.tokens.shape[1]), running=running, rows=rows,
+        logits_only=logits_only,
+    )  # fmt: skip
+
+
 def edits_per_pass(prep: Any, *, running: bool, logits_only: bool = False) -> int:
     """Copies per pass (:func:`interp.engine.batching.copies_per_pass`) under the task's
-    budget (:func:`copy_bytes`)."""
-    b, pos = prep.tokens.shape
-    per_copy, store = copy_bytes(
-        prep.graph, prep.rt, pos, running=running, rows=prep.metric.rows, logits_only=logits_only
-    )
+    budget (:func:`copy_bytes_of`)."""
+    b = prep.tokens.shape[0]
+    per_copy, store = copy_bytes_of(prep, running=running, logits_only=logits_only)
     return copies_per_pass(
         prep.tokens.numel(), prep.tokens.device, per_copy=b * per_copy, reread=b * store,
         memory_budget=prep.memory_budget,
