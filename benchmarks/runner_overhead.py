@@ -9,15 +9,14 @@ FLOPs over a plain pass's: :mod:`interp.engine.cost`) and the ratio ``time /
 (forward_equivalents x plain)``, 1.0 for an analysis that spends nothing but its passes.
 The cases: ``ablate_heads`` (zero ablation of every head; again with ``progress=True``, its
 bar written to nowhere), ``logit_lens`` and ``head_scores``. Then the runner alone: ``run``
-of a task whose chunk does nothing, its median time per call in ms.
+of a task whose chunk does nothing, its median time per call in ms. Then the sweeps (issue
+47): ``ablate_heads``, ``patch_heads`` and ``path_patch`` of every head (a logit difference
+at the last position, the corrupted prompts' second half from other random tokens).
 
-``--gpt2`` also times ``ablate_heads`` and ``patch_heads`` (a logit difference at the last
-position, the corrupted prompts' second half from other random tokens) on a small random
-GPT-2-shaped bridge (:func:`interp.models.hf.random_gpt2`: 2 layers, d_model 128, 4 heads,
-an MLP, vocabulary 512) with the same 32 x 25 tokens.
-
-``--smollm2`` times the two on SmolLM2-135M, the heads of layers 0, 15 and 29 (27 of 270),
-with the same 32 x 25 tokens, in ``repeats // 20`` rounds (each round is about a minute).
+``--gpt2`` also times the sweeps on a small random GPT-2-shaped bridge
+(:func:`interp.models.hf.random_gpt2`: 2 layers, d_model 128, 4 heads, an MLP, vocabulary
+512) with the same 32 x 25 tokens; ``--smollm2`` on SmolLM2-135M, the heads of layers 0, 15
+and 29 (27 of 270), in ``repeats // 20`` rounds (a round takes minutes).
 
     python benchmarks/runner_overhead.py [--repeats 50] [--threads N] [--cpu-time] [--gpt2]
         [--smollm2]
@@ -91,53 +90,44 @@ def quiet(fn: Callable[[], object]) -> Callable[[], object]:
     return call
 
 
-def gpt2_cases(repeats: int) -> None:
-    """``ablate_heads`` and ``patch_heads`` on a random GPT-2-shaped bridge."""
-    from interp.core.metrics import logit_diff_metric
-    from interp.models.hf import random_gpt2
-
-    model = random_gpt2(2, d_model=128, n_heads=4, vocab=512, n_ctx=64, seed=0)
-    data = repeated_random_tokens(32, 12, d_vocab=512, seed=0).tokens
-    other = repeated_random_tokens(32, 12, d_vocab=512, seed=1).tokens
-    corrupted = data.clone()
-    corrupted[:, 13:] = other[:, 13:]
-    metric = logit_diff_metric(data[:, -1], other[:, -1])
-    print(f"\nrandom GPT-2 bridge (2 layers, d_model 128, 4 heads), {tuple(data.shape)} tokens")
-    cases = {
-        "ablate_heads": lambda: A.ablate_heads(model, data),
-        "patch_heads": lambda: A.patch_heads(
-            model, data, corrupted_tokens=corrupted, metric=metric
-        ),
-    }
-    report(model, data, cases, repeats)
-    for name, fn in cases.items():
-        print(f"{name}: engine {fn().attrs['engine']}")
-
-
-def smollm2_cases(repeats: int) -> None:
-    """``ablate_heads`` and ``patch_heads`` of the heads of layers 0, 15 and 29 (27 of 270)
-    on SmolLM2-135M (random weights where no checkpoint is local) with 32 x 25 tokens."""
+def sweep_cases(model, title: str, repeats: int, heads: list[str] | None = None) -> None:
+    """``ablate_heads``, ``patch_heads`` and ``path_patch`` (``heads``, or every head, as
+    the edits and the senders) on 32 x 25 repeated tokens: the patches' corrupted prompts
+    take their second half from other random tokens, scored by a logit difference at the
+    last position."""
     from interp.core.metrics import logit_diff_metric
 
-    model = load_model("smollm2-135m")
-    vocab = model.cfg.d_vocab
+    vocab = int(model.cfg.d_vocab)
     data = repeated_random_tokens(32, 12, d_vocab=vocab, seed=0).tokens
     other = repeated_random_tokens(32, 12, d_vocab=vocab, seed=1).tokens
     corrupted = data.clone()
     corrupted[:, 13:] = other[:, 13:]
-    metric = logit_diff_metric(data[:, -1], other[:, -1])
-    heads = [f"L{l}H{h}" for l in (0, 15, 29) for h in range(model.cfg.n_heads)]
-    print(f"\nSmolLM2-135M bridge, {len(heads)} heads of layers 0, 15, 29, "
-          f"{tuple(data.shape)} tokens")  # fmt: skip
+    patch = dict(corrupted_tokens=corrupted, metric=logit_diff_metric(data[:, -1], other[:, -1]))
+    print(f"\n{title}, {tuple(data.shape)} tokens")
     cases = {
         "ablate_heads": lambda: A.ablate_heads(model, data, heads=heads),
-        "patch_heads": lambda: A.patch_heads(
-            model, data, corrupted_tokens=corrupted, metric=metric, heads=heads
-        ),
+        "patch_heads": lambda: A.patch_heads(model, data, heads=heads, **patch),
+        "path_patch": lambda: A.path_patch(model, data, senders=heads, **patch),
     }
     report(model, data, cases, repeats)
     for name, fn in cases.items():
-        print(f"{name}: engine {fn().attrs['engine']}")
+        print(f"{name}: engine {fn().attrs.get('engine', '-')}")
+
+
+def gpt2_cases(repeats: int) -> None:
+    """The sweeps on a random GPT-2-shaped bridge, every head."""
+    from interp.models.hf import random_gpt2
+
+    model = random_gpt2(2, d_model=128, n_heads=4, vocab=512, n_ctx=64, seed=0)
+    sweep_cases(model, "random GPT-2 bridge (2 layers, d_model 128, 4 heads)", repeats)
+
+
+def smollm2_cases(repeats: int) -> None:
+    """The sweeps of the heads of layers 0, 15 and 29 (27 of 270) on SmolLM2-135M."""
+    model = load_model("smollm2-135m")
+    heads = [f"L{l}H{h}" for l in (0, 15, 29) for h in range(model.cfg.n_heads)]
+    sweep_cases(model, f"SmolLM2-135M bridge, {len(heads)} heads of layers 0, 15, 29",
+                repeats, heads)  # fmt: skip
 
 
 def main() -> None:
@@ -171,6 +161,7 @@ def main() -> None:
     task = Task("empty", Footprint(0, 1), work=0.0, chunk=lambda c: {}, combine={})
     ms = alternating({"runner": lambda: run(model, tuple(tokens.shape), task)}, args.repeats * 10)
     print(f"the runner alone (plan, one empty chunk, combine): {ms['runner']:.3f} ms per call")
+    sweep_cases(model, "induction-2l, the sweeps", args.repeats)
     if args.gpt2:
         gpt2_cases(args.repeats)
     if args.smollm2:
