@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from interp.core.errors import InterpError
 from interp.core.memory import check_forward, check_ids
@@ -122,12 +122,53 @@ def check_token_pair(
         InterpError: for bad tokens, shapes that differ, or corrupted tokens equal to
             the clean ones (every activation is the same in both runs: nothing to patch).
     """
+    clean, checked = check_prompts(
+        model, clean, corrupted, pair=True, chunked=chunked, min_len=min_len
+    )
+    return clean, cast("torch.Tensor", checked)
+
+
+def check_prompts(
+    model: HookedModel,
+    tokens: Any,
+    corrupted: Any = None,
+    *,
+    pair: bool,
+    chunked: bool = False,
+    min_len: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The prompts of an analysis, checked: for a patch (``pair``) the clean and corrupted
+    tokens, each as :func:`check_tokens` checks it (``"clean tokens"``, then ``"corrupted
+    tokens"``), of one shape and not equal (:func:`check_token_pair`); else ``tokens`` alone
+    (``"tokens"``).
+
+    Args:
+        model: The hooked model.
+        tokens: The (clean) prompts.
+        corrupted: The corrupted prompts of a patch (read only with ``pair``).
+        pair: Whether the prompts are a patch's pair.
+        chunked: As :func:`check_tokens`.
+        min_len: As :func:`check_tokens`.
+
+    Returns:
+        ``(tokens, corrupted)``; ``corrupted`` is None unless ``pair``.
+
+    Raises:
+        InterpError: as :func:`check_tokens` and :func:`check_token_pair`.
+    """
     import torch
 
-    clean = check_tokens(model, clean, name="clean tokens", chunked=chunked, min_len=min_len)
-    corrupted = check_tokens(
-        model, corrupted, name="corrupted tokens", chunked=chunked, min_len=min_len
+    given = (
+        [(tokens, "clean tokens"), (corrupted, "corrupted tokens")]
+        if pair
+        else [(tokens, "tokens")]
     )
+    checked = [
+        check_tokens(model, t, name=name, chunked=chunked, min_len=min_len) for t, name in given
+    ]
+    if not pair:
+        return checked[0], None
+    clean, corrupted = checked
     if clean.shape != corrupted.shape:
         raise InterpError(
             f"clean tokens {tuple(clean.shape)} and corrupted tokens "

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from interp.core.checks import check_token_pair, check_tokens, position_mask
+from interp.core.checks import check_prompts, position_mask
 from interp.core.errors import InterpError
 from interp.core.metrics import Metric, prepare_metric
 from interp.core.protocol import HookedModel
@@ -116,18 +116,9 @@ def check_runs(
             the model cannot score, or positions out of range.
     """
     direction = check_direction(direction)
-    if patching:
-        if corrupted_tokens is None:
-            raise InterpError(f"{what} needs corrupted_tokens (the run patched from)")
-        tokens, corrupted = check_token_pair(
-            model, tokens, corrupted_tokens, chunked=True, min_len=min_len
-        )
-        if loss_mask is not None:
-            raise InterpError(
-                "loss_mask is for the default loss metric of an ablation; a patch scores its "
-                "metric (build the mask into it, e.g. loss_metric(loss_mask))"
-            )
-    else:
+    if patching and corrupted_tokens is None:
+        raise InterpError(f"{what} needs corrupted_tokens (the run patched from)")
+    if not patching:
         if corrupted_tokens is not None:
             raise InterpError(
                 f"corrupted_tokens are for ablation='patch', not {ablation!r} (or use a "
@@ -138,7 +129,14 @@ def check_runs(
                 f"direction='denoising' patches the clean run into the corrupted one; "
                 f"ablation={ablation!r} has no corrupted run (use ablation='patch')"
             )
-        tokens, corrupted = check_tokens(model, tokens, min_len=min_len, chunked=True), None
+    tokens, corrupted = check_prompts(
+        model, tokens, corrupted_tokens, pair=patching, chunked=True, min_len=min_len
+    )
+    if patching and loss_mask is not None:
+        raise InterpError(
+            "loss_mask is for the default loss metric of an ablation; a patch scores its "
+            "metric (build the mask into it, e.g. loss_metric(loss_mask))"
+        )
     if metric is None and (patching or needs_metric):
         who = what if patching else f"ablation={ablation!r}"
         raise InterpError(f"{who} needs a metric, e.g. logit_diff_metric(answer, wrong)")

@@ -179,6 +179,17 @@ def attribute_edges(
         where = np.nonzero(wanted)
         edits = [[idx] for idx in zip(*(w.tolist() for w in where))]
 
+    def chunk(c: runner.Chunk) -> dict[str, Any]:
+        # estimates take the base outputs from their own pass
+        prep = begin_chunk(task, c, base_pass=method == "exact")
+        if method == "exact":
+            values = patch_edges(prep, edits, progress=c.progress, desc="exact edges")
+            part = np.zeros(wanted.shape)
+            part[where] = np.asarray(values) - prep.base_value
+        else:
+            part = edge_estimates(prep, method, steps).numpy()
+        return {"scores": part, "clean": prep.clean_value, "cost": prep.cost.total}
+
     # the cost, refused before any pass (interp.engine.edges.cost): the passes that run, what
     # a chunk holds, the table
     replaced = int(ablation == "patch")  # the source run's pass
@@ -200,17 +211,6 @@ def attribute_edges(
         memory_budget=memory_budget,
     )  # fmt: skip
     work = check_work(forwards, what=what, fix=fix)
-
-    def chunk(c: runner.Chunk) -> dict[str, Any]:
-        # estimates take the base outputs from their own pass
-        prep = begin_chunk(task, c, base_pass=method == "exact")
-        if method == "exact":
-            values = patch_edges(prep, edits, progress=c.progress, desc="exact edges")
-            part = np.zeros(wanted.shape)
-            part[where] = np.asarray(values) - prep.base_value
-        else:
-            part = edge_estimates(prep, method, steps).numpy()
-        return {"scores": part, "clean": prep.clean_value, "cost": prep.cost.total}
 
     spec = runner.Task(
         "attribute_edges", footprint,

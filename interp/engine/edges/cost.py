@@ -85,11 +85,14 @@ def edge_footprint(
     rows = rt.unembedded(metric_rows)  # the logits' rows a pass unembeds
     S, R, L = len(graph.senders), len(graph.receivers), graph.n_layers
     fixed = S * R * (P if task.each else 1) * 8 * 4
-    if kind in ("eap", "eap-ig"):
+    running = kind == "circuit"
+    if kind not in ("eap", "eap-ig"):  # a copy of an edited pass, as each chunk sizes it
+        per_copy, store = copy_bytes_of(
+            task, running=running, logits_only=logits_only and not running
+        )
+    else:  # edge attribution: the larger of its phases
         per = eap_bytes(model, senders=S, receivers=R, pos=P, rows=rows, steps=kind == "eap-ig")
         return Footprint(fixed=int(fixed), per_prompt=int(per))
-    running = kind == "circuit"
-    per_copy, store = copy_bytes_of(task, running=running, logits_only=logits_only and not running)
     f = stream_bytes(model, P, element=4)  # a sender's output, a receiver's gradient
     e = stream_bytes(model, P)  # a residual stream of the model's own
     recording = graph.n_heads * e + forward_bytes(model, 1, P, rows=rows)  # the sender pass
