@@ -40,7 +40,7 @@ from interp.core.protocol import HookedModel
 from interp.engine.batching import copies_per_pass
 from interp.engine.chunks import Footprint
 from interp.engine.edges.graph import Graph
-from interp.engine.edges.run import GATHER
+from interp.engine.edges.sums import GATHER
 from interp.runtime import Runtime
 
 
@@ -60,7 +60,7 @@ def edge_footprint(
     * ``"patch"`` (path patching, exact edges): the base and replacement outputs of every
       sender (``2 S``), each receiver layer's base input (``2 L + 1``), the stream entering
       each of the ``resumes`` blocks passes resume at and the senders a sum gathers
-      (:data:`interp.engine.edges.run.GATHER`, from both outputs); per copy of a pass,
+      (:data:`interp.engine.edges.sums.GATHER`, from both outputs); per copy of a pass,
       :func:`copy_bytes` (up to ``copies``: the most edits that resume
       at one block; ``logits_only`` when every edit reads only the logits' input). First,
       the pass that records the replacement outputs: a layer's heads' outputs at once
@@ -150,7 +150,7 @@ def copy_bytes(
     (:func:`interp.core.memory.forward_bytes`); the state a resumed pass starts from, repeated per
     copy; one layer's edits while its receivers are recomputed: the edit of each of its
     attention receivers (held through its q, k and v hooks) and, first, the sum subtracted
-    from it with the senders gathered for it (:data:`~interp.engine.edges.run.GATHER` at a
+    from it with the senders gathered for it (:data:`~interp.engine.edges.sums.GATHER` at a
     time), then the edited inputs and their norm (a query head's each); in a running pass,
     the store of every sender's difference and their running total, which later layers read
     back. A pass that edits only the logits' input (``logits_only``) runs no block: per copy
