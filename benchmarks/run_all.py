@@ -19,6 +19,8 @@ for name in (
     "load",
     "precision",
     "generation",
+    "runner_overhead",
+    "bridge_overhead",
 ):
     print(f"\n== {name} ==")
     runpy.run_path(str(HERE / f"{name}.py"), run_name="__main__")
