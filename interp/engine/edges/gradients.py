@@ -285,8 +285,8 @@ def edge_estimates(prep: Any, method: str, steps: int) -> torch.Tensor:
     """EAP or EAP-IG scores ``[sender, receiver]`` of a begun edge task
     (:func:`interp.engine.edges.task.begin_chunk` without its base pass: ``prep``), for
     :func:`interp.analysis.circuits.edge_attribution.attribute_edges`. The base pass (EAP's
-    only one; EAP-IG's
-    last point, all the way to the base embeddings) also gives the base senders' outputs,
+    only one; EAP-IG's last point, all the way to the base embeddings) also gives the base
+    senders' outputs,
     among them the base run's token embeddings (the ``embed`` sender's); the source run's are
     its ``embed`` sender's from the first passes (EAP-IG needs ``ablation="patch"``).
 
