@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -207,13 +208,15 @@ def logit_lens(
         cols[f"p{j + 1}"] = top_p_all[:, j].numpy()
     t_ids = tgt[None].expand(L + 1, b, len(pos)).reshape(-1)
     has = t_ids >= 0
-    cols["target_id"] = pd.array([int(t) if h else None for t, h in zip(t_ids, has)], "Int64")
+    # nullable ids and ranks, built from their arrays (a Python loop per row cost a pass)
+    cols["target_id"] = pd.arrays.IntegerArray(t_ids.numpy().astype(np.int64), ~has.numpy())
     cols["target"] = [
         lab if h else "" for lab, h in zip(_labels(model, t_ids.clamp(min=0).tolist()), has)
     ]
     cols["target_p"] = logp_all.exp().numpy()
     cols["target_logp"] = logp_all.numpy()
-    cols["target_rank"] = pd.array([int(r) if r > 0 else None for r in rank_all], "Int64")
+    ranks = rank_all.numpy().astype(np.int64)
+    cols["target_rank"] = pd.arrays.IntegerArray(ranks, ranks <= 0)
     df = pd.DataFrame(cols)
     df.attrs.update(
         table_attrs(
