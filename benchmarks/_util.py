@@ -20,6 +20,26 @@ def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
     return best, out
 
 
+def alternating(
+    cases: dict[str, Callable[[], Any]], rounds: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, float]:
+    """Median ms of each case, timed in ``rounds`` rounds that run every case once in turn
+    (after one warm-up round: once-per-model checks, caches), so that load from elsewhere
+    falls on all of them alike. ``clock``: ``time.perf_counter`` (wall) or
+    ``time.process_time`` (this process's CPU time)."""
+    import statistics
+
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for fn in cases.values():
+        fn()
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            t0 = clock()
+            fn()
+            times[name].append(clock() - t0)
+    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
+
+
 def best_time(fn: Callable[[], Any], repeat: int = 3) -> float:
     """Best wall time of ``repeat`` calls, in seconds."""
     return timed(fn, repeat)[0]

@@ -24,12 +24,16 @@ import collections
 import copy
 import cProfile
 import pstats
-import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import alternating  # noqa: E402
 
 CLOCK = time.perf_counter
 
@@ -91,13 +95,7 @@ def compare(name: str, plain, bridge, shapes, rounds: int) -> None:
         diff = float((via_bridge() - via_hf()).abs().max())
         n_bridge, by_bridge = python_calls(via_bridge)
         n_hf, _ = python_calls(via_hf)
-        times: dict[str, list[float]] = {"bridge": [], "hf": []}
-        for _ in range(rounds):
-            for key, fn in (("bridge", via_bridge), ("hf", via_hf)):
-                t0 = CLOCK()
-                fn()
-                times[key].append(CLOCK() - t0)
-        ms = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+        ms = alternating({"bridge": via_bridge, "hf": via_hf}, rounds, CLOCK)
         top = ", ".join(f"{k} {v:,}" for k, v in by_bridge.most_common(4))
         print(
             f"{name} {batch} x {pos}: bridge {ms['bridge']:.1f} ms, plain {ms['hf']:.1f} ms, "

@@ -31,9 +31,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -43,21 +44,10 @@ from interp.engine.chunks import Footprint
 from interp.engine.runner import Task, run
 from interp.models import load_model
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import alternating  # noqa: E402
+
 CLOCK = time.perf_counter  # --cpu-time: time.process_time
-
-
-def alternating(cases: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median ms of each case, timed in ``repeats`` rounds that run every case once in turn
-    (after one warm-up round: once-per-model checks, caches)."""
-    times: dict[str, list[float]] = {k: [] for k in cases}
-    for fn in cases.values():
-        fn()
-    for _ in range(repeats):
-        for name, fn in cases.items():
-            t0 = CLOCK()
-            fn()
-            times[name].append(CLOCK() - t0)
-    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
 
 
 def report(model, tokens, cases: dict[str, Callable], repeats: int) -> None:
@@ -68,7 +58,7 @@ def report(model, tokens, cases: dict[str, Callable], repeats: int) -> None:
             model(tokens)
 
     counted = {k: float(fn().attrs["forward_equivalents"]) for k, fn in cases.items()}
-    ms = alternating({"plain": plain, **cases}, repeats)
+    ms = alternating({"plain": plain, **cases}, repeats, CLOCK)
     base = ms.pop("plain")
     print(f"plain forward: {base:.2f} ms")
     for name, t in ms.items():
@@ -159,7 +149,9 @@ def main() -> None:
     }
     report(model, tokens, cases, args.repeats)
     task = Task("empty", Footprint(0, 1), work=0.0, chunk=lambda c: {}, combine={})
-    ms = alternating({"runner": lambda: run(model, tuple(tokens.shape), task)}, args.repeats * 10)
+    ms = alternating(
+        {"runner": lambda: run(model, tuple(tokens.shape), task)}, args.repeats * 10, CLOCK
+    )
     print(f"the runner alone (plan, one empty chunk, combine): {ms['runner']:.3f} ms per call")
     sweep_cases(model, "induction-2l, the sweeps", args.repeats)
     if args.gpt2:
