@@ -77,7 +77,7 @@ class AfterBlock:
         W = self.w_o[layer].to(z.device).float()  # [head, d_head, d_model]
         target = None if values is None else values[hook_name("z", layer)].to(z.dtype)
         b = resid.shape[0]
-        state = resid.repeat(k, *([1] * (resid.ndim - 1))) if k > 1 else resid.clone()
+        state = resid.repeat(k, *([1] * (resid.ndim - 1)))  # k copies (one: a copy)
         for i, edit in enumerate(packed):
             # accumulated in float32, rounded once into the residual stream
             state[i * b : (i + 1) * b] += _head_delta(edit, z, W, target).to(resid.dtype)
