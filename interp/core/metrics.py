@@ -82,6 +82,10 @@ class Metric:
             chunks combine by their sizes (default ``False``: refused when the prompts must
             be split).
         chunkable: Whether values on chunks of the prompts combine into the value on all.
+        copies: ``copies(logits, tokens, k) -> [k]``: the metric of ``k`` edited copies of the
+            prompts stacked along the batch (logits ``[k * batch, ...]``) in one call, each
+            equal to ``fn`` on its copy (``None``: ``fn`` is called per copy;
+            :meth:`of_copies`).
     """
 
     fn: MetricFn
@@ -94,6 +98,7 @@ class Metric:
     # the metric of the prompts in a slice, and its weight in the mean over every prompt
     part: Callable[[slice], tuple[Metric, float]] | None = None
     mean_over_prompts: bool = False  # a caller's metric that is a plain mean over its prompts
+    copies: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor] | None = None
 
     def __call__(self, logits: torch.Tensor, tokens: torch.Tensor) -> Any:
         return self.fn(logits, tokens)
@@ -125,6 +130,37 @@ class Metric:
             )
         if self.checker is not None:
             self.checker(model, tokens)
+
+    def of_copies(self, logits: torch.Tensor, tokens: torch.Tensor, k: int) -> list[float]:
+        """The metric of each of ``k`` edited copies of the prompts, as finite floats.
+
+        The copies' logits are stacked along the batch (``[k * batch, ...]``, copy ``i`` in
+        rows ``i * batch ..``): one call of :attr:`copies` where the metric has it, else
+        ``fn`` per copy.
+
+        Example:
+            >>> m = loss_metric()
+            >>> logits, tokens = torch.randn(6, 4, 5), torch.randint(0, 5, (2, 4))
+            >>> got = m.of_copies(logits, tokens, 3)
+            >>> ref = [float(m(x, tokens)) for x in logits.split(2)]
+            >>> max(abs(a - b) for a, b in zip(got, ref)) < 1e-6
+            True
+
+        Args:
+            logits: ``[k * batch, pos, d_vocab]``.
+            tokens: ``[batch, pos]`` integer ids: the prompts the copies share.
+            k: How many copies ``logits`` stacks.
+
+        Returns:
+            ``k`` values, in copy order.
+
+        Raises:
+            InterpError: as :func:`scalar`, for a value that is not one finite number.
+        """
+        if k > 1 and self.copies is not None:
+            return [scalar(v, self.name) for v in self.copies(logits, tokens, k).tolist()]
+        parts = logits.split(tokens.shape[0]) if k > 1 else [logits]
+        return [scalar(self.fn(x, tokens), self.name) for x in parts]
 
     @property
     def chunkable(self) -> bool:
@@ -263,11 +299,15 @@ def loss_metric(loss_mask: torch.Tensor | None = None) -> Metric:
         mask = mask.detach()[None] if mask.ndim == 1 else mask.detach()  # [pos]: one sequence
 
     def fn(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        nll = next_token_nll(logits, tokens)
+        return copies(logits, tokens, 1)[0]
+
+    def copies(logits: torch.Tensor, tokens: torch.Tensor, k: int) -> torch.Tensor:
+        nll = next_token_nll(logits, tokens.repeat(k, 1) if k > 1 else tokens)
+        nll = nll.view(k, -1)  # [copy, batch * (pos - 1)]
         if mask is None:
-            return nll.mean()
-        m = mask[:, :-1].to(device=nll.device, dtype=nll.dtype)
-        return (nll * m).sum() / m.sum()
+            return nll.mean(1)
+        m = mask[:, :-1].to(device=nll.device, dtype=nll.dtype).reshape(-1)
+        return (nll * m).sum(1) / m.sum()
 
     def checker(model: HookedModel, tokens: torch.Tensor) -> None:
         if loss_mask is not None:
@@ -292,6 +332,7 @@ def loss_metric(loss_mask: torch.Tensor | None = None) -> Metric:
         next_token=True,
         unit="nats (mean next-token cross-entropy)",
         part=part,
+        copies=copies,
     )
     return whole
 
@@ -334,11 +375,14 @@ def logit_diff_metric(answer: Any, wrong: Any, *, at: int = -1) -> Metric:
         )
 
     def fn(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        read = logits[:, pos].float()  # [batch, d_vocab]
-        rows = torch.arange(read.shape[0], device=read.device)
+        return copies(logits, tokens, 1)[0]
+
+    def copies(logits: torch.Tensor, tokens: torch.Tensor, k: int) -> torch.Tensor:
+        read = logits[:, pos].float().view(k, -1, logits.shape[-1])  # [copy, batch, d_vocab]
+        rows = torch.arange(read.shape[1], device=read.device)
         cc = c.to(read.device) if isinstance(c, torch.Tensor) else c
         ii = i.to(read.device) if isinstance(i, torch.Tensor) else i
-        return (read[rows, cc] - read[rows, ii]).mean()
+        return (read[:, rows, cc] - read[:, rows, ii]).mean(1)
 
     def checker(model: HookedModel, tokens: torch.Tensor) -> None:
         d_vocab = int(getattr(model.cfg, "d_vocab_out", None) or model.cfg.d_vocab)
@@ -369,6 +413,7 @@ def logit_diff_metric(answer: Any, wrong: Any, *, at: int = -1) -> Metric:
         checker=checker,
         unit=f"logit difference at position {pos}",
         part=part,
+        copies=copies,
     )
 
 

@@ -69,7 +69,7 @@ class AfterBlock:
             for e in edits
         )
 
-    def run(self, packed, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
+    def run(self, packed, values, rows, cost: Cost | None = None) -> torch.Tensor:
         k = len(packed)
         layer = packed[0][0].layer
         z = self.kept[hook_name("z", layer)]
@@ -85,7 +85,7 @@ class AfterBlock:
         if cost is not None:
             cost.per_token(sum(projection_flops(e, W.shape) for e in packed))  # through W_O
             cost.forward(k, start=layer + 1)
-        return list(logits.split(b)) if k > 1 else [logits]
+        return logits  # [k * batch, ...]: copy i in rows i * batch ..
 
 
 def _head_delta(
@@ -124,7 +124,7 @@ class ResumeBlocks:
         self.tokens = tokens
         self.base_logits, self.kept = rt.block_inputs(tokens, starts - {0}, rows=rows)
 
-    def run(self, packed, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
+    def run(self, packed, values, rows, cost: Cost | None = None) -> torch.Tensor:
         k = len(packed)
         b = self.tokens.shape[0]
         start = min(edit_start(edit) for edit in packed)
@@ -138,7 +138,7 @@ class ResumeBlocks:
         )
         if cost is not None:
             cost.forward(k, start=start)
-        return list(logits.split(b)) if k > 1 else [logits]
+        return logits  # [k * batch, ...]: copy i in rows i * batch ..
 
 
 # ----------------------------------------------------------------------- choosing a path
@@ -149,7 +149,7 @@ def _probe(rt: Runtime, tokens: torch.Tensor, path_cls: Any, edit: Edit) -> tupl
         with torch.no_grad():
             layers = {st.layer for st in edit}
             engine = path_cls(rt, probe, layers if path_cls is AfterBlock else {min(layers)})
-            got = engine.run([edit], None, None)[0]
+            got = engine.run([edit], None, None)
             ref = loop_pass(rt, probe, [edit], None)[0]
         if got.shape != ref.shape:
             return False, f"{path_cls.name} gave logits of shape {tuple(got.shape)}"

@@ -107,8 +107,9 @@ class ResumeSuffix:
         self.kept = {l: _cut(v, shared) for l, v in kept.items()}
         self.past = rt.prefix(tokens[:, :shared])  # type: ignore[attr-defined]
 
-    def run(self, packed, values, rows, cost: Cost | None = None) -> list[torch.Tensor]:
-        """The metric's logits of each edit in ``packed``, ``len(packed)`` copies in one pass."""
+    def run(self, packed, values, rows, cost: Cost | None = None) -> torch.Tensor:
+        """The metric's logits of each edit in ``packed``, ``len(packed)`` copies in one pass,
+        stacked along the batch (copy ``i`` in rows ``i * batch ..``)."""
         k, (b, n) = len(packed), self.tokens.shape
         s = self.shared
         start = min(edit_start(edit) for edit in packed)
@@ -122,7 +123,7 @@ class ResumeSuffix:
         )  # fmt: skip
         if cost is not None:
             cost.forward(k * (n - s) / n, start=start)
-        return list(logits.split(b)) if k > 1 else [logits]
+        return logits  # [k * batch, ...]: copy i in rows i * batch ..
 
 
 def check(rt: Runtime, tokens: torch.Tensor) -> tuple[bool, str]:
@@ -155,7 +156,7 @@ def check(rt: Runtime, tokens: torch.Tensor) -> tuple[bool, str]:
             values[edit[0].hook][:, shared:] = 0.0
             ref = rt.run(probe, hooks=edit_hooks([edit], values, 1))[:, -1]
             path = ResumeSuffix(rt, probe, {layer}, [n - 1], shared)
-            got = path.run([edit], values, [n - 1])[0][:, -1]
+            got = path.run([edit], values, [n - 1])[:, -1]
         gap = float((got.float() - ref.float()).abs().max())
         scale = max(1.0, float(ref.float().abs().max()))
         if not gap <= 1e-5 * scale:  # NaN fails too

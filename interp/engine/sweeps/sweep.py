@@ -275,8 +275,11 @@ def sweep(
         bar.update(1)
         for packed in passes:
             outs = run([edits[i] for i in packed], values, rows, cost)
-            for i in packed:
-                results[i] = scalar(metric(outs.pop(0), scored), metric.name)
+            if isinstance(outs, torch.Tensor):  # the pass's copies stacked: scored at once
+                got = metric.of_copies(outs, scored, len(packed))
+            else:  # the loop: one pass per edit
+                got = [scalar(metric(x, scored), metric.name) for x in outs]
+            results.update(zip(packed, got))
             del outs  # a pass's logits are gone before the next pass makes its own
             bar.update(1)
     finally:
