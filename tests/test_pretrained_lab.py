@@ -109,7 +109,11 @@ def test_word_states_from_a_cache_equal_a_run(smollm):
     assert items[0].n_tokens == items[1].n_tokens
     tokens = torch.cat([it.tokens for it in items])
     _, cache = smollm.run_with_cache(tokens)
-    torch.testing.assert_close(word_states(smollm, items, cache=cache), word_states(smollm, items))
+    # the cache holds whole sentences, the run stops at the word (a causal model's state there
+    # is the same): equal to rounding, 1e-6 of each stage's largest entry
+    got, ref = word_states(smollm, items, cache=cache), word_states(smollm, items)
+    scale = ref.abs().amax(dim=(0, 2), keepdim=True)  # [1, stage, 1]
+    assert ((got - ref).abs() <= 1e-6 * scale).all()
     a, b = clue_attention(smollm, items, cache=cache), clue_attention(smollm, items)
     torch.testing.assert_close(
         torch.tensor(a["lift"].to_numpy()), torch.tensor(b["lift"].to_numpy())

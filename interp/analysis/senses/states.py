@@ -38,7 +38,7 @@ import torch
 from interp.analysis.senses.words import WordTokens
 from interp.core.errors import InterpError
 from interp.core.hooks import hook_name, stage_names
-from interp.core.protocol import HookedModel, check_model, eval_no_grad, model_device
+from interp.core.protocol import HookedModel, check_model, eval_no_grad, is_causal, model_device
 from interp.engine.cache import check_cache, run_until
 from interp.outputs.frames import described
 
@@ -49,11 +49,13 @@ def state_names(n_layers: int) -> list[str]:
     return stage_names(n_layers, first="token embedding")
 
 
-def batches_by_length(items: Sequence[WordTokens]) -> dict[int, list[int]]:
-    """Indices of ``items`` grouped by token count, so each batch needs no padding."""
+def batches_by_length(items: Sequence[WordTokens], *, causal: bool = False) -> dict[int, list[int]]:
+    """Indices of ``items`` grouped by the tokens a pass needs, so each batch needs no padding:
+    every token, or (``causal``) those up to the word's last token, since no later token can
+    change a causal model's state there."""
     groups: dict[int, list[int]] = defaultdict(list)
     for i, item in enumerate(items):
-        groups[item.n_tokens].append(i)
+        groups[item.word_pos + 1 if causal else item.n_tokens].append(i)
     return dict(groups)
 
 
@@ -70,7 +72,8 @@ def word_states(
     context), stage ``l + 1`` the residual stream after block ``l``
     (``blocks.{l}.hook_resid_post``), read at the word's last token. Sentences of equal
     length run together (no padding, so bidirectional models see exactly their own
-    sentence), each batch one forward pass stopped before the unembedding.
+    sentence), each batch one forward pass stopped before the unembedding; a causal model
+    runs each sentence only up to the word's last token (later tokens cannot reach it).
 
     Args:
         model: A hooked model: ``cfg``, ``run_with_cache``, ``run_with_hooks``, weights
@@ -102,8 +105,8 @@ def word_states(
     if cache is not None:
         return _states_from_cache(model, items, cache, fwd_hooks, out)
     with eval_no_grad(model):
-        for idx in batches_by_length(items).values():
-            tokens = torch.cat([items[i].tokens for i in idx]).to(model_device(model))
+        for n, idx in batches_by_length(items, causal=is_causal(model)).items():
+            tokens = torch.cat([items[i].tokens[:, :n] for i in idx]).to(model_device(model))
             pos = torch.tensor([items[i].word_pos for i in idx], device=tokens.device)
             rows = torch.arange(len(idx), device=tokens.device)
             out[idx, 0] = W_E[tokens[rows, pos].to(W_E.device)].detach().float().cpu()
