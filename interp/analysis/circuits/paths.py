@@ -189,17 +189,18 @@ def path_patch(
     check_span(base, source, "the normalized column", dtype)
     patched = list(out.values["patched"])
     clean, corrupted = clean_first(task.direction, base, source)
-    df = pd.DataFrame(
+    effect = effects(patched, base)
+    df = pd.DataFrame(  # in one go: each inserted column costs as much as a small pass
         {
             "sender": [graph.senders[s] for s in s_idx],
             "receivers": ",".join(graph.receivers[j] for j in r_idx),
             "clean": clean,
             "corrupted": corrupted,
             "patched": patched,
+            "effect": effect,
+            "normalized": normalized(effect, base=base, source=source),
         }
     )
-    df["effect"] = effects(patched, base)
-    df["normalized"] = normalized(df["effect"], base=base, source=source)
     df.attrs.update(
         table_attrs(
             "path_patch",

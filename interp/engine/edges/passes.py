@@ -48,13 +48,11 @@ def evaluate_masks(
     full pass per group of copies that fits :func:`edits_per_pass`."""
     from tqdm.auto import tqdm
 
-    from interp.core.metrics import scalar
     from interp.core.protocol import eval_no_grad
 
     rt = prep.rt
     k = edits_per_pass(prep, running=True)
     out: list[float] = []
-    b = prep.tokens.shape[0]
     bar = tqdm(total=len(masks), disable=not progress, desc=desc, unit="circuit")
     try:
         with eval_no_grad(rt.model):
@@ -64,10 +62,8 @@ def evaluate_masks(
                 er = prep.edge_run(stacked, ref=None)
                 logits = run(rt, prep.base, er, rows=prep.metric.rows)
                 prep.cost.forward(len(group))
-                for c in range(len(group)):
-                    part = logits[c * b : (c + 1) * b]
-                    out.append(scalar(prep.metric(part, prep.tokens), prep.metric.name))
-                del logits, part, er  # gone before the next pass makes its own
+                out.extend(prep.metric.of_copies(logits, prep.tokens, len(group)))
+                del logits, er  # gone before the next pass makes its own
                 bar.update(len(group))
     finally:
         bar.close()
@@ -90,9 +86,7 @@ def patch_edges(
     (:func:`interp.core.protocol.eval_no_grad`, entered once around the whole run)."""
     from tqdm.auto import tqdm
 
-    from interp.core.metrics import scalar
-
-    rt, graph, b = prep.rt, prep.graph, prep.tokens.shape[0]
+    rt, graph = prep.rt, prep.graph
     L = graph.n_layers
     shape = (*graph.valid.shape, prep.tokens.shape[1]) if prep.each else graph.valid.shape
     starts = edit_starts(prep, edits)
@@ -119,10 +113,8 @@ def patch_edges(
                 rows=prep.metric.rows,
             )  # fmt: skip
             prep.cost.forward(len(chunk), start=start)
-            for c, i in enumerate(chunk):
-                part = logits[c * b : (c + 1) * b]
-                values[i] = scalar(prep.metric(part, prep.tokens), prep.metric.name)
-            del logits, part, er, stacked  # gone before the next pass makes its own
+            values.update(zip(chunk, prep.metric.of_copies(logits, prep.tokens, len(chunk))))
+            del logits, er, stacked  # gone before the next pass makes its own
             bar.update(len(chunk))
     finally:
         bar.close()
