@@ -55,7 +55,24 @@ def activation_of(model: HookedModel, tokens: torch.Tensor, name: str) -> torch.
 
 
 def activation_in(rt: Runtime, tokens: torch.Tensor, name: str) -> torch.Tensor:
-    """:func:`activation_of` through the model's runtime ``rt`` (an engine that holds it).
+    """:func:`activation_of` through the model's runtime ``rt`` (an engine that holds it):
+    one pass, stopped once hook ``name`` has fired.
+
+    Example:
+        >>> import torch
+        >>> from interp.models import load_model
+        >>> from interp.runtime import runtime_of
+        >>> rt = runtime_of(load_model("induction-2l"))
+        >>> tuple(activation_in(rt, torch.tensor([[0, 5, 6]]), "blocks.0.hook_resid_pre").shape)
+        (1, 3, 128)
+
+    Args:
+        rt: The model's runtime (:func:`interp.runtime.runtime_of`).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        name: The hook whose activation is read.
+
+    Returns:
+        The activation, detached.
 
     Raises:
         InterpError: if the hook never fires.
@@ -100,7 +117,25 @@ def cache_of(
 
 
 def cache_in(rt: Runtime, tokens: torch.Tensor, names: Sequence[str]) -> dict[str, torch.Tensor]:
-    """:func:`cache_of` through the model's runtime ``rt`` (an engine that holds it)."""
+    """:func:`cache_of` through the model's runtime ``rt`` (an engine that holds it): one
+    pass, stopped once every hook in ``names`` has fired.
+
+    Example:
+        >>> import torch
+        >>> from interp.models import load_model
+        >>> from interp.runtime import runtime_of
+        >>> rt = runtime_of(load_model("induction-2l"))
+        >>> sorted(cache_in(rt, torch.tensor([[0, 5, 6]]), ["blocks.1.attn.hook_z"]))
+        ['blocks.1.attn.hook_z']
+
+    Args:
+        rt: The model's runtime (:func:`interp.runtime.runtime_of`).
+        tokens: ``[batch, pos]`` integer ids (``[pos]`` is one sequence).
+        names: The hooks whose activations are read.
+
+    Returns:
+        ``{name: activation}`` (detached) for each name that fired.
+    """
     wanted = list(dict.fromkeys(names))
     acts: dict[str, torch.Tensor] = {}
 

@@ -109,7 +109,19 @@ def _head_delta(
 
 
 def one_head(edit: Edit) -> bool:
-    """Is ``edit`` one whole head at every position (:func:`_head_delta`'s one product)?"""
+    """Is ``edit`` one whole head at every position (:func:`_head_delta`'s one product)?
+
+    Example:
+        >>> from interp.engine.sweeps.sites import head_edits
+        >>> one_head(head_edits([(1, 0)])[0])
+        True
+
+    Args:
+        edit: The sites one edit changes (:mod:`interp.engine.sweeps.sites`).
+
+    Returns:
+        True for a single site naming a head and no positions.
+    """
     return len(edit) == 1 and edit[0].head is not None and edit[0].positions is None
 
 
@@ -221,8 +233,22 @@ def likely_path(
 
 
 def projection_flops(edit: Edit, shape: Sequence[int]) -> float:
-    """FLOPs per token of projecting ``edit``'s change of ``z`` through ``W_O``, whose shape is
-    ``[head, d_head, d_model]`` (``resume-after-block``, :func:`_head_delta`): one head's
-    ``W_O`` for one whole head, every head's otherwise."""
+    """FLOPs per token of projecting ``edit``'s change of ``z`` through ``W_O``.
+
+    ``resume-after-block`` (:func:`_head_delta`) multiplies one whole head's change by that
+    head's ``W_O`` alone, any other edit's by every head's: ``2 * heads * d_head * d_model``.
+
+    Example:
+        >>> from interp.engine.sweeps.sites import head_edits
+        >>> projection_flops(head_edits([(0, 1)])[0], (2, 32, 128))
+        8192.0
+
+    Args:
+        edit: The sites one edit changes (:mod:`interp.engine.sweeps.sites`).
+        shape: ``W_O``'s shape in the edited layer, ``[head, d_head, d_model]``.
+
+    Returns:
+        The FLOPs per token, as a float.
+    """
     h, e, d = (int(x) for x in shape)
     return 2.0 * (1 if one_head(edit) else h) * e * d
