@@ -208,6 +208,28 @@ def test_direct_paths_to_the_logits_default(model):
     assert row["patched"] == pytest.approx(want, abs=1e-5, rel=1e-5)
 
 
+def test_a_few_senders_passes_record_only_their_outputs(model):
+    """Path patching a few senders records only their outputs (a whole layer's heads, one head
+    of another, the embedding), and their rows equal the every-sender table's."""
+    from interp.engine.edges.run import sender_outputs
+    from interp.runtime import runtime_of
+
+    clean, corrupted = _pair(3)
+    H, g = model.cfg.n_heads, build_graph(model)
+    few = ["embed", *(f"L0H{h}" for h in range(H)), "L1H1"]
+    every = path_patch(model, clean, corrupted_tokens=corrupted, metric=METRIC)
+    got = path_patch(model, clean, corrupted_tokens=corrupted, metric=METRIC, senders=few)
+    assert got["sender"].tolist() == few
+    want = every.set_index("sender").loc[few, "patched"].to_numpy()
+    scale = float(every["patched"].abs().max())
+    assert np.abs(got["patched"].to_numpy() - want).max() <= 1e-6 * scale
+    idx = sorted(g.sender_index(s) for s in few)
+    rt = runtime_of(model)
+    part, _ = sender_outputs(rt, g, clean, senders=idx)
+    whole, _ = sender_outputs(rt, g, clean)
+    assert part.shape[0] == len(few) and torch.equal(part, whole[idx])
+
+
 def test_denoising_edits_the_corrupted_run_with_the_clean_outputs(model):
     """direction="denoising": a sender's clean output reaches the receivers in the corrupted
     run (hooks-only reference with the two runs' roles swapped); edge effects are measured

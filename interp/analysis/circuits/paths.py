@@ -156,6 +156,7 @@ def path_patch(
                 f"{graph.senders[s]} does not precede {late[0]}: it writes after the receiver reads"
             )
         edits.append([(s, j) for j in r_idx])
+    task.senders = sorted(s_idx)  # the passes record these senders' outputs alone
     work = check_work(
         patch_cost(task, edits) + pass_work(task, 2),
         what=f"path patching {len(edits)} senders",

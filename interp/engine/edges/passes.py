@@ -88,7 +88,12 @@ def patch_edges(
 
     rt, graph = prep.rt, prep.graph
     L = graph.n_layers
-    shape = (*graph.valid.shape, prep.tokens.shape[1]) if prep.each else graph.valid.shape
+    shape = graph.valid.shape
+    slot = None  # the senders held (prep.senders): their place on the masks' sender axis
+    if prep.senders is not None:
+        slot = {s: i for i, s in enumerate(prep.senders)}
+        shape = (len(slot), shape[1])
+    shape = (*shape, prep.tokens.shape[1]) if prep.each else shape
     starts = edit_starts(prep, edits)
     k = edits_per_pass(prep, running=False, logits_only=all(st >= L for st in starts))
     chunks = pack(starts, k)
@@ -106,7 +111,8 @@ def patch_edges(
             stacked = torch.zeros(len(chunk), *shape, device=prep.tokens.device)
             for c, i in enumerate(chunk):
                 for idx in edits[i]:
-                    stacked[(c, *idx)] = 1.0
+                    at = idx if slot is None else (slot[idx[0]], *idx[1:])
+                    stacked[(c, *at)] = 1.0
             er = prep.edge_run(stacked, ref=prep.base_out)
             logits = run(
                 rt, prep.base, er, start=start, kept=kept, final=final,

@@ -44,7 +44,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
@@ -59,10 +59,19 @@ from interp.runtime import Layer, Runtime, kept_rows, scatter_rows
 
 
 def sender_hooks(
-    graph: Graph, index: Index, parts: list[Layer], store: Callable[[int, torch.Tensor], None]
+    graph: Graph,
+    index: Index,
+    parts: list[Layer],
+    store: Callable[[int, torch.Tensor], None],
+    only: Collection[int] | None = None,
 ) -> list[tuple[str, Callable]]:
-    """Hooks that hand every sender's output (``[batch, pos, d_model]``) to ``store(s, x)``."""
+    """Hooks that hand every sender's output (``[batch, pos, d_model]``) to ``store(s, x)``;
+    ``only``: just these senders' (a head's output is then projected through its ``W_O``
+    only for the heads wanted, and a layer with none wanted gets no hook)."""
     hooks: list[tuple[str, Callable]] = []
+
+    def wanted(s: int) -> bool:
+        return s >= 0 and (only is None or s in only)
 
     def at(s: int) -> Callable:
         def hook(x: torch.Tensor, hook: Any) -> None:
@@ -70,19 +79,25 @@ def sender_hooks(
 
         return hook
 
-    hooks.append((hook_name("embed"), at(index.embed)))
-    if index.pos_embed >= 0:
+    if wanted(index.embed):
+        hooks.append((hook_name("embed"), at(index.embed)))
+    if wanted(index.pos_embed):
         hooks.append((hook_name("pos_embed"), at(index.pos_embed)))
     for l in range(graph.n_layers):
+        hs = [h for h, s in enumerate(index.heads[l]) if wanted(s)]
 
-        def heads(z: torch.Tensor, hook: Any, l: int = l) -> None:
+        def heads(z: torch.Tensor, hook: Any, l: int = l, hs: list[int] = hs) -> None:
             # in float32 whatever the model's precision: the outputs are summed, never rounded
-            out = torch.einsum("bphe,hed->hbpd", z.float(), parts[l].W_O.to(z.device).float())
-            for h, s in enumerate(index.heads[l]):
-                store(s, out[h])
+            W = parts[l].W_O.to(z.device).float()
+            if len(hs) < W.shape[0]:  # the wanted heads' outputs alone
+                z, W = z[:, :, hs], W[hs]
+            out = torch.einsum("bphe,hed->hbpd", z.float(), W)
+            for i, h in enumerate(hs):
+                store(index.heads[l][h], out[i])
 
-        hooks.append((hook_name("z", l), heads))
-        if index.mlp_sender[l] >= 0:
+        if hs:
+            hooks.append((hook_name("z", l), heads))
+        if wanted(index.mlp_sender[l]):
             hooks.append((hook_name("mlp_out", l), at(index.mlp_sender[l])))
     return hooks
 
@@ -91,8 +106,10 @@ class EdgeRun(EdgeSums):
     """The hooks of one batched pass of ``k`` copies in which receivers' inputs are edited
     (module docstring). ``masks [k, sender, receiver]`` (float) says which edges of each copy
     carry ``alt - ref``, or ``[k, sender, receiver, pos]`` with one edge per position
-    (``positions="each"``); ``positions`` (a ``[pos]`` bool mask) restricts the edits. The
-    sums it adds to the receivers' inputs are :class:`~interp.engine.edges.sums.EdgeSums`'s."""
+    (``positions="each"``); ``positions`` (a ``[pos]`` bool mask) restricts the edits;
+    ``senders`` (sorted graph indices, with a fixed ``ref``): the only senders ``masks``,
+    ``alt`` and ``ref`` hold, in that order. The sums it adds to the receivers' inputs are
+    :class:`~interp.engine.edges.sums.EdgeSums`'s."""
 
     def __init__(
         self,
@@ -104,7 +121,11 @@ class EdgeRun(EdgeSums):
         b: int,
         positions: torch.Tensor | None = None,
         cum: dict[str, torch.Tensor] | None = None,
+        senders: Sequence[int] | None = None,
     ):
+        if senders is not None and ref is None:
+            raise InterpError("edge engine: a pass against its own outputs records every sender")
+        self.senders = None if senders is None else list(senders)  # masks' and alt's sender axis
         self.graph = graph
         self.index = Index.of(graph)
         self.parts = parts
@@ -247,24 +268,29 @@ def sender_outputs(
     extra_hooks: Sequence[tuple[str, Callable]] = (),
     parts: list[Layer] | None = None,
     rows: Sequence[int] | None = None,
+    senders: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One forward pass: every sender's output ``[sender, batch, pos, d_model]`` and the
-    logits (where the runtime can, only at ``rows``: the pass is for its senders)."""
+    logits (where the runtime can, only at ``rows``: the pass is for its senders).
+    ``senders`` (sorted graph indices): only theirs, in that order (an edge patch that moves
+    a few senders' outputs reads no other's)."""
     index = Index.of(graph)
     parts = parts or layer_parts(rt)
     b, n = tokens.shape
     d = rt.d_model
-    out = torch.empty(len(graph.senders), b, n, d, device=tokens.device)  # each filled once
+    slot = {s: i for i, s in enumerate(range(len(graph.senders)) if senders is None else senders)}
+    out = torch.empty(len(slot), b, n, d, device=tokens.device)  # each filled once
     seen: set[int] = set()
 
     def store(s: int, x: torch.Tensor) -> None:
-        out[s] = x.detach().float()
+        out[slot[s]] = x.detach().float()
         seen.add(s)
 
     with torch.no_grad():
-        hooks = [*sender_hooks(graph, index, parts, store), *extra_hooks]
+        only = None if senders is None else slot
+        hooks = [*sender_hooks(graph, index, parts, store, only), *extra_hooks]
         logits = rt.run(tokens, hooks=hooks, rows=rows)
-    check_filled(seen, graph)
+    check_filled(seen, graph, slot)
     return out, logits
 
 
@@ -302,14 +328,15 @@ def replacement_outputs(task: Any, outputs: torch.Tensor) -> torch.Tensor:
     return replacement(task.ablation, outputs, task.seed)
 
 
-def check_filled(seen: set[int], graph: Graph) -> None:
-    """Raise unless every sender's output was seen in the pass.
+def check_filled(seen: set[int], graph: Graph, wanted: Collection[int] | None = None) -> None:
+    """Raise unless every sender's output (every ``wanted`` one's) was seen in the pass.
 
     Raises:
         InterpError: naming the senders whose hooks never fired.
     """
-    if len(seen) != len(graph.senders):
-        missing = [graph.senders[i] for i in range(len(graph.senders)) if i not in seen][:5]
+    wanted = range(len(graph.senders)) if wanted is None else wanted
+    if len(seen) != len(wanted):
+        missing = [graph.senders[i] for i in wanted if i not in seen][:5]
         raise InterpError(
             f"edge engine: the outputs of {missing} were never seen in the forward pass; this "
             "model's hooks do not fire as its graph says"

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,8 +60,8 @@ def _product(
 class EdgeSums:
     """The edit of an :class:`~interp.engine.edges.run.EdgeRun`: which receivers its copies
     edit, and by how much (module docstring). The run sets ``masks``, ``alt``, ``ref``,
-    ``k``, ``by_pos``, ``pos``, ``cum`` and, in a running pass, ``running``, ``run_total``
-    and ``n_stored``."""
+    ``k``, ``by_pos``, ``pos``, ``cum``, ``senders`` and, in a running pass, ``running``,
+    ``run_total`` and ``n_stored``."""
 
     masks: torch.Tensor  # [k, sender, receiver] (or [k, sender, receiver, pos]) float
     alt: torch.Tensor  # [sender, batch, pos, d_model]
@@ -72,6 +73,7 @@ class EdgeSums:
     run_total: torch.Tensor | None
     n_stored: int
     cum: dict[str, torch.Tensor]
+    senders: list[int] | None  # the graph senders the sender axis holds, sorted (None: all)
 
     def edited(self, receivers: Sequence[int]) -> torch.Tensor:
         """``[k, receiver]`` bool: which of these receivers any edge of each copy edits."""
@@ -85,6 +87,8 @@ class EdgeSums:
         from the edit of every edge (``sum over all s < n of (alt_s - ref_s)``, one prefix
         sum). A circuit of a few edges then costs a few edges' work per receiver, not the
         whole graph's, and so does editing nearly every edge."""
+        if self.senders is not None:  # the senders held that come before the n-th
+            n_senders = bisect.bisect_left(self.senders, n_senders)
         m = self.masks[:, :n_senders][:, :, receivers]  # [k, sender, receiver]
         edited = int(torch.count_nonzero(m))
         if edited == 0:

@@ -90,6 +90,9 @@ class EdgeTask:
     resample_index: torch.Tensor | None = None  # the whole batch's draw (chunked resample)
     memory_budget: Any = None  # bytes the task's passes may use (None: the default budget)
     checked_cache: Any = None  # the cache checked against every prompt (prepare_chunks)
+    # a patch that moves only some senders' outputs (path_patch): the senders (sorted) whose
+    # outputs its passes record; base_out and alt then hold theirs alone (None: every one)
+    senders: list[int] | None = None
 
     def pass_work(self, n: float = 1.0) -> float:
         """:func:`interp.engine.edges.cost.pass_work` of this task."""
@@ -127,6 +130,7 @@ class EdgeTask:
             self.tokens.shape[0],
             self.positions,
             self.cum,
+            self.senders,
         )
 
     def replacement(self, outputs: torch.Tensor) -> torch.Tensor:
@@ -281,15 +285,18 @@ def _first_passes(task: EdgeTask, base_pass: bool | Literal["metric"]) -> EdgeTa
     metric_only = base_pass == "metric" and task.ablation == "patch"  # a plain base pass
     task.parts = parts = layer_parts(rt)
     check_exact(rt, graph, parts, tokens)
+    only = task.senders if task.ablation == "patch" else None  # a replacement needs them all
     if base_pass and not metric_only:
         task.base_out, logits = sender_outputs(
             rt, graph, task.base, parts=parts,
-            extra_hooks=input_hooks(graph, task.base_inputs), rows=m.rows,
+            extra_hooks=input_hooks(graph, task.base_inputs), rows=m.rows, senders=only,
         )  # fmt: skip
         task.base_value = scalar(m(logits, tokens), m.name)
         task.cost.forward()
     if task.ablation == "patch":
-        task.alt, logits = sender_outputs(rt, graph, task.source, parts=parts, rows=m.rows)
+        task.alt, logits = sender_outputs(
+            rt, graph, task.source, parts=parts, rows=m.rows, senders=only
+        )
         task.source_value = scalar(m(logits, tokens), m.name)
         task.cost.forward()
     if task.base_out is not None and task.ablation != "patch":
