@@ -29,7 +29,8 @@ import torch
 
 from interp.engine.batching import pack
 from interp.engine.edges.cost import Edit, edit_starts, edits_per_pass
-from interp.engine.edges.run import run
+from interp.engine.edges.run import EdgeRun, run
+from interp.runtime import kept_rows, scatter_rows
 
 
 def as_tensor(mask: np.ndarray, device: Any = None) -> torch.Tensor:
@@ -106,6 +107,9 @@ def patch_edges(
             _, kept = rt.block_inputs(prep.base, need, rows=(-1,))  # logits unread
             prep.cost.forward(rows=(-1,))
         final = prep.base_inputs["final"]
+        b, n = prep.tokens.shape
+        rows = _read_rows(prep, final) if L in starts else None
+        cum: dict[str, torch.Tensor] = {}  # the prefix sums of those rows' outputs
         for chunk in chunks:
             start = starts[chunk[0]]
             stacked = torch.zeros(len(chunk), *shape, device=prep.tokens.device)
@@ -113,11 +117,16 @@ def patch_edges(
                 for idx in edits[i]:
                     at = idx if slot is None else (slot[idx[0]], *idx[1:])
                     stacked[(c, *at)] = 1.0
-            er = prep.edge_run(stacked, ref=prep.base_out)
-            logits = run(
-                rt, prep.base, er, start=start, kept=kept, final=final,
-                rows=prep.metric.rows,
-            )  # fmt: skip
+            if start >= L and rows is not None:  # the logits' input at the rows read alone
+                keep, alt, ref, fin, where = rows
+                er = EdgeRun(graph, prep.parts, stacked, alt, ref, b, where, cum, prep.senders)
+                logits = scatter_rows(run(rt, prep.base, er, start=L, final=fin), keep, n)
+            else:
+                er = prep.edge_run(stacked, ref=prep.base_out)
+                logits = run(
+                    rt, prep.base, er, start=start, kept=kept, final=final,
+                    rows=prep.metric.rows,
+                )  # fmt: skip
             prep.cost.forward(len(chunk), start=start)
             values.update(zip(chunk, prep.metric.of_copies(logits, prep.tokens, len(chunk))))
             del logits, er, stacked  # gone before the next pass makes its own
@@ -125,6 +134,27 @@ def patch_edges(
     finally:
         bar.close()
     return [values[i] for i in range(len(edits))]
+
+
+def _read_rows(prep: Any, final: torch.Tensor) -> tuple | None:
+    """For the passes that edit only the logits, where the metric reads a few positions: those
+    positions (:func:`interp.runtime.kept_rows`), the senders' outputs ``alt`` and ``ref``,
+    the base run's final residual and the positions mask there, cut once, so that each pass
+    sums the edges' edits at the rows it reads alone. ``None`` where every row is read (or
+    the masks have a position axis)."""
+    n = prep.tokens.shape[1]
+    keep = kept_rows(prep.metric.rows, n)
+    if keep is None or len(keep) == n or prep.each:
+        return None
+    at = torch.tensor(keep, device=prep.alt.device)
+    where = None if prep.positions is None else prep.positions[at.to(prep.positions.device)]
+    return (
+        keep,
+        prep.alt.index_select(2, at),
+        prep.base_out.index_select(2, at.to(prep.base_out.device)),
+        final.index_select(1, at.to(final.device)),
+        where,
+    )
 
 
 def __getattr__(name: str) -> Any:
