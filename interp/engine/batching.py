@@ -28,7 +28,7 @@ from interp.engine.cost import Cost  # its home: the engines' cost model
 __all__ = ["Cost", "check_work", "copies_per_pass", "pack", "work_limit"]
 
 MAX_COPIES = 32
-CPU_TOKENS_PER_PASS = 2048
+CPU_TOKENS_PER_PASS = 1536
 # A store of senders' outputs larger than this is re-read by every copy of a pass, so such
 # passes run one copy each (benchmarks/circuits.py measures the choice).
 CPU_REREAD_BYTES = 64 << 20
