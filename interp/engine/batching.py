@@ -28,6 +28,8 @@ from interp.engine.cost import Cost  # its home: the engines' cost model
 __all__ = ["Cost", "check_work", "copies_per_pass", "pack", "work_limit"]
 
 MAX_COPIES = 32
+# Past about this many tokens a pass's elementwise work leaves the caches: 32 x 25 tokens of
+# the GPT-2 bridge in benchmarks/runner_overhead.py run faster 2 copies a pass than 3.
 CPU_TOKENS_PER_PASS = 1536
 # A store of senders' outputs larger than this is re-read by every copy of a pass, so such
 # passes run one copy each (benchmarks/circuits.py measures the choice).
