@@ -54,7 +54,9 @@ def _start(tmp_path, mark):
     out = tmp_path / "c.json"
     out.write_text("old")
     env = {**os.environ, **LOOPBACK, "FAULT_MARK": mark}
-    cmd = [sys.executable, "-m", "interp", "circuit", "--workers", "2", "--out", str(out)]
+    # 2,048 prompt pairs: seconds of work after the imports, so the fault lands mid-run
+    cmd = [sys.executable, "-m", "interp", "circuit", "--workers", "2", "--n", "2048",
+           "--out", str(out)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)  # fmt: skip
     end = time.time() + 120
