@@ -40,6 +40,22 @@ def alternating(
     return {k: 1e3 * statistics.median(v) for k, v in times.items()}
 
 
+def clock_options(ap: Any) -> None:
+    """``--threads`` and ``--cpu-time`` on an ``argparse`` parser (:func:`clock_of` reads them)."""
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--cpu-time", action="store_true", help="time by CPU time, not wall")
+
+
+def clock_of(args: Any) -> Callable[[], float]:
+    """Set ``--threads`` torch threads (if given) and return the clock ``--cpu-time`` asks
+    for: ``time.process_time`` (this process's CPU time) or ``time.perf_counter`` (wall)."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    return time.process_time if args.cpu_time else time.perf_counter
+
+
 def best_time(fn: Callable[[], Any], repeat: int = 3) -> float:
     """Best wall time of ``repeat`` calls, in seconds."""
     return timed(fn, repeat)[0]

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import alternating  # noqa: E402
+from _util import alternating, clock_of, clock_options  # noqa: E402
 
 CLOCK = time.perf_counter
 
@@ -107,15 +107,11 @@ def compare(name: str, plain, bridge, shapes, rounds: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--cpu-time", action="store_true", help="time by CPU time, not wall")
+    clock_options(ap)
     ap.add_argument("--quick", action="store_true", help="the GPT-2 shape only")
     args = ap.parse_args()
     global CLOCK
-    if args.cpu_time:
-        CLOCK = time.process_time
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    CLOCK = clock_of(args)
     shapes = [(32, 25), (4, 64)]
     print(f"{torch.get_num_threads()} threads, {'CPU time' if args.cpu_time else 'wall clock'}")
     compare("GPT-2 small shape", *gpt2_pair(), shapes, args.rounds)

@@ -45,7 +45,7 @@ from interp.engine.runner import Task, run
 from interp.models import load_model
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import alternating  # noqa: E402
+from _util import alternating, clock_of, clock_options  # noqa: E402
 
 CLOCK = time.perf_counter  # --cpu-time: time.process_time
 
@@ -123,17 +123,13 @@ def smollm2_cases(repeats: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=50)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--cpu-time", action="store_true", help="time by CPU time, not wall")
+    clock_options(ap)
     ap.add_argument("--gpt2", action="store_true", help="also a random GPT-2-shaped bridge")
     ap.add_argument("--smollm2", action="store_true", help="also SmolLM2-135M (minutes)")
     args = ap.parse_args()
     global CLOCK
-    if args.cpu_time:
-        CLOCK = time.process_time
+    CLOCK = clock_of(args)
     torch.manual_seed(0)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     model = load_model("induction-2l")
     tokens = repeated_random_tokens(32, 12, d_vocab=model.cfg.d_vocab, seed=0).tokens
     print(
