@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ import torch
 
 from interp.engine.batching import pack
 from interp.engine.edges.cost import Edit, edit_starts, edits_per_pass
-from interp.engine.edges.run import EdgeRun, run
+from interp.engine.edges.run import run
 from interp.runtime import kept_rows, scatter_rows
 
 
@@ -107,9 +108,11 @@ def patch_edges(
             _, kept = rt.block_inputs(prep.base, need, rows=(-1,))  # logits unread
             prep.cost.forward(rows=(-1,))
         final = prep.base_inputs["final"]
-        b, n = prep.tokens.shape
-        rows = _read_rows(prep, final) if L in starts else None
-        cum: dict[str, torch.Tensor] = {}  # the prefix sums of those rows' outputs
+        n = prep.tokens.shape[1]
+        keep = kept_rows(prep.metric.rows, n)
+        cut = None  # the logits-only passes' task, at the rows the metric reads alone
+        if L in starts and keep is not None and len(keep) < n and not prep.each:
+            cut = _at_rows(prep, keep)
         for chunk in chunks:
             start = starts[chunk[0]]
             stacked = torch.zeros(len(chunk), *shape, device=prep.tokens.device)
@@ -117,9 +120,9 @@ def patch_edges(
                 for idx in edits[i]:
                     at = idx if slot is None else (slot[idx[0]], *idx[1:])
                     stacked[(c, *at)] = 1.0
-            if start >= L and rows is not None:  # the logits' input at the rows read alone
-                keep, alt, ref, fin, where = rows
-                er = EdgeRun(graph, prep.parts, stacked, alt, ref, b, where, cum, prep.senders)
+            if start >= L and cut is not None:  # the logits' input at the rows read alone
+                er = cut.edge_run(stacked, ref=cut.base_out)
+                fin = cut.base_inputs["final"]
                 logits = scatter_rows(run(rt, prep.base, er, start=L, final=fin), keep, n)
             else:
                 er = prep.edge_run(stacked, ref=prep.base_out)
@@ -136,24 +139,20 @@ def patch_edges(
     return [values[i] for i in range(len(edits))]
 
 
-def _read_rows(prep: Any, final: torch.Tensor) -> tuple | None:
-    """For the passes that edit only the logits, where the metric reads a few positions: those
-    positions (:func:`interp.runtime.kept_rows`), the senders' outputs ``alt`` and ``ref``,
-    the base run's final residual and the positions mask there, cut once, so that each pass
-    sums the edges' edits at the rows it reads alone. ``None`` where every row is read (or
-    the masks have a position axis)."""
-    n = prep.tokens.shape[1]
-    keep = kept_rows(prep.metric.rows, n)
-    if keep is None or len(keep) == n or prep.each:
-        return None
+def _at_rows(prep: Any, keep: list[int]) -> Any:
+    """The edge task ``prep`` at the positions ``keep`` alone: its senders' outputs (``alt``,
+    ``base_out``), the base run's final residual and its positions mask cut there once, with
+    prefix sums of its own, so that each pass editing only the logits sums the edges' edits
+    at the rows the metric reads (:func:`interp.runtime.kept_rows`)."""
     at = torch.tensor(keep, device=prep.alt.device)
-    where = None if prep.positions is None else prep.positions[at.to(prep.positions.device)]
-    return (
-        keep,
-        prep.alt.index_select(2, at),
-        prep.base_out.index_select(2, at.to(prep.base_out.device)),
-        final.index_select(1, at.to(final.device)),
-        where,
+    where, final = prep.positions, prep.base_inputs["final"]
+    return dataclasses.replace(
+        prep,
+        alt=prep.alt.index_select(2, at),
+        base_out=prep.base_out.index_select(2, at.to(prep.base_out.device)),
+        positions=None if where is None else where[at.to(where.device)],
+        base_inputs={"final": final.index_select(1, at.to(final.device))},
+        cum={},
     )
 
 
