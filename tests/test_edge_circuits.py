@@ -210,7 +210,8 @@ def test_direct_paths_to_the_logits_default(model):
 
 def test_a_few_senders_passes_record_only_their_outputs(model):
     """Path patching a few senders records only their outputs (a whole layer's heads, one head
-    of another, the embedding), and their rows equal the every-sender table's."""
+    of another, the embedding), and their rows equal the every-sender table's (each to 1e-6 of
+    its scale)."""
     from interp.engine.edges.run import sender_outputs
     from interp.runtime import runtime_of
 
@@ -227,7 +228,9 @@ def test_a_few_senders_passes_record_only_their_outputs(model):
     rt = runtime_of(model)
     part, _ = sender_outputs(rt, g, clean, senders=idx)
     whole, _ = sender_outputs(rt, g, clean)
-    assert part.shape[0] == len(few) and torch.equal(part, whole[idx])
+    assert part.shape[0] == len(few)
+    gap = float((part - whole[idx]).abs().max())  # the wanted heads projected alone
+    assert gap <= 1e-6 * float(whole.abs().max())  # NaN fails
 
 
 def test_denoising_edits_the_corrupted_run_with_the_clean_outputs(model):
